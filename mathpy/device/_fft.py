@@ -1,0 +1,513 @@
+"""Block-level FFT for numba-cuda kernels: description object, validation and code generation.
+
+Algorithm: a Stockham auto-sort FFT over ``log_R(size)`` radix-R stages. Thread ``t`` of an FFT owns the
+``elements_per_thread`` (E) values ``t + i * T`` (``T = size // E`` threads per FFT), in registers. Each stage is one or
+more radix-R butterflies per thread (R = E, and one smaller radix for the remaining factor), fully unrolled with
+constant twiddles inside the butterfly; the inter-stage twiddles are computed with ``sincospi`` (no table, no local
+memory). With that layout the first stage reads and the last stage writes the thread's own registers, so an FFT of
+``s`` stages needs ``s - 1`` exchanges through shared memory. The exchange buffer is planar (real parts, then imaginary
+parts) and padded by one element every 32 to spread the strided stores over the banks.
+"""
+
+import functools
+import math
+
+import numpy as np
+
+from ._codegen import ConstantPool, DescriptionNamespace, compile_device_functions, simulator_enabled
+
+__all__ = ["fft", "FFTDescription"]
+
+MAX_SHARED_MEMORY = 48 * 1024  # bytes of dynamic shared memory a kernel gets without an opt-in attribute
+MAX_THREADS_PER_BLOCK = 1024
+MIN_SIZE, MAX_SIZE = 2, 8192
+ALLOWED_ELEMENTS_PER_THREAD = (1, 2, 4, 8, 16)
+ALLOWED_DIRECTIONS = ("forward", "inverse")
+ALLOWED_FFT_TYPES = ("c2c", "r2c", "c2r")
+_PRECISION_NAMES = {"float32": np.float32, "float64": np.float64, "complex64": np.float32, "complex128": np.float64}
+
+
+def _normalize_precision(precision):
+    try:
+        name = np.dtype(precision).name
+    except TypeError:
+        name = str(precision)
+    if name not in _PRECISION_NAMES:
+        raise ValueError(
+            f"precision={precision!r} is not supported by the block FFT; allowed: np.float32 or np.float64 "
+            "(complex64 / complex128 are accepted as their real precision)"
+        )
+    return _PRECISION_NAMES[name]
+
+
+def _pad(p):
+    return p + (p >> 5)
+
+
+def _is_pow2(n):
+    return n >= 1 and n & (n - 1) == 0
+
+
+def _default_elements_per_thread(size):
+    if size <= 16:
+        return size
+    if size < 1024:
+        return 8
+    return 16
+
+
+class _Emitter:
+    """Collects lines of generated code and hands out fresh variable names."""
+
+    def __init__(self, consts, indent=1):
+        self.lines = []
+        self.consts = consts
+        self.indent = indent
+        self._n = 0
+
+    def fresh(self, prefix="v"):
+        self._n += 1
+        return f"{prefix}{self._n}"
+
+    def emit(self, line):
+        self.lines.append("    " * self.indent + line)
+
+    def assign(self, expr, prefix="v"):
+        name = self.fresh(prefix)
+        self.emit(f"{name} = {expr}")
+        return name
+
+    # complex helpers on (re, im) name pairs
+    def add(self, a, b):
+        return self.assign(f"{a[0]} + {b[0]}"), self.assign(f"{a[1]} + {b[1]}")
+
+    def sub(self, a, b):
+        return self.assign(f"{a[0]} - {b[0]}"), self.assign(f"{a[1]} - {b[1]}")
+
+    def mul(self, a, w):
+        re = self.assign(f"{a[0]} * {w[0]} - {a[1]} * {w[1]}")
+        im = self.assign(f"{a[0]} * {w[1]} + {a[1]} * {w[0]}")
+        return re, im
+
+    def mul_const_twiddle(self, a, k, n, sign):
+        """a * exp(sign * 2 pi i k / n) with the cheap cases (+-1, +-i, 45-degree points) written out."""
+        k %= n
+        if k == 0:
+            return a
+        ar, ai = a
+        if 2 * k == n:
+            return self.assign(f"-{ar}"), self.assign(f"-{ai}")
+        if 4 * k == n or 4 * k == 3 * n:
+            s = sign if 4 * k == n else -sign  # multiply by s*i
+            if s > 0:
+                return self.assign(f"-{ai}"), ar
+            return ai, self.assign(f"-{ar}")
+        if 8 * k in (n, 3 * n, 5 * n, 7 * n):
+            c = self.consts.add(math.sqrt(0.5))
+            oct_ = (8 * k // n) * (1 if sign > 0 else -1) % 8  # angle = oct_ * 45 degrees
+            # (ar + i ai) * (cx + i sy) * sqrt(1/2) with cx, sy in {+1, -1}
+            cx = 1 if oct_ in (1, 7) else -1
+            sy = 1 if oct_ in (1, 3) else -1
+            re_expr = f"{ar} {'-' if sy > 0 else '+'} {ai}" if cx > 0 else f"-{ar} {'-' if sy > 0 else '+'} {ai}"
+            im_expr = (f"{ai} {'+' if sy > 0 else '-'} {ar}") if cx > 0 else (f"-{ai} {'+' if sy > 0 else '-'} {ar}")
+            return self.assign(f"({re_expr}) * {c}"), self.assign(f"({im_expr}) * {c}")
+        ang = sign * 2.0 * math.pi * k / n
+        w = (self.consts.add(math.cos(ang)), self.consts.add(math.sin(ang)))
+        return self.mul(a, w)
+
+    def dft(self, xs, sign):
+        """Straight-line radix-2 decimation-in-time DFT of the (re, im) name pairs *xs* (length a power of two)."""
+        n = len(xs)
+        if n == 1:
+            return list(xs)
+        even = self.dft(xs[0::2], sign)
+        odd = self.dft(xs[1::2], sign)
+        out = [None] * n
+        for k in range(n // 2):
+            t = self.mul_const_twiddle(odd[k], k, n, sign)
+            out[k] = self.add(even[k], t)
+            out[k + n // 2] = self.sub(even[k], t)
+        return out
+
+
+class FFTDescription(DescriptionNamespace):
+    """A block FFT configuration and its device functions (build it with :func:`fft`).
+
+    Launch with ``block_dim`` threads and ``shared_memory_size`` bytes of dynamic shared memory; a block computes
+    ``ffts_per_block`` FFTs, FFT number ``threadIdx.y`` of the block using threads ``threadIdx.x < T``.
+
+    Device functions (call them inside ``@numba.cuda.jit`` kernels; every thread of the block must call ``execute``,
+    which synchronizes the block):
+
+    - ``execute(thread_data, shared_mem)``: transform in place. ``thread_data`` is a local complex array of
+      ``storage_size`` elements holding elements ``threadIdx.x + i * T``; ``shared_mem`` is the kernel's dynamic shared
+      array of the real precision (``cuda.shared.array(0, numba.float32)``).
+    - ``load(x, thread_data, batch)`` / ``store(thread_data, y, batch)``: coalesced copies between the thread data and
+      row ``batch`` of a 2-D array (``(n_batch, input_length)`` / ``(n_batch, output_length)``); rows past the end
+      load zeros and store nothing.
+    - ``batch_index()``: ``blockIdx.x * ffts_per_block + threadIdx.y``.
+
+    For ``r2c`` the thread data holds real inputs in the real parts and afterwards the spectrum's first ``size//2+1``
+    elements (what ``store`` writes); for ``c2r`` it holds the half spectrum (elements ``k <= size//2``; ``execute``
+    completes the rest by Hermitian symmetry) and afterwards the real outputs in the real parts.
+    The transforms are unnormalized (like cuFFT and ``numpy.fft`` forward); the inverse is ``size *`` numpy's ifft.
+    """
+
+    def __init__(self, size, precision, direction, fft_type, elements_per_thread, ffts_per_block):
+        super().__init__(f"mathpy_device_fft_{fft_type}_{direction}_{size}")
+        self.size = size
+        self.precision = precision
+        self.direction = direction
+        self.fft_type = fft_type
+        self.elements_per_thread = elements_per_thread
+        self.ffts_per_block = ffts_per_block
+        self.storage_size = elements_per_thread
+        self.threads_per_fft = size // elements_per_thread
+        self.block_dim = (self.threads_per_fft, ffts_per_block, 1)
+        self.block_size = self.threads_per_fft * ffts_per_block
+        self.complex_dtype = np.dtype(np.complex64 if precision is np.float32 else np.complex128)
+        self.real_dtype = np.dtype(precision)
+        self.input_length = size // 2 + 1 if fft_type == "c2r" else size
+        self.output_length = size // 2 + 1 if fft_type == "r2c" else size
+        self.input_dtype = self.real_dtype if fft_type == "r2c" else self.complex_dtype
+        self.output_dtype = self.real_dtype if fft_type == "c2r" else self.complex_dtype
+        self.radices = _radices(size, elements_per_thread)
+        needs_shared = self.threads_per_fft > 1 and (len(self.radices) > 1 or fft_type == "c2r")
+        plane = _pad(size - 1) + 1
+        itemsize = self.real_dtype.itemsize
+        if not needs_shared:
+            self.shared_layout, per_fft = "none", 0
+        elif ffts_per_block * 2 * plane * itemsize <= MAX_SHARED_MEMORY:
+            self.shared_layout, per_fft = "planar", 2 * plane
+        else:
+            self.shared_layout, per_fft = "split", plane  # real and imaginary parts exchanged one after the other
+        self._plane = plane
+        self._per_fft = per_fft
+        self.shared_memory_size = ffts_per_block * per_fft * itemsize
+        if self.shared_memory_size > MAX_SHARED_MEMORY:
+            raise ValueError(
+                f"the block FFT (size={size}, precision={self.real_dtype.name}, ffts_per_block={ffts_per_block}) "
+                f"needs {self.shared_memory_size} bytes of shared memory, more than the {MAX_SHARED_MEMORY} allowed; "
+                f"use fewer ffts_per_block (at most {max(1, MAX_SHARED_MEMORY // (plane * itemsize))}) "
+                "or a smaller size"
+            )
+        self._functions = None
+
+    def _describe(self):
+        return (
+            f"size={self.size} precision={self.real_dtype.name} {self.fft_type} {self.direction} "
+            f"elements_per_thread={self.elements_per_thread} ffts_per_block={self.ffts_per_block} "
+            f"block_dim={self.block_dim} shared_memory_size={self.shared_memory_size}"
+        )
+
+    def grid_dim(self, batch):
+        """Blocks needed for *batch* FFTs."""
+        return (max(1, -(-int(batch) // self.ffts_per_block)), 1, 1)
+
+    # Device functions are generated on first access and cached on the (cached) description.
+    def __getattr__(self, name):
+        if name in ("execute", "load", "store", "batch_index"):
+            functions = self.__dict__.get("_functions")
+            if functions is None:
+                functions = _generate(self)
+                self.__dict__["_functions"] = functions
+                for k, v in functions.items():
+                    setattr(self, k, v)
+            return functions[name]
+        raise AttributeError(name)
+
+
+def _radices(size, ept):
+    m = int(math.log2(size))
+    e = int(math.log2(ept))
+    if e == 0:
+        return [2] * m  # unused: validation rejects ept=1 with size > 1
+    radices = [ept] * (m // e)
+    if m % e:
+        radices.append(1 << (m % e))
+    return radices
+
+
+def _generate(d):
+    rt = np.float32 if d.real_dtype == np.float32 else np.float64
+    consts = ConstantPool(rt)
+    n, ept, T = d.size, d.elements_per_thread, d.threads_per_fft
+    sign = -1 if d.direction == "forward" else 1
+    half = n // 2
+    ns = {
+        "ZERO": rt(0),
+        "ZEROC": d.complex_dtype.type(0),
+        "REAL": rt,
+        "PLANE": d._plane,
+        "PER_FFT": d._per_fft,
+    }
+    if simulator_enabled():
+        def _sincospi(x):
+            return rt(math.sin(math.pi * x)), rt(math.cos(math.pi * x))
+    else:
+        from numba.cuda import libdevice
+
+        _sincospi = libdevice.sincospif if rt is np.float32 else libdevice.sincospi
+    ns["sincospi"] = _sincospi
+
+    em = _Emitter(consts)
+    src = []
+
+    # ---------------- execute ----------------
+    em.emit("t = cuda.threadIdx.x")
+    em.emit("base = cuda.threadIdx.y * PER_FFT")
+    regs = []
+    for i in range(ept):
+        v = em.assign(f"thread_data[{i}]", "c")
+        re = em.assign(f"{v}.real", "r")
+        im = "ZERO" if d.fft_type == "r2c" else em.assign(f"{v}.imag", "i")
+        regs.append((re, im))
+    split = d.shared_layout == "split"
+
+    if d.fft_type == "c2r":
+        # Hermitian completion: element k > size/2 is conj(element size - k).
+        if T == 1:
+            for i in range(half + 1, n):
+                m_re, m_im = regs[n - i]
+                regs[i] = (m_re, em.assign(f"-{m_im}"))
+        else:
+            planes = [(0, 0), (1, 1)] if split else [(None, None)]
+            for pi, _ in planes:
+                for i in range(ept):
+                    if i * T > half:  # never a source
+                        continue
+                    em.emit(f"k = t + {i * T}")
+                    em.emit(f"if k <= {half}:")
+                    em.emit(f"    q = k + (k >> 5)")
+                    if pi in (None, 0):
+                        em.emit(f"    shared_mem[base + q] = {regs[i][0]}")
+                    if pi in (None, 1):
+                        em.emit(f"    shared_mem[base + {0 if split else d._plane} + q] = {regs[i][1]}")
+                em.emit("cuda.syncthreads()")
+                for i in range(ept // 2, ept):
+                    re, im = regs[i]
+                    new_re = re if pi == 1 else em.fresh("r")
+                    new_im = im if pi == 0 else em.fresh("i")
+                    if pi in (None, 0):
+                        em.emit(f"{new_re} = {re}")
+                    if pi in (None, 1):
+                        em.emit(f"{new_im} = {im}")
+                    em.emit(f"k = t + {i * T}")
+                    em.emit(f"if k > {half}:")
+                    em.emit(f"    m = {n} - k")
+                    em.emit(f"    q = m + (m >> 5)")
+                    if pi in (None, 0):
+                        em.emit(f"    {new_re} = shared_mem[base + q]")
+                    if pi in (None, 1):
+                        em.emit(f"    {new_im} = -shared_mem[base + {0 if split else d._plane} + q]")
+                    regs[i] = (new_re, new_im)
+                em.emit("cuda.syncthreads()")
+
+    ns_prod = 1
+    nstages = len(d.radices)
+    loaded = None
+    for si, R in enumerate(d.radices):
+        B = ept // R
+        outs = []
+        for s in range(B):
+            if si == 0:
+                ins = [regs[s + r * B] for r in range(R)]
+            else:
+                ins = loaded[s]
+            if ns_prod > 1:
+                em.emit(f"k = (t + {s * T}) & {ns_prod - 1}")
+                frac = consts.add(sign * 2.0 / (ns_prod * R))
+                ws = {}
+                sn, cs = em.fresh("ws"), em.fresh("wc")
+                em.emit(f"{sn}, {cs} = sincospi(REAL(k) * {frac})")
+                ws[1] = (cs, sn)
+                p = 2
+                while p < R:
+                    sn, cs = em.fresh("ws"), em.fresh("wc")
+                    em.emit(f"{sn}, {cs} = sincospi(REAL(k) * {consts.add(sign * 2.0 * p / (ns_prod * R))})")
+                    ws[p] = (cs, sn)
+                    p *= 2
+                for r in range(3, R):
+                    if r not in ws:
+                        hi = 1 << (r.bit_length() - 1)
+                        ws[r] = em.mul(ws[hi], ws[r - hi])
+                ins = [ins[0]] + [em.mul(ins[r], ws[r]) for r in range(1, R)]
+            outs.append(em.dft(ins, sign))
+        if si == nstages - 1:
+            for s in range(B):
+                for r in range(R):
+                    regs[s + r * B] = outs[s][r]
+            break
+        # exchange through shared memory
+        R2 = d.radices[si + 1]
+        B2 = ept // R2
+        loaded = [[[None, None] for _ in range(R2)] for _ in range(B2)]
+        passes = [0, 1] if split else [None]
+        for pi in passes:
+            for s in range(B):
+                if ns_prod == 1:
+                    em.emit(f"p = (t + {s * T}) * {R}")
+                else:
+                    em.emit(f"k = (t + {s * T}) & {ns_prod - 1}")
+                    em.emit(f"p = (t + {s * T} - k) * {R} + k")
+                for r in range(R):
+                    em.emit(f"q = p + {r * ns_prod}")
+                    em.emit("q = q + (q >> 5)")
+                    if pi in (None, 0):
+                        em.emit(f"shared_mem[base + q] = {outs[s][r][0]}")
+                    if pi in (None, 1):
+                        off = 0 if split else d._plane
+                        em.emit(f"shared_mem[base + {off} + q] = {outs[s][r][1]}")
+            em.emit("cuda.syncthreads()")
+            for s in range(B2):
+                for r in range(R2):
+                    em.emit(f"q = t + {s * T + r * (n // R2)}")
+                    em.emit("q = q + (q >> 5)")
+                    if pi in (None, 0):
+                        loaded[s][r][0] = em.assign("shared_mem[base + q]", "r")
+                    if pi in (None, 1):
+                        off = 0 if split else d._plane
+                        loaded[s][r][1] = em.assign(f"shared_mem[base + {off} + q]", "i")
+            em.emit("cuda.syncthreads()")
+        loaded = [[tuple(x) for x in row] for row in loaded]
+        ns_prod *= R
+
+    for i in range(ept):
+        re, im = regs[i]
+        if d.fft_type == "c2r":
+            em.emit(f"thread_data[{i}] = complex({re}, ZERO)")
+        else:
+            em.emit(f"thread_data[{i}] = complex({re}, {im})")
+    src.append("def execute(thread_data, shared_mem):\n" + "\n".join(em.lines) + "\n")
+
+    # ---------------- load / store ----------------
+    lines = ["def load(x, thread_data, batch):", "    t = cuda.threadIdx.x", "    if batch < x.shape[0]:"]
+    for i in range(ept):
+        idx = f"t + {i * T}"
+        if d.fft_type == "c2c":
+            lines.append(f"        thread_data[{i}] = x[batch, {idx}]")
+        elif d.fft_type == "r2c":
+            lines.append(f"        thread_data[{i}] = complex(x[batch, {idx}], ZERO)")
+        else:  # c2r: only k <= size/2 exists in the input
+            if (i + 1) * T - 1 <= half:
+                lines.append(f"        thread_data[{i}] = x[batch, {idx}]")
+            elif i * T <= half:
+                lines.append(f"        if {idx} <= {half}:")
+                lines.append(f"            thread_data[{i}] = x[batch, {idx}]")
+                lines.append("        else:")
+                lines.append(f"            thread_data[{i}] = ZEROC")
+            else:
+                lines.append(f"        thread_data[{i}] = ZEROC")
+    lines.append("    else:")
+    for i in range(ept):
+        lines.append(f"        thread_data[{i}] = ZEROC")
+    src.append("\n".join(lines) + "\n")
+
+    lines = ["def store(thread_data, y, batch):", "    t = cuda.threadIdx.x", "    if batch < y.shape[0]:"]
+    for i in range(ept):
+        idx = f"t + {i * T}"
+        if d.fft_type == "c2c":
+            lines.append(f"        y[batch, {idx}] = thread_data[{i}]")
+        elif d.fft_type == "c2r":
+            lines.append(f"        y[batch, {idx}] = thread_data[{i}].real")
+        else:
+            if (i + 1) * T - 1 <= half:
+                lines.append(f"        y[batch, {idx}] = thread_data[{i}]")
+            elif i * T <= half:
+                lines.append(f"        if {idx} <= {half}:")
+                lines.append(f"            y[batch, {idx}] = thread_data[{i}]")
+    src.append("\n".join(lines) + "\n")
+
+    src.append(
+        "def batch_index():\n"
+        f"    return cuda.blockIdx.x * {d.ffts_per_block} + cuda.threadIdx.y\n"
+    )
+    ns.update(consts.values)
+    source = "\n".join(src)
+    d.source = source
+    return compile_device_functions(source, ["execute", "load", "store", "batch_index"], ns, d.__name__)
+
+
+def _check_choice(name, value, allowed):
+    if value not in allowed:
+        raise ValueError(f"{name}={value!r} is not supported; allowed: {', '.join(repr(a) for a in allowed)}")
+
+
+def fft(
+    size,
+    precision=np.float32,
+    direction=None,
+    fft_type="c2c",
+    ffts_per_block=None,
+    elements_per_thread=None,
+):
+    """Describe a block-level FFT and get its device functions.
+
+    Args:
+        size: transform length, a power of two from 2 to 8192 (limited further by shared memory).
+        precision: ``np.float32`` or ``np.float64`` (``np.complex64``/``np.complex128`` mean the same).
+        direction: ``"forward"`` or ``"inverse"``; defaults to forward for c2c/r2c and inverse for c2r.
+        fft_type: ``"c2c"``, ``"r2c"`` (forward only) or ``"c2r"`` (inverse only).
+        ffts_per_block: FFTs computed by one block (the block's ``threadIdx.y``); default aims at 256 threads.
+        elements_per_thread: values each thread holds in registers, a power of two up to 16 dividing ``size``;
+            default 16 for size >= 1024, 8 from 32 to 512, ``size`` below.
+
+    Returns:
+        An :class:`FFTDescription` (cached: equal arguments return the same object, so kernels reuse compiled code).
+
+    Example:
+        >>> import numpy as np, mathpy.device
+        >>> FFT = mathpy.device.fft(size=256, precision=np.float32, direction="forward")
+        >>> FFT.block_dim, FFT.elements_per_thread, FFT.ffts_per_block, FFT.shared_memory_size
+        ((32, 8, 1), 8, 8, 17024)
+    """
+    size = _int_arg("size", size)
+    if not (_is_pow2(size) and MIN_SIZE <= size <= MAX_SIZE):
+        raise ValueError(
+            f"size={size} is not supported by the block FFT; allowed: powers of two from {MIN_SIZE} to {MAX_SIZE} "
+            f"({', '.join(str(1 << e) for e in range(1, 14))})"
+        )
+    precision = _normalize_precision(precision)
+    _check_choice("fft_type", fft_type, ALLOWED_FFT_TYPES)
+    if direction is None:
+        direction = "inverse" if fft_type == "c2r" else "forward"
+    _check_choice("direction", direction, ALLOWED_DIRECTIONS)
+    if fft_type == "r2c" and direction != "forward":
+        raise ValueError(f"direction={direction!r} does not go with fft_type='r2c'; allowed: 'forward'")
+    if fft_type == "c2r" and direction != "inverse":
+        raise ValueError(f"direction={direction!r} does not go with fft_type='c2r'; allowed: 'inverse'")
+    if elements_per_thread is None:
+        elements_per_thread = _default_elements_per_thread(size)
+    elements_per_thread = _int_arg("elements_per_thread", elements_per_thread)
+    allowed_ept = [e for e in ALLOWED_ELEMENTS_PER_THREAD if e <= size and e >= 2 and size // e <= MAX_THREADS_PER_BLOCK]
+    if elements_per_thread not in allowed_ept:
+        raise ValueError(
+            f"elements_per_thread={elements_per_thread} is not supported for size={size}; allowed: {allowed_ept}"
+        )
+    threads = size // elements_per_thread
+    if ffts_per_block is None:
+        ffts_per_block = max(1, 256 // threads)
+        itemsize = np.dtype(precision).itemsize
+        plane = _pad(size - 1) + 1
+        while ffts_per_block > 1 and ffts_per_block * 2 * plane * itemsize > MAX_SHARED_MEMORY:
+            ffts_per_block //= 2
+    ffts_per_block = _int_arg("ffts_per_block", ffts_per_block)
+    max_fpb = MAX_THREADS_PER_BLOCK // threads
+    if not 1 <= ffts_per_block <= max_fpb:
+        raise ValueError(
+            f"ffts_per_block={ffts_per_block} is not supported for size={size} with elements_per_thread="
+            f"{elements_per_thread} ({threads} threads per FFT, at most {MAX_THREADS_PER_BLOCK} threads per block); "
+            f"allowed: 1 to {max_fpb}"
+        )
+    return _cached_fft(size, precision, direction, fft_type, elements_per_thread, ffts_per_block)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_fft(size, precision, direction, fft_type, elements_per_thread, ffts_per_block):
+    return FFTDescription(size, precision, direction, fft_type, elements_per_thread, ffts_per_block)
+
+
+def _int_arg(name, value):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name}={value!r} must be a positive integer")
+    return int(value)
