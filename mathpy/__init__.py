@@ -1,0 +1,26 @@
+"""mathpy: Pythonic GPU math on cuFFT and cuBLASLt, with Python callbacks fused into the library kernels.
+
+Host APIs (:mod:`mathpy.fft`, :func:`mathpy.matmul`) take NumPy arrays, CuPy arrays, torch tensors or anything with
+``__dlpack__`` / ``__cuda_array_interface__``, run where the operands live (or where ``execution=`` says) and return
+results in the caller's package and on its device. The same calls run on the CPU with NumPy/SciPy when there is no GPU.
+Block-level device APIs for numba-cuda kernels live in :mod:`mathpy.device`.
+"""
+
+from . import _compat
+from ._cuda import is_available as cuda_is_available
+from ._errors import *  # noqa: F403
+from ._errors import __all__ as _errors_all
+from ._execution import ExecutionCPU, ExecutionCUDA, execution_space, get_execution_space
+from ._version import __version__
+
+_compat.patch_numpy_for_numba_cuda()
+
+__all__ = [
+    "__version__",
+    "ExecutionCPU",
+    "ExecutionCUDA",
+    "execution_space",
+    "get_execution_space",
+    "cuda_is_available",
+    *_errors_all,
+]
