@@ -1,0 +1,146 @@
+"""compile_callback / compile_prolog / compile_epilog: cache lookup, then numba-cuda on a miss."""
+
+import dataclasses
+import threading
+import time
+
+from .._errors import CallbackCompileError, NoDeviceError
+from .._log import logger
+from ._cache import Uncacheable, callback_key, load_entry, nvvm_file_id, store_entry
+from ._spec import check_function, describe_function, make_spec
+
+__all__ = ["CompiledCallback", "compile_callback", "compile_epilog", "compile_prolog", "current_compute_capability"]
+
+@dataclasses.dataclass(frozen=True)
+class CompiledCallback:
+    """A callback compiled for cuFFT's LTO (JIT) callbacks.
+
+    ltoir               LTO-IR bytes; pass to ``cufftXtSetJITCallback`` and keep alive until planning returns.
+    symbol              what to pass as the symbol argument: always None (NULL), because the LTO-IR exports
+                        cuFFT's default name for ``cufft_callback_type``.
+    mangled_name        that default name, e.g. ``_Z27cufftJITCallbackLoadComplexPvyS_S_`` (informative).
+    cufft_callback_type cuFFT's ``cufftXtCallbackType`` code (LD_COMPLEX 0 ... ST_REAL_DOUBLE 7).
+    kind, element_dtype, user_info_dtype, compute_capability   what it was compiled for (dtype names as str).
+    key                 the cache key (hex), or None when the function could not be fingerprinted.
+    function_name       ``name (file:line)`` of the user's function, for messages.
+    """
+
+    ltoir: bytes
+    symbol: None
+    mangled_name: str
+    cufft_callback_type: int
+    kind: str
+    element_dtype: str
+    user_info_dtype: str | None
+    compute_capability: tuple
+    key: str | None
+    function_name: str
+
+
+_memory = {}           # cache key -> CompiledCallback
+_memory_by_identity = {}  # (id(fn), fn, spec) -> CompiledCallback, for functions that cannot be fingerprinted
+_lock = threading.RLock()
+
+
+def current_compute_capability():
+    """(major, minor) of the current CUDA device; NoDeviceError when there is no GPU."""
+    from .. import _cuda
+
+    if not _cuda.is_available():
+        raise NoDeviceError("compute_capability was not given and there is no CUDA GPU to take it from; pass "
+                            "e.g. compute_capability=(9, 0) to compile a callback without a GPU")
+    try:
+        from cuda.bindings import runtime
+
+        status, device = runtime.cudaGetDevice()
+        device = int(device) if int(status) == 0 else 0
+    except Exception:  # pragma: no cover (no runtime library: fall back to device 0)
+        device = 0
+    return _cuda.compute_capability(device)
+
+
+def _build(py, spec, key, where):
+    from .._compat import patch_numpy_for_numba_cuda
+
+    patch_numpy_for_numba_cuda()
+    from . import _device  # imports numba-cuda (about a second the first time)
+
+    inner = "__mathpy_callback_" + (key[:24] if key else f"{id(py):x}")
+    try:
+        ltoir = _device.build_ltoir(spec, py, inner)
+    except _device.NUMBA_ERRORS as e:
+        message = str(e).strip()
+        raise CallbackCompileError(
+            f"cannot compile {spec.kind} callback {where} for element {spec.element_dtype}, user_info "
+            f"{spec.user_info_dtype or 'void'}:\n{message}") from e
+    version, path = _device.nvvm_version()
+    return ltoir, version, path
+
+
+def compile_callback(fn, kind, element_dtype, user_info_dtype=None, compute_capability=None, *, cache=True):
+    """Compile ``fn`` as a cuFFT LTO ``kind`` ("prolog" | "epilog") callback; returns a :class:`CompiledCallback`.
+
+    Cached in memory and on disk (``cache=False`` skips the disk). See the package docstring for the contract."""
+    start = time.perf_counter()
+    py = check_function(fn, kind)
+    if compute_capability is None:
+        compute_capability = current_compute_capability()
+    spec = make_spec(kind, element_dtype, user_info_dtype, compute_capability)
+    where = describe_function(py)
+    try:
+        key = callback_key(py, spec)
+    except Uncacheable as e:
+        key = None
+        logger.debug("mathpy.jit: %s is compiled without the disk cache: %s", where, e)
+
+    if key is not None:
+        found = _memory.get(key)
+        if found is not None:
+            return found
+    else:
+        found = _memory_by_identity.get((id(py), spec))
+        if found is not None and found[0] is py:
+            return found[1]
+
+    def make(ltoir):
+        return CompiledCallback(ltoir=ltoir, symbol=None, mangled_name=spec.mangled_name,
+                                cufft_callback_type=spec.cufft_callback_type, kind=spec.kind,
+                                element_dtype=spec.element_dtype, user_info_dtype=spec.user_info_dtype,
+                                compute_capability=spec.compute_capability, key=key, function_name=where)
+
+    with _lock:
+        if key is not None and cache:
+            entry = load_entry(key)
+            if entry is not None and entry[0].get("mangled_name") == spec.mangled_name:
+                result = _memory[key] = make(entry[1])
+                logger.debug("mathpy.jit: %s %s loaded from the disk cache in %.2f ms", kind, where,
+                             (time.perf_counter() - start) * 1e3)
+                return result
+        ltoir, nvvm_version, nvvm_path = _build(py, spec, key, where)
+        result = make(ltoir)
+        if key is not None:
+            _memory[key] = result
+            if cache:
+                store_entry(key, {"mangled_name": spec.mangled_name, "function": where,
+                                  "nvvm_version": list(nvvm_version), "nvvm_file": nvvm_file_id(nvvm_path)}, ltoir)
+        else:
+            _memory_by_identity[(id(py), spec)] = (py, result)
+    logger.debug("mathpy.jit: compiled %s %s for %s/%s cc %s in %.1f ms", kind, where, spec.element_dtype,
+                 spec.user_info_dtype, spec.compute_capability, (time.perf_counter() - start) * 1e3)
+    return result
+
+
+def compile_prolog(fn, element_dtype, user_info_dtype=None, *, compute_capability=None):
+    """Compile ``fn(data_in, offset, user_info, unused) -> value`` to LTO-IR for cuFFT; returns the bytes.
+
+    The LTO-IR exports cuFFT's default load-callback name for ``element_dtype``: pass symbol NULL to
+    ``cufftXtSetJITCallback``."""
+    return compile_callback(fn, "prolog", element_dtype, user_info_dtype, compute_capability).ltoir
+
+
+def compile_epilog(fn, element_dtype, user_info_dtype=None, *, compute_capability=None):
+    """Compile ``fn(data_out, offset, value, user_info, unused)`` to LTO-IR for cuFFT; returns the bytes.
+
+    The LTO-IR exports cuFFT's default store-callback name for ``element_dtype``: pass symbol NULL to
+    ``cufftXtSetJITCallback``."""
+    return compile_callback(fn, "epilog", element_dtype, user_info_dtype, compute_capability).ltoir

@@ -1,0 +1,112 @@
+"""The same prolog/epilog functions on the CPU execution space, compiled with numba for the CPU (``numba.njit``).
+
+Semantics match the GPU exactly: the callback is called once per element with the element's offset (a uint64, as
+cuFFT passes it) into the 1-D view of the operand's whole memory span, and ``user_info`` is the same 1-D array
+(read-only) or None.
+"""
+
+import threading
+import time
+
+import numpy as np
+
+from .._errors import CallbackCompileError
+from .._log import logger
+from ._cache import Uncacheable, callback_key
+from ._spec import CallbackSpec, check_function, describe_function
+
+__all__ = ["apply_epilog_cpu", "apply_prolog_cpu"]
+
+_lock = threading.Lock()
+_state = {}  # "numba": module, "prolog": loop dispatcher, "epilog": loop dispatcher
+_jitted = {}  # content key (or id) -> (py function, numba CPU dispatcher)
+
+
+def _loops():
+    if "numba" not in _state:
+        import numba
+
+        @numba.njit(cache=False)
+        def prolog_loop(f, buf, offsets, info, out):
+            for k in range(offsets.size):
+                out[k] = f(buf, np.uint64(offsets[k]), info, None)
+
+        @numba.njit(cache=False)
+        def epilog_loop(f, buf, offsets, values, info):
+            for k in range(offsets.size):
+                f(buf, np.uint64(offsets[k]), values[k], info, None)
+
+        _state.update(numba=numba, prolog=prolog_loop, epilog=epilog_loop)
+    return _state
+
+
+def _jit(py, kind):
+    """numba CPU dispatcher for ``py``; a new one when the function's code, closure or globals changed."""
+    try:
+        key = callback_key(py, CallbackSpec(kind, "cpu", None, (0, 0)))
+    except Uncacheable:
+        key = ("id", id(py))
+    with _lock:
+        found = _jitted.get(key)
+        if found is not None and (not isinstance(key, tuple) or found[0] is py):
+            return found[1]
+        dispatcher = _loops()["numba"].njit(py)
+        _jitted[key] = (py, dispatcher)
+        return dispatcher
+
+
+def _prepare(buffer_1d, offsets, user_info):
+    buffer_1d = np.asarray(buffer_1d)
+    if buffer_1d.ndim != 1:
+        raise ValueError(f"buffer_1d must be 1-D (the operand's whole memory span), got shape {buffer_1d.shape}")
+    offsets = np.asarray(offsets)
+    if offsets.dtype.kind not in "iu":
+        raise TypeError(f"offsets must be an integer array, got {offsets.dtype}")
+    flat = np.ascontiguousarray(offsets, dtype=np.int64).reshape(-1)
+    if flat.size and (flat.min() < 0 or flat.max() >= buffer_1d.size):
+        raise ValueError(f"offsets must lie in [0, {buffer_1d.size}), got [{flat.min()}, {flat.max()}]")
+    if user_info is not None:
+        user_info = np.asarray(user_info)
+        user_info = np.ascontiguousarray(user_info.reshape(-1) if user_info.ndim != 1 else user_info)
+        user_info = user_info.view()
+        user_info.flags.writeable = False  # as on the GPU, where user data is read through non-coherent loads
+    return buffer_1d, offsets, flat, user_info
+
+
+def _run(kind, py, loop_args):
+    numba = _loops()["numba"]
+    start = time.perf_counter()
+    try:
+        _loops()[kind](*loop_args)
+    except numba.core.errors.TypingError as e:
+        raise CallbackCompileError(f"cannot compile {kind} callback {describe_function(py)} for the CPU:\n"
+                                   f"{str(e).strip()}") from e
+    elapsed = time.perf_counter() - start
+    if elapsed > 0.05:
+        logger.debug("mathpy.jit: CPU %s %s ran (compile included) in %.1f ms", kind, describe_function(py),
+                     elapsed * 1e3)
+
+
+def apply_prolog_cpu(fn, buffer_1d, offsets, user_info=None):
+    """``values[k] = fn(buffer_1d, offsets[k], user_info, None)`` for every k, as a compiled loop.
+
+    Returns an array shaped like ``offsets`` with ``buffer_1d``'s dtype (the FFT's input element type)."""
+    py = check_function(fn, "prolog")
+    buffer_1d, offsets, flat, user_info = _prepare(buffer_1d, offsets, user_info)
+    out = np.empty(flat.size, dtype=buffer_1d.dtype)
+    _run("prolog", py, (_jit(py, "prolog"), buffer_1d, flat, user_info, out))
+    return out.reshape(offsets.shape)
+
+
+def apply_epilog_cpu(fn, buffer_1d, offsets, values, user_info=None):
+    """``fn(buffer_1d, offsets[k], values[k], user_info, None)`` for every k, as a compiled loop; ``buffer_1d`` is
+    written in place (it must be writable) and returned."""
+    py = check_function(fn, "epilog")
+    buffer_1d, offsets, flat, user_info = _prepare(buffer_1d, offsets, user_info)
+    values = np.asarray(values)
+    if values.shape != offsets.shape:
+        raise ValueError(f"values shape {values.shape} must equal offsets shape {offsets.shape}")
+    if not buffer_1d.flags.writeable:
+        raise ValueError("buffer_1d must be writable: the epilog stores into it")
+    _run("epilog", py, (_jit(py, "epilog"), buffer_1d, flat, np.ascontiguousarray(values).reshape(-1), user_info))
+    return buffer_1d

@@ -1,0 +1,247 @@
+"""numba-cuda side of callback compilation: typed pointer arguments and the cuFFT-typed wrapper.
+
+Imported only on a compile-cache miss (importing numba-cuda costs about a second).
+
+Two things make a compiled Python callback as fast as a CUDA C++ one inside cuFFT:
+
+1. The pointer arguments are :class:`CallbackPointer` types whose ``[]`` we lower ourselves: a complex element is
+   read and written as one ``<2 x float>`` (``<2 x double>``) access, and user data is read through
+   ``load ... addrspace(1)* !invariant.load`` which NVVM turns into ``ld.global.nc`` (CUDA C++'s ``__ldg``).
+2. numba's C-ABI function has another LLVM type than cuFFT's call site (a literal ``{float, float}`` instead of
+   ``%struct.float2``, a flattened complex argument, ``i8*`` for ``void``); the LTO link then keeps a call through a
+   pointer. :func:`build_ltoir` compiles the user function under an internal name and wraps it in a function whose
+   type is exactly cuFFT's prototype, in the same LTO-IR, so the link inlines it.
+"""
+
+import operator
+
+from llvmlite import ir
+from numba.cuda import types
+from numba.cuda.compiler import compile_cuda
+from numba.cuda.extending import core_models as _models
+from numba.cuda.cudadecl import registry as typing_registry
+from numba.cuda.cudaimpl import registry as lowering_registry
+from numba.cuda.extending import register_model
+from numba.cuda.typing.templates import AbstractTemplate, signature
+from numba.core import errors as numba_errors
+
+from ._spec import CallbackSpec
+
+__all__ = ["CallbackPointer", "build_ltoir", "numba_type", "nvvm_version", "NUMBA_ERRORS"]
+
+NUMBA_ERRORS = (numba_errors.NumbaError,)
+
+_NUMBA_SCALARS = {
+    "bool": types.boolean, "int8": types.int8, "int16": types.int16, "int32": types.int32, "int64": types.int64,
+    "uint8": types.uint8, "uint16": types.uint16, "uint32": types.uint32, "uint64": types.uint64,
+    "float16": types.float16, "float32": types.float32, "float64": types.float64,
+    "complex64": types.complex64, "complex128": types.complex128,
+}
+
+
+def numba_type(dtype_name):
+    return _NUMBA_SCALARS[dtype_name]
+
+
+class CallbackPointer(types.Type):
+    """Pointer argument of a callback. ``role`` is ``"data"`` (the FFT operand: read and written, may alias between
+    load and store callbacks, so plain loads) or ``"user_info"`` (read-only for the whole kernel: non-coherent
+    global loads)."""
+
+    def __init__(self, dtype, role):
+        self.dtype = dtype
+        self.role = role
+        super().__init__(name=f"mathpy_{role}_ptr[{dtype}]")
+
+    @property
+    def readonly(self):
+        return self.role == "user_info"
+
+
+register_model(CallbackPointer)(_models.PointerModel)
+
+
+def _vector_pointer(builder, elem_ptr, dtype, global_space):
+    """Bitcast a pointer to a complex element into a pointer to ``<2 x T>`` (or keep a scalar pointer), optionally
+    in the global address space."""
+    if isinstance(dtype, types.Complex):
+        scalar = ir.FloatType() if dtype.bitwidth == 64 else ir.DoubleType()
+        target = ir.VectorType(scalar, 2)
+    else:
+        target = elem_ptr.type.pointee
+    ptr = builder.bitcast(elem_ptr, target.as_pointer()) if target != elem_ptr.type.pointee else elem_ptr
+    if global_space:
+        ptr = builder.addrspacecast(ptr, target.as_pointer(1))
+    return ptr
+
+
+def _element_pointer(context, builder, ptrty, ptr, idxty, idx):
+    idx = context.cast(builder, idx, idxty, types.int64)
+    return builder.gep(ptr, [idx])
+
+
+def _lower_load(context, builder, signature, args):
+    ptrty, idxty = signature.args
+    dtype = ptrty.dtype
+    elem = _element_pointer(context, builder, ptrty, args[0], idxty, args[1])
+    vptr = _vector_pointer(builder, elem, dtype, ptrty.readonly)
+    raw = builder.load(vptr, align=dtype.bitwidth // 8)
+    if ptrty.readonly:
+        raw.set_metadata("invariant.load", builder.module.add_metadata([]))
+    if isinstance(dtype, types.Complex):
+        value = ir.Constant(context.get_value_type(dtype), ir.Undefined)
+        value = builder.insert_value(value, builder.extract_element(raw, ir.Constant(ir.IntType(32), 0)), 0)
+        return builder.insert_value(value, builder.extract_element(raw, ir.Constant(ir.IntType(32), 1)), 1)
+    return context.data_model_manager[dtype].from_data(builder, raw)
+
+
+def _lower_store(context, builder, signature, args):
+    ptrty, idxty, valty = signature.args
+    dtype = ptrty.dtype
+    val = context.cast(builder, args[2], valty, dtype)
+    elem = _element_pointer(context, builder, ptrty, args[0], idxty, args[1])
+    vptr = _vector_pointer(builder, elem, dtype, False)
+    if isinstance(dtype, types.Complex):
+        raw = ir.Constant(vptr.type.pointee, ir.Undefined)
+        raw = builder.insert_element(raw, builder.extract_value(val, 0), ir.Constant(ir.IntType(32), 0))
+        raw = builder.insert_element(raw, builder.extract_value(val, 1), ir.Constant(ir.IntType(32), 1))
+    else:
+        raw = context.data_model_manager[dtype].as_data(builder, val)
+    builder.store(raw, vptr, align=dtype.bitwidth // 8)
+    return context.get_dummy_value()
+
+
+# Typing and lowering go straight into numba-cuda's registries (an @overload would be compiled as a device function,
+# which queries the current GPU: we must compile with none present).
+@typing_registry.register_global(operator.getitem)
+class _GetItem(AbstractTemplate):
+    def generic(self, args, kws):
+        if len(args) == 2 and isinstance(args[0], CallbackPointer) and isinstance(args[1], types.Integer):
+            return signature(args[0].dtype, *args)
+        return None
+
+
+@typing_registry.register_global(operator.setitem)
+class _SetItem(AbstractTemplate):
+    def generic(self, args, kws):
+        if len(args) == 3 and isinstance(args[0], CallbackPointer) and isinstance(args[1], types.Integer):
+            if args[0].readonly:
+                raise numba_errors.TypingError("user_info is read-only inside a callback: it cannot be assigned to")
+            return signature(types.void, args[0], args[1], args[0].dtype)  # numba casts the value to the element
+        return None
+
+
+lowering_registry.lower(operator.getitem, CallbackPointer, types.Integer)(_lower_load)
+lowering_registry.lower(operator.setitem, CallbackPointer, types.Integer, types.Any)(_lower_store)
+
+
+# --- the cuFFT-typed wrapper ---------------------------------------------------------------------------------------
+
+def _llvm_scalar(dtype_name):
+    return {"float32": ir.FloatType(), "float64": ir.DoubleType(),
+            "complex64": ir.FloatType(), "complex128": ir.DoubleType()}[dtype_name]
+
+
+def _numba_signature(spec: CallbackSpec):
+    elem = numba_type(spec.element_dtype)
+    data = CallbackPointer(elem, "data")
+    info = types.voidptr if spec.user_info_dtype is None else CallbackPointer(numba_type(spec.user_info_dtype),
+                                                                                "user_info")
+    if spec.kind == "prolog":
+        return elem, (data, types.uint64, info, types.voidptr)
+    return types.void, (data, types.uint64, elem, info, types.voidptr)
+
+
+def build_ltoir(spec: CallbackSpec, fn, inner_name):
+    """Compile ``fn`` for ``spec`` and return LTO-IR bytes exporting ``spec.mangled_name`` with cuFFT's exact type.
+
+    Raises numba's errors unchanged (the caller turns them into a CallbackCompileError)."""
+    return_type, args = _numba_signature(spec)
+    cc = tuple(spec.compute_capability)
+    cres = compile_cuda(fn, return_type, args, cc=cc, nvvm_options={"opt": 3, "gen-lto": None}, abi="c",
+                        abi_info={"abi_name": inner_name})
+    if spec.kind == "prolog" and cres.signature.return_type != return_type:  # pragma: no cover (numba casts)
+        raise TypeError(f"prolog returns {cres.signature.return_type}, expected {return_type}")
+
+    codegen = cres.target_context.codegen()
+    module = codegen._create_empty_module(f"mathpy_shim_{inner_name}")
+    i8p, i64 = ir.IntType(8).as_pointer(), ir.IntType(64)
+    scalar = _llvm_scalar(spec.element_dtype)
+    if spec.is_complex:
+        struct_name = "struct.float2" if spec.element_dtype == "complex64" else "struct.double2"
+        element_ty = module.context.get_identified_type(struct_name)
+        if element_ty.is_opaque:
+            element_ty.set_body(scalar, scalar)
+    else:
+        element_ty = scalar
+
+    callee_ty = cres.library.get_function(inner_name).function_type
+    callee = ir.Function(module, callee_ty, inner_name)
+    if spec.kind == "prolog":
+        fnty = ir.FunctionType(element_ty, [i8p, i64, i8p, i8p])
+    else:
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i64, element_ty, i8p, i8p])
+    wrapper = ir.Function(module, fnty, spec.mangled_name)
+    wrapper.linkage = "external"
+    builder = ir.IRBuilder(wrapper.append_basic_block("entry"))
+
+    # Map the wrapper's arguments onto the callee's C-ABI parameters; a by-value complex may be flattened to two
+    # scalars or passed as a literal struct.
+    params = list(callee_ty.args)
+    call_args = []
+
+    def take(value):
+        want = params[len(call_args)]
+        if value.type != want:
+            value = builder.bitcast(value, want) if isinstance(want, ir.PointerType) else value
+        call_args.append(value)
+
+    for position, arg in enumerate(wrapper.args):
+        if spec.kind == "epilog" and position == 2 and spec.is_complex:
+            want = params[len(call_args)]
+            if isinstance(want, (ir.LiteralStructType, ir.IdentifiedStructType)):
+                lit = ir.Constant(want, ir.Undefined)
+                lit = builder.insert_value(lit, builder.extract_value(arg, 0), 0)
+                lit = builder.insert_value(lit, builder.extract_value(arg, 1), 1)
+                call_args.append(lit)
+            else:
+                call_args.append(builder.extract_value(arg, 0))
+                call_args.append(builder.extract_value(arg, 1))
+        else:
+            take(arg)
+    if len(call_args) != len(params):  # pragma: no cover (guards a numba ABI change)
+        raise RuntimeError(f"unexpected numba C-ABI signature {callee_ty} for {spec.kind} {spec.element_dtype}")
+    result = builder.call(callee, call_args)
+    if spec.kind == "prolog":
+        if spec.is_complex:
+            out = ir.Constant(element_ty, ir.Undefined)
+            out = builder.insert_value(out, builder.extract_value(result, 0), 0)
+            out = builder.insert_value(out, builder.extract_value(result, 1), 1)
+            builder.ret(out)
+        else:
+            builder.ret(result)
+    else:
+        builder.ret_void()
+
+    library = codegen.create_library(f"mathpy_shim_{inner_name}", nvvm_options={"opt": 3})
+    library.add_ir_module(module)
+    library.add_linking_library(cres.library)  # its functions become linkonce_odr: only the wrapper is exported
+    library.finalize()
+    return bytes(library.get_ltoir(cc=cc))
+
+
+def nvvm_version():
+    """((major, minor) of the libNVVM numba-cuda compiles with, its file path or None)."""
+    from numba.cuda.cudadrv import nvvm
+
+    version = tuple(int(v) for v in nvvm.NVVM().get_version())
+    path = None
+    try:  # the mapped file is the one in use, wherever numba-cuda found it
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                if "libnvvm" in line and "/" in line:
+                    path = line[line.index("/"):].strip()
+                    break
+    except OSError:
+        pass
+    return version, path

@@ -1,0 +1,70 @@
+"""Checks of the user data an FFT passes to a compiled callback."""
+
+import math
+
+import numpy as np
+
+__all__ = ["check_user_info", "dtype_name"]
+
+
+def dtype_name(dtype):
+    """NumPy name of a NumPy, CuPy or torch dtype (``torch.complex64`` -> ``"complex64"``)."""
+    try:
+        return np.dtype(dtype).name
+    except TypeError:
+        text = str(dtype)
+        name = text.rsplit(".", 1)[-1]
+        try:
+            return np.dtype(name).name
+        except TypeError:
+            raise TypeError(f"{text} is not a numeric dtype") from None
+
+
+def _is_contiguous(array):
+    flags = getattr(array, "flags", None)
+    if flags is not None:
+        try:
+            return bool(flags["C_CONTIGUOUS"])
+        except (KeyError, TypeError):
+            return bool(getattr(flags, "c_contiguous", True))
+    is_contiguous = getattr(array, "is_contiguous", None)  # torch
+    return bool(is_contiguous()) if callable(is_contiguous) else True
+
+
+def check_user_info(user_info, compiled_dtype, layout_shape, *, function_name="callback"):
+    """Validate ``user_info`` for a callback compiled with ``compiled_dtype`` (a dtype name or None) that sees
+    elements of a layout of shape ``layout_shape`` (the operand as the callback indexes it, batch included).
+
+    Allowed: None when the callback was compiled without user data; otherwise a C-contiguous array (NumPy, CuPy,
+    torch...) of the compiled dtype that is a scalar (shape ``()`` or one element), has a shape equal to a suffix
+    of ``layout_shape`` (it then covers one window and the callback broadcasts it over the leading axes by reading
+    ``user_info[offset % window]``), or equals the full layout. Returns the number of elements (the window size).
+    Raises TypeError for a dtype mismatch and ValueError for a size or layout mismatch."""
+    if user_info is None:
+        if compiled_dtype is not None:
+            raise ValueError(f"{function_name} was compiled to read user data of dtype {compiled_dtype}, but no "
+                             f"user data was given")
+        return 0
+    if compiled_dtype is None:
+        raise ValueError(f"{function_name} was compiled without user data (user_info_dtype=None), but user data "
+                         f"was given; compile it with user_info_dtype={dtype_name(user_info.dtype)!r}")
+    given = dtype_name(user_info.dtype)
+    if given != compiled_dtype:
+        raise TypeError(f"user data of {function_name} has dtype {given}, but the callback was compiled for "
+                        f"{compiled_dtype}")
+    shape = tuple(int(s) for s in getattr(user_info, "shape", ()))
+    size = math.prod(shape)
+    layout_shape = tuple(int(s) for s in layout_shape)
+    if not _is_contiguous(user_info):
+        raise ValueError(f"user data of {function_name} must be C-contiguous (the callback indexes its memory)")
+    if size == 1:
+        return 1
+    squeezed = shape
+    while squeezed and squeezed[0] == 1:
+        squeezed = squeezed[1:]
+    suffixes = [layout_shape[i:] for i in range(len(layout_shape))]
+    if squeezed not in suffixes:
+        allowed = " or ".join(str(s) for s in suffixes) or "()"
+        raise ValueError(f"user data of {function_name} has shape {shape}; it must be a scalar, the layout the "
+                         f"callback sees {layout_shape}, or a suffix of it ({allowed})")
+    return size
