@@ -1,0 +1,87 @@
+"""Shared test fixtures.
+
+``xp`` runs a test once per array package that is usable here: NumPy always, torch on the CPU when installed, and, on a
+machine with a GPU, CuPy and torch on CUDA. Tests use ``xp.asarray`` / ``xp.to_numpy`` and assert the same things on
+every package and execution space; GPU-only tests carry ``@pytest.mark.gpu`` and are skipped without a device.
+"""
+
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+
+import mathpy
+from mathpy import _cuda
+
+
+def _has(module):
+    return importlib.util.find_spec(module) is not None
+
+
+class ArrayPackage:
+    """How a test makes and reads arrays of one package on one device."""
+
+    def __init__(self, name, device):
+        self.name, self.device = name, device
+
+    def __repr__(self):
+        return f"{self.name}-{self.device}"
+
+    @property
+    def on_gpu(self):
+        return self.device == "cuda"
+
+    def asarray(self, array):
+        array = np.asarray(array)
+        if self.name == "numpy":
+            return array
+        if self.name == "cupy":
+            import cupy
+            return cupy.asarray(array)
+        import torch
+        from mathpy._operands import _Torch
+        return _Torch.from_numpy(array, 0 if self.on_gpu else None, None)
+
+    def to_numpy(self, array):
+        from mathpy._operands import to_host, wrap_operand
+        op = wrap_operand(array)
+        return op.numpy() if op.on_host else to_host(op, 0).tensor
+
+    def is_native(self, array):
+        """Whether ``array`` is of this package and on this device."""
+        from mathpy._operands import wrap_operand
+        op = wrap_operand(array)
+        return op.package == self.name and (op.device_id is not None) == self.on_gpu
+
+
+def _packages():
+    packages = [pytest.param(ArrayPackage("numpy", "cpu"), id="numpy")]
+    if _has("torch"):
+        packages.append(pytest.param(ArrayPackage("torch", "cpu"), id="torch-cpu"))
+    gpu = pytest.mark.gpu
+    if _has("cupy"):
+        packages.append(pytest.param(ArrayPackage("cupy", "cuda"), id="cupy", marks=gpu))
+    if _has("torch"):
+        packages.append(pytest.param(ArrayPackage("torch", "cuda"), id="torch-cuda", marks=gpu))
+    return packages
+
+
+@pytest.fixture(params=_packages())
+def xp(request):
+    return request.param
+
+
+def pytest_collection_modifyitems(config, items):
+    if _cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU and driver (run `pytest -m gpu` on a GPU machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_jit_cache(tmp_path_factory, monkeypatch):
+    """Compiled callbacks go to a per-session folder, so tests never read a developer's cache."""
+    monkeypatch.setenv("MATHPY_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "mathpy-cache"))
