@@ -1,0 +1,158 @@
+"""The matmul problem as both engines (CPU and cuBLASLt) see it, after the API resolved numpy.matmul semantics.
+
+``D = epilog(alpha * A @ B + beta * C)`` for a batch of ``batch`` products ``(M x K) @ (K x N)``.
+
+Every operand is a :class:`MatrixLayout`: the logical matrix as it enters the product (A: M x K, B: K x N, C and D:
+M x N; no transpose flags: a transposed operand simply has ``col_stride == 1``), with strides in elements. The API
+guarantees for A, B, C and D:
+
+- one of the two matrix strides is 1 (``row_stride == 1``: column-major with leading dimension ``col_stride``;
+  ``col_stride == 1``: row-major with leading dimension ``row_stride``); for a matrix with one row or one column the
+  strides are normalised so that this holds and the leading dimension is at least the other extent (``>= 1``);
+  operands whose layout cannot be expressed so are copied by the API before the engine sees them;
+- the whole batch is one stride (``batch_stride``; 0 = the same matrix for every batch, only for A, B and C);
+- D never overlaps an input.
+
+**Result layout convention** (both engines follow it; the API allocates D): D is column-major in its last two axes
+(``row_stride == 1``, ``col_stride == M``; as an array of shape ``(*batch, M, N)`` its strides are
+``(..., 1, M)``), batches contiguous (``batch_stride == M * N``). This is what lets a bias be "one value per row of
+the result" as in nvmath-python and cuBLASLt. When ``c`` is given and no epilog is used, D takes C's order
+(row- or column-major, contiguous batches) so ``beta * C`` reads and writes alike.
+
+Epilog inputs and outputs are ``(name, MatrixLayout)`` pairs in the formats :mod:`._epilog` documents:
+
+- ``bias`` / bias gradients: ``rows = L`` (M, or N for ``bgradb``), ``cols = 1``, ``row_stride = 1``,
+  ``col_stride = L``, ``batch_stride`` in elements (0 = one bias for every batch). Dtype: see ``_epilog``.
+- ``gelu_aux``: ``rows = M``, ``cols = N``, ``row_stride = 1``, ``col_stride = gelu_aux_rows(M)`` (cuBLASLt's
+  EPILOGUE_AUX_LD), ``batch_stride`` (EPILOGUE_AUX_BATCH_STRIDE), in elements.
+- ``relu_aux``: the same, but **strides are in bits**, cuBLASLt's unit for the bitmask: ``col_stride =
+  8 * relu_aux_rows(M)``, ``batch_stride = 8 * relu_aux_rows(M) * N`` (or 0 as an input broadcast over batches);
+  ``dtype`` is uint8, the dtype of the tensor that holds the bits.
+
+>>> lay = col_major(3, 4, 2, np.float32)
+>>> lay.row_stride, lay.col_stride, lay.batch_stride, lay.is_col_major
+(1, 3, 12, True)
+"""
+
+import dataclasses
+
+import numpy as np
+
+from ._epilog import MatmulEpilog, epilog_spec, gelu_aux_rows, relu_aux_rows
+
+__all__ = ["MatrixLayout", "MatmulProblem", "col_major", "row_major", "epilog_output_layouts",
+           "epilog_output_shape"]
+
+
+@dataclasses.dataclass(frozen=True)
+class MatrixLayout:
+    """One operand as a cuBLASLt-style batched matrix: logical (rows, cols) as it enters the product, row/col strides
+    in elements (bits for ``relu_aux``), batch count and batch stride (0 = broadcast), dtype."""
+
+    rows: int
+    cols: int
+    row_stride: int
+    col_stride: int
+    batch: int
+    batch_stride: int
+    dtype: np.dtype
+
+    @property
+    def is_col_major(self):
+        return self.row_stride == 1
+
+    @property
+    def is_row_major(self):
+        return self.col_stride == 1 and self.row_stride != 1
+
+    @property
+    def ld(self):
+        """The leading dimension (the stride that is not 1)."""
+        return self.col_stride if self.row_stride == 1 else self.row_stride
+
+    def transposed(self):
+        """The same memory seen as the transposed matrix."""
+        return dataclasses.replace(self, rows=self.cols, cols=self.rows, row_stride=self.col_stride,
+                                   col_stride=self.row_stride)
+
+
+def col_major(rows, cols, batch, dtype):
+    """A fresh column-major layout with contiguous batches."""
+    return MatrixLayout(rows, cols, 1, max(rows, 1), batch, rows * cols, np.dtype(dtype))
+
+
+def row_major(rows, cols, batch, dtype):
+    """A fresh row-major layout with contiguous batches."""
+    return MatrixLayout(rows, cols, max(cols, 1), 1, batch, rows * cols, np.dtype(dtype))
+
+
+@dataclasses.dataclass(frozen=True)
+class MatmulProblem:
+    """``D = epilog(alpha * A @ B + beta * C)``, batched, as the engines see it (see the module docstring).
+
+    ``batch_shape`` is the numpy.matmul batch shape of the result (``batch == prod(batch_shape)``); ``compute_type``
+    is a cuBLAS compute type name without its prefix ("32F", "32F_FAST_TF32", "64F", ...), ``scale_type`` the dtype of
+    alpha and beta; ``a_scale``/``b_scale``/``d_scale`` the float8 scale factors (None when unused; D = d_scale *
+    epilog(alpha * a_scale * b_scale * A @ B + beta * C))."""
+
+    m: int
+    n: int
+    k: int
+    batch: int
+    batch_shape: tuple
+    a: MatrixLayout
+    b: MatrixLayout
+    c: MatrixLayout | None
+    d: MatrixLayout
+    compute_type: str
+    scale_type: np.dtype
+    epilog: MatmulEpilog | None
+    epilog_inputs: tuple  # ((name, MatrixLayout), ...)
+    epilog_outputs: tuple  # ((name, MatrixLayout), ...)
+    a_scale: float | None = None
+    b_scale: float | None = None
+    d_scale: float | None = None
+
+    @property
+    def key(self):
+        """Hashable; equal for problems that can share a plan."""
+        return self
+
+    @property
+    def spec(self):
+        return epilog_spec(self.epilog)
+
+    def input_layout(self, name):
+        return dict(self.epilog_inputs)[name]
+
+    def output_layout(self, name):
+        return dict(self.epilog_outputs)[name]
+
+
+def epilog_output_layouts(epilog, m, n, batch, d_dtype, aux_dtype=None):
+    """``((name, MatrixLayout), ...)`` of the outputs the API allocates for ``epilog`` (formats: module docstring).
+    ``aux_dtype``: gelu_aux's dtype when it is not the result's (float8 results)."""
+    spec = epilog_spec(epilog)
+    layouts = []
+    for name in spec.outputs:
+        if name == "relu_aux":
+            rows = relu_aux_rows(m)
+            layouts.append((name, MatrixLayout(m, n, 1, 8 * rows, batch, 8 * rows * n, np.dtype(np.uint8))))
+        elif name == "gelu_aux":
+            rows = gelu_aux_rows(m)
+            layouts.append((name, MatrixLayout(m, n, 1, rows, batch, rows * n, np.dtype(aux_dtype or d_dtype))))
+        else:
+            length = n if name == "bgradb" else m
+            layouts.append((name, MatrixLayout(length, 1, 1, length, batch, length, np.dtype(d_dtype))))
+    return tuple(layouts)
+
+
+def epilog_output_shape(name, layout, batch_shape):
+    """The array shape of an epilog output (the tensor the caller gets): see ``_epilog``'s formats.
+    Storage is column-major in the last two axes (allocate ``(*batch, cols, rows)`` and swap the last two axes)."""
+    batch_shape = tuple(batch_shape)
+    if name == "relu_aux":
+        return (*batch_shape, layout.col_stride // 8, layout.cols)
+    if name == "gelu_aux":
+        return (*batch_shape, layout.col_stride, layout.cols)
+    return (*batch_shape, layout.rows, 1) if batch_shape else (layout.rows,)
