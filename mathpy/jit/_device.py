@@ -75,6 +75,13 @@ def _vector_pointer(builder, elem_ptr, dtype, global_space):
     return ptr
 
 
+def _alignment(context, dtype):
+    """Natural alignment of an element: a complex is aligned to its full size (float2 / double2 in CUDA C++)."""
+    if isinstance(dtype, types.Complex):
+        return dtype.bitwidth // 8
+    return context.get_abi_sizeof(context.get_data_type(dtype))
+
+
 def _element_pointer(context, builder, ptrty, ptr, idxty, idx):
     idx = context.cast(builder, idx, idxty, types.int64)
     return builder.gep(ptr, [idx])
@@ -85,7 +92,7 @@ def _lower_load(context, builder, signature, args):
     dtype = ptrty.dtype
     elem = _element_pointer(context, builder, ptrty, args[0], idxty, args[1])
     vptr = _vector_pointer(builder, elem, dtype, ptrty.readonly)
-    raw = builder.load(vptr, align=dtype.bitwidth // 8)
+    raw = builder.load(vptr, align=_alignment(context, dtype))
     if ptrty.readonly:
         raw.set_metadata("invariant.load", builder.module.add_metadata([]))
     if isinstance(dtype, types.Complex):
@@ -107,7 +114,7 @@ def _lower_store(context, builder, signature, args):
         raw = builder.insert_element(raw, builder.extract_value(val, 1), ir.Constant(ir.IntType(32), 1))
     else:
         raw = context.data_model_manager[dtype].as_data(builder, val)
-    builder.store(raw, vptr, align=dtype.bitwidth // 8)
+    builder.store(raw, vptr, align=_alignment(context, dtype))
     return context.get_dummy_value()
 
 
