@@ -31,12 +31,22 @@ def _is_contiguous(array):
     return bool(is_contiguous()) if callable(is_contiguous) else True
 
 
+def _address(array):
+    """Data address of a NumPy / CuPy / torch array, or None when it does not say."""
+    for protocol in ("__cuda_array_interface__", "__array_interface__"):
+        interface = getattr(array, protocol, None)
+        if isinstance(interface, dict) and "data" in interface:
+            return int(interface["data"][0] or 0)
+    data_ptr = getattr(array, "data_ptr", None)  # torch
+    return int(data_ptr()) if callable(data_ptr) else None
+
+
 def check_user_info(user_info, compiled_dtype, layout_shape, *, function_name="callback"):
     """Validate ``user_info`` for a callback compiled with ``compiled_dtype`` (a dtype name or None) that sees
     elements of a layout of shape ``layout_shape`` (the operand as the callback indexes it, batch included).
 
     Allowed: None when the callback was compiled without user data; otherwise a C-contiguous array (NumPy, CuPy,
-    torch...) of the compiled dtype that is a scalar (shape ``()`` or one element), has a shape equal to a suffix
+    torch...), aligned to its element size, of the compiled dtype that is a scalar (shape ``()`` or one element), has a shape equal to a suffix
     of ``layout_shape`` (it then covers one window and the callback broadcasts it over the leading axes by reading
     ``user_info[offset % window]``), or equals the full layout. Returns the number of elements (the window size).
     Raises TypeError for a dtype mismatch and ValueError for a size or layout mismatch."""
@@ -57,6 +67,11 @@ def check_user_info(user_info, compiled_dtype, layout_shape, *, function_name="c
     layout_shape = tuple(int(s) for s in layout_shape)
     if not _is_contiguous(user_info):
         raise ValueError(f"user data of {function_name} must be C-contiguous (the callback indexes its memory)")
+    address = _address(user_info)
+    alignment = np.dtype(given).itemsize  # a complex element is read as one vector: aligned to its full size
+    if address is not None and size and address % alignment:
+        raise ValueError(f"user data of {function_name} must be aligned to {alignment} bytes (its element size) "
+                         f"for vector loads; it starts at an address {address % alignment} bytes past that")
     if size == 1:
         return 1
     squeezed = shape
