@@ -1,0 +1,398 @@
+"""ctypes bindings to cuBLASLt (libcublasLt.so.12 of CUDA 12.x, libcublasLt.so.13 of CUDA 13), declared from tables.
+
+Only what mathpy's matmul engine calls is declared: the handle, matmul / matrix-layout / preference descriptors made
+with the ``*Create`` functions (the ``*Init`` ones take struct sizes that changed between CUDA 12 and 13), the
+heuristic query and ``cublasLtMatmul``. Every value below was read from ``cublasLt.h`` / ``cublas_api.h`` /
+``library_types.h`` of both CUDA 12.9 (cuBLAS 12.9) and CUDA 13 (cuBLAS 13.1); the two agree on all of them.
+
+Attribute values are set through :func:`set_attribute`, which knows each attribute's C type (cuBLASLt checks the
+size and answers CUBLAS_STATUS_INVALID_VALUE for a wrong one)::
+
+    desc = create_matmul_desc(ComputeType.COMPUTE_32F, DataType.R_32F)
+    set_attribute(desc, MatmulDesc.TRANSA, Operation.T)
+
+Nothing here needs a GPU or the library at import time; the library is loaded on the first call.
+
+>>> ctypes.sizeof(HeuristicResult), HeuristicResult.wavesCount.offset, Epilogue.GELU_AUX_BIAS.value
+(96, 76, 164)
+>>> cuda_data_type(np.float16), cuda_data_type("bfloat16")
+(<DataType.R_16F: 2>, <DataType.R_16BF: 14>)
+"""
+
+import ctypes
+import enum
+from ctypes import POINTER, c_float, c_int, c_int8, c_int32, c_int64, c_size_t, c_uint32, c_uint64, c_void_p
+
+import numpy as np
+
+from .._errors import CUDALibraryError
+from .._operands import BFLOAT16, FLOAT8_E4M3, FLOAT8_E5M2
+from ._loader import STATUS, Library
+
+__all__ = [
+    "STATUS_NAMES", "DataType", "ComputeType", "Operation", "Order", "PointerMode", "Epilogue", "MatmulDesc",
+    "MatrixLayout", "Preference", "AlgoConfig", "MatmulAlgo", "HeuristicResult", "library", "version",
+    "cuda_data_type", "create_handle", "destroy_handle", "create_matmul_desc", "destroy_matmul_desc",
+    "create_matrix_layout", "destroy_matrix_layout", "create_preference", "destroy_preference", "set_attribute",
+    "get_attribute", "attribute_type", "algo_config", "heuristics",
+]
+
+# cublasStatus_t (cublas_api.h; identical in CUDA 12.9 and 13).
+STATUS_NAMES = {
+    0: "CUBLAS_STATUS_SUCCESS",
+    1: "CUBLAS_STATUS_NOT_INITIALIZED",
+    3: "CUBLAS_STATUS_ALLOC_FAILED",
+    7: "CUBLAS_STATUS_INVALID_VALUE",
+    8: "CUBLAS_STATUS_ARCH_MISMATCH",
+    11: "CUBLAS_STATUS_MAPPING_ERROR",
+    13: "CUBLAS_STATUS_EXECUTION_FAILED",
+    14: "CUBLAS_STATUS_INTERNAL_ERROR",
+    15: "CUBLAS_STATUS_NOT_SUPPORTED",
+    16: "CUBLAS_STATUS_LICENSE_ERROR",
+}
+
+
+class DataType(enum.IntEnum):
+    """cudaDataType_t (library_types.h)."""
+
+    R_32F = 0
+    R_64F = 1
+    R_16F = 2
+    R_8I = 3
+    C_32F = 4
+    C_64F = 5
+    C_16F = 6
+    R_32I = 10
+    R_16BF = 14
+    C_16BF = 15
+    R_8F_E4M3 = 28
+    R_8F_E5M2 = 29
+
+
+class ComputeType(enum.IntEnum):
+    """cublasComputeType_t (cublas_api.h). Names are mathpy's compute type strings: ``ComputeType["COMPUTE_" + s]``."""
+
+    COMPUTE_16F = 64
+    COMPUTE_16F_PEDANTIC = 65
+    COMPUTE_32F = 68
+    COMPUTE_32F_PEDANTIC = 69
+    COMPUTE_64F = 70
+    COMPUTE_64F_PEDANTIC = 71
+    COMPUTE_32I = 72
+    COMPUTE_32I_PEDANTIC = 73
+    COMPUTE_32F_FAST_16F = 74
+    COMPUTE_32F_FAST_16BF = 75
+    COMPUTE_32F_FAST_TF32 = 77
+    COMPUTE_32F_EMULATED_16BFX9 = 78  # cuBLAS >= 12.9
+    COMPUTE_64F_EMULATED_FIXEDPOINT = 79  # cuBLAS 13
+
+
+class Operation(enum.IntEnum):
+    """cublasOperation_t."""
+
+    N = 0
+    T = 1
+    C = 2
+
+
+class Order(enum.IntEnum):
+    """cublasLtOrder_t."""
+
+    COL = 0
+    ROW = 1
+
+
+class PointerMode(enum.IntEnum):
+    """cublasLtPointerMode_t."""
+
+    HOST = 0
+    DEVICE = 1
+    DEVICE_VECTOR = 2
+
+
+class Epilogue(enum.IntEnum):
+    """cublasLtEpilogue_t."""
+
+    DEFAULT = 1
+    RELU = 2
+    BIAS = 4
+    RELU_BIAS = 6
+    GELU = 32
+    GELU_BIAS = 36
+    RELU_AUX = 130
+    RELU_AUX_BIAS = 134
+    DRELU = 136
+    DRELU_BGRAD = 152
+    GELU_AUX = 160
+    GELU_AUX_BIAS = 164
+    DGELU = 192
+    DGELU_BGRAD = 208
+    BGRADA = 256
+    BGRADB = 512
+
+
+class MatmulDesc(enum.IntEnum):
+    """cublasLtMatmulDescAttributes_t (the C type of each value is in ``_ATTRIBUTE_TYPES``)."""
+
+    COMPUTE_TYPE = 0
+    SCALE_TYPE = 1
+    POINTER_MODE = 2
+    TRANSA = 3
+    TRANSB = 4
+    TRANSC = 5
+    FILL_MODE = 6
+    EPILOGUE = 7
+    BIAS_POINTER = 8
+    BIAS_BATCH_STRIDE = 10
+    EPILOGUE_AUX_POINTER = 11
+    EPILOGUE_AUX_LD = 12
+    EPILOGUE_AUX_BATCH_STRIDE = 13
+    ALPHA_VECTOR_BATCH_STRIDE = 14
+    SM_COUNT_TARGET = 15
+    A_SCALE_POINTER = 17
+    B_SCALE_POINTER = 18
+    C_SCALE_POINTER = 19
+    D_SCALE_POINTER = 20
+    AMAX_D_POINTER = 21
+    EPILOGUE_AUX_DATA_TYPE = 22
+    EPILOGUE_AUX_SCALE_POINTER = 23
+    EPILOGUE_AUX_AMAX_POINTER = 24
+    FAST_ACCUM = 25
+    BIAS_DATA_TYPE = 26
+
+
+class MatrixLayout(enum.IntEnum):
+    """cublasLtMatrixLayoutAttribute_t."""
+
+    TYPE = 0
+    ORDER = 1
+    ROWS = 2
+    COLS = 3
+    LD = 4
+    BATCH_COUNT = 5
+    STRIDED_BATCH_OFFSET = 6
+    PLANE_OFFSET = 7
+
+
+class Preference(enum.IntEnum):
+    """cublasLtMatmulPreferenceAttributes_t."""
+
+    SEARCH_MODE = 0
+    MAX_WORKSPACE_BYTES = 1
+    REDUCTION_SCHEME_MASK = 3
+    MIN_ALIGNMENT_A_BYTES = 5
+    MIN_ALIGNMENT_B_BYTES = 6
+    MIN_ALIGNMENT_C_BYTES = 7
+    MIN_ALIGNMENT_D_BYTES = 8
+    MAX_WAVES_COUNT = 9
+    IMPL_MASK = 12
+
+
+class AlgoConfig(enum.IntEnum):
+    """cublasLtMatmulAlgoConfigAttributes_t (read-only use: describing a candidate)."""
+
+    ID = 0
+    TILE_ID = 1
+    SPLITK_NUM = 2
+    REDUCTION_SCHEME = 3
+    CTA_SWIZZLING = 4
+    CUSTOM_OPTION = 5
+    STAGES_ID = 6
+
+
+# The C type of every attribute value, as the header documents it. One table per enumeration: IntEnum members of
+# different enumerations with equal values are equal dict keys.
+_ATTRIBUTE_TYPES = {
+    MatmulDesc: {
+        "COMPUTE_TYPE": c_int32, "SCALE_TYPE": c_int32, "POINTER_MODE": c_int32, "TRANSA": c_int32,
+        "TRANSB": c_int32, "TRANSC": c_int32, "FILL_MODE": c_int32, "EPILOGUE": c_uint32, "BIAS_POINTER": c_void_p,
+        "BIAS_BATCH_STRIDE": c_int64, "EPILOGUE_AUX_POINTER": c_void_p, "EPILOGUE_AUX_LD": c_int64,
+        "EPILOGUE_AUX_BATCH_STRIDE": c_int64, "ALPHA_VECTOR_BATCH_STRIDE": c_int64, "SM_COUNT_TARGET": c_int32,
+        "A_SCALE_POINTER": c_void_p, "B_SCALE_POINTER": c_void_p, "C_SCALE_POINTER": c_void_p,
+        "D_SCALE_POINTER": c_void_p, "AMAX_D_POINTER": c_void_p, "EPILOGUE_AUX_DATA_TYPE": c_int32,
+        "EPILOGUE_AUX_SCALE_POINTER": c_void_p, "EPILOGUE_AUX_AMAX_POINTER": c_void_p, "FAST_ACCUM": c_int8,
+        "BIAS_DATA_TYPE": c_int32,
+    },
+    MatrixLayout: {
+        "TYPE": c_uint32, "ORDER": c_int32, "ROWS": c_uint64, "COLS": c_uint64, "LD": c_int64, "BATCH_COUNT": c_int32,
+        "STRIDED_BATCH_OFFSET": c_int64, "PLANE_OFFSET": c_int64,
+    },
+    Preference: {
+        "SEARCH_MODE": c_uint32, "MAX_WORKSPACE_BYTES": c_uint64, "REDUCTION_SCHEME_MASK": c_uint32,
+        "MIN_ALIGNMENT_A_BYTES": c_uint32, "MIN_ALIGNMENT_B_BYTES": c_uint32, "MIN_ALIGNMENT_C_BYTES": c_uint32,
+        "MIN_ALIGNMENT_D_BYTES": c_uint32, "MAX_WAVES_COUNT": c_float, "IMPL_MASK": c_uint64,
+    },
+    AlgoConfig: {
+        "ID": c_int32, "TILE_ID": c_uint32, "SPLITK_NUM": c_int32, "REDUCTION_SCHEME": c_uint32,
+        "CTA_SWIZZLING": c_uint32, "CUSTOM_OPTION": c_uint32, "STAGES_ID": c_uint32,
+    },
+}
+assert all(set(table) == set(kind.__members__) for kind, table in _ATTRIBUTE_TYPES.items())
+
+
+def attribute_type(attribute):
+    """The ctypes type of an attribute's value (``attribute``: a member of MatmulDesc, MatrixLayout, Preference or
+    AlgoConfig)."""
+    return _ATTRIBUTE_TYPES[type(attribute)][attribute.name]
+
+
+class MatmulAlgo(ctypes.Structure):
+    """cublasLtMatmulAlgo_t: 64 opaque bytes (a plain value: copy it to keep a choice)."""
+
+    _fields_ = [("data", c_uint64 * 8)]
+
+
+class HeuristicResult(ctypes.Structure):
+    """cublasLtMatmulHeuristicResult_t (96 bytes in CUDA 12 and 13)."""
+
+    _fields_ = [("algo", MatmulAlgo), ("workspaceSize", c_size_t), ("state", c_int), ("wavesCount", c_float),
+                ("reserved", c_int * 4)]
+
+
+assert ctypes.sizeof(MatmulAlgo) == 64 and ctypes.sizeof(HeuristicResult) == 96
+assert HeuristicResult.workspaceSize.offset == 64 and HeuristicResult.state.offset == 72
+
+_HANDLE = c_void_p  # cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t, cublasLtMatmulPreference_t
+
+library = Library("cublasLt", status_names=STATUS_NAMES, extra="cu13")
+library.declare({
+    "cublasLtCreate": (STATUS, [POINTER(_HANDLE)]),
+    "cublasLtDestroy": (STATUS, [_HANDLE]),
+    "cublasLtGetVersion": (c_size_t, []),
+    "cublasLtGetCudartVersion": (c_size_t, []),
+    "cublasLtMatmulDescCreate": (STATUS, [POINTER(_HANDLE), c_int, c_int]),  # (desc*, cublasComputeType_t, cudaDataType_t)
+    "cublasLtMatmulDescDestroy": (STATUS, [_HANDLE]),
+    "cublasLtMatmulDescSetAttribute": (STATUS, [_HANDLE, c_int, c_void_p, c_size_t]),
+    "cublasLtMatmulDescGetAttribute": (STATUS, [_HANDLE, c_int, c_void_p, c_size_t, POINTER(c_size_t)]),
+    "cublasLtMatrixLayoutCreate": (STATUS, [POINTER(_HANDLE), c_int, c_uint64, c_uint64, c_int64]),
+    "cublasLtMatrixLayoutDestroy": (STATUS, [_HANDLE]),
+    "cublasLtMatrixLayoutSetAttribute": (STATUS, [_HANDLE, c_int, c_void_p, c_size_t]),
+    "cublasLtMatrixLayoutGetAttribute": (STATUS, [_HANDLE, c_int, c_void_p, c_size_t, POINTER(c_size_t)]),
+    "cublasLtMatmulPreferenceCreate": (STATUS, [POINTER(_HANDLE)]),
+    "cublasLtMatmulPreferenceDestroy": (STATUS, [_HANDLE]),
+    "cublasLtMatmulPreferenceSetAttribute": (STATUS, [_HANDLE, c_int, c_void_p, c_size_t]),
+    "cublasLtMatmulPreferenceGetAttribute": (STATUS, [_HANDLE, c_int, c_void_p, c_size_t, POINTER(c_size_t)]),
+    # (handle, desc, A, B, C, D layouts, preference, requestedAlgoCount, results[], returnAlgoCount*)
+    "cublasLtMatmulAlgoGetHeuristic": (STATUS, [_HANDLE, _HANDLE, _HANDLE, _HANDLE, _HANDLE, _HANDLE, _HANDLE, c_int,
+                                                POINTER(HeuristicResult), POINTER(c_int)]),
+    "cublasLtMatmulAlgoConfigGetAttribute": (STATUS, [POINTER(MatmulAlgo), c_int, c_void_p, c_size_t,
+                                                      POINTER(c_size_t)]),
+    # (handle, desc, alpha*, A, Adesc, B, Bdesc, beta*, C, Cdesc, D, Ddesc, algo*, workspace, workspaceSize, stream).
+    # Every argument is passed as a plain int (addresses included) so that the hot path converts nothing.
+    "cublasLtMatmul": (STATUS, [_HANDLE, _HANDLE, c_void_p, c_void_p, _HANDLE, c_void_p, _HANDLE, c_void_p, c_void_p,
+                                _HANDLE, c_void_p, _HANDLE, c_void_p, c_void_p, c_size_t, c_void_p]),
+})
+
+_SETTERS = {MatmulDesc: "cublasLtMatmulDescSetAttribute", MatrixLayout: "cublasLtMatrixLayoutSetAttribute",
+            Preference: "cublasLtMatmulPreferenceSetAttribute"}
+_GETTERS = {MatmulDesc: "cublasLtMatmulDescGetAttribute", MatrixLayout: "cublasLtMatrixLayoutGetAttribute",
+            Preference: "cublasLtMatmulPreferenceGetAttribute"}
+
+_DTYPES = {
+    np.dtype(np.float16): DataType.R_16F, BFLOAT16: DataType.R_16BF, np.dtype(np.float32): DataType.R_32F,
+    np.dtype(np.float64): DataType.R_64F, np.dtype(np.complex64): DataType.C_32F,
+    np.dtype(np.complex128): DataType.C_64F, FLOAT8_E4M3: DataType.R_8F_E4M3, FLOAT8_E5M2: DataType.R_8F_E5M2,
+    np.dtype(np.int8): DataType.R_8I, np.dtype(np.int32): DataType.R_32I,
+}
+
+
+def cuda_data_type(dtype):
+    """The cudaDataType of a NumPy (or ml_dtypes) dtype; ValueError naming the supported ones otherwise."""
+    try:
+        return _DTYPES[np.dtype(dtype)]
+    except (KeyError, TypeError):
+        raise ValueError(f"dtype {dtype!r} has no cuBLASLt data type; supported: "
+                         f"{sorted(str(d) for d in _DTYPES)}") from None
+
+
+def version():
+    """cuBLASLt's version number (e.g. 130102 for 13.1.2)."""
+    return int(library.cublasLtGetVersion())
+
+
+def create_handle():
+    handle = _HANDLE()
+    library.cublasLtCreate(ctypes.byref(handle))
+    return handle.value
+
+
+def destroy_handle(handle):
+    library.cublasLtDestroy(handle)
+
+
+def create_matmul_desc(compute_type, scale_type):
+    desc = _HANDLE()
+    library.cublasLtMatmulDescCreate(ctypes.byref(desc), int(compute_type), int(scale_type))
+    return desc.value
+
+
+def destroy_matmul_desc(desc):
+    library.cublasLtMatmulDescDestroy(desc)
+
+
+def create_matrix_layout(data_type, rows, cols, ld):
+    layout = _HANDLE()
+    library.cublasLtMatrixLayoutCreate(ctypes.byref(layout), int(data_type), rows, cols, ld)
+    return layout.value
+
+
+def destroy_matrix_layout(layout):
+    library.cublasLtMatrixLayoutDestroy(layout)
+
+
+def create_preference():
+    preference = _HANDLE()
+    library.cublasLtMatmulPreferenceCreate(ctypes.byref(preference))
+    return preference.value
+
+
+def destroy_preference(preference):
+    library.cublasLtMatmulPreferenceDestroy(preference)
+
+
+def set_attribute(descriptor, attribute, value):
+    """Set a MatmulDesc / MatrixLayout / Preference ``attribute`` of ``descriptor`` to ``value`` (an int, float or
+    address), converted to the attribute's C type."""
+    ctype = attribute_type(attribute)
+    buffer = ctype(int(value) if ctype not in (c_float, c_void_p) else value)
+    getattr(library, _SETTERS[type(attribute)])(descriptor, int(attribute), ctypes.addressof(buffer),
+                                                ctypes.sizeof(buffer))
+
+
+def get_attribute(descriptor, attribute):
+    """The value of a MatmulDesc / MatrixLayout / Preference ``attribute`` of ``descriptor``."""
+    buffer = attribute_type(attribute)()
+    written = c_size_t()
+    getattr(library, _GETTERS[type(attribute)])(descriptor, int(attribute), ctypes.addressof(buffer),
+                                                ctypes.sizeof(buffer), ctypes.byref(written))
+    return buffer.value
+
+
+def algo_config(algo):
+    """``{"id": ..., "tile": ..., "splitk": ..., ...}`` of a :class:`MatmulAlgo`, for logs and reprs."""
+    config = {}
+    for attribute in AlgoConfig:
+        buffer = attribute_type(attribute)()
+        written = c_size_t()
+        try:
+            library.cublasLtMatmulAlgoConfigGetAttribute(ctypes.byref(algo), int(attribute), ctypes.addressof(buffer),
+                                                         ctypes.sizeof(buffer), ctypes.byref(written))
+        except Exception:  # an attribute this cuBLASLt does not know: describe the rest
+            continue
+        config[attribute.name.lower()] = buffer.value
+    return config
+
+
+def heuristics(handle, desc, a_layout, b_layout, c_layout, d_layout, preference, count):
+    """Up to ``count`` :class:`HeuristicResult` of ``cublasLtMatmulAlgoGetHeuristic``, best first, those with a
+    successful ``state`` only. An empty list means no algorithm supports the problem."""
+    results = (HeuristicResult * count)()
+    returned = c_int(0)
+    try:
+        library.cublasLtMatmulAlgoGetHeuristic(handle, desc, a_layout, b_layout, c_layout, d_layout, preference,
+                                               count, results, ctypes.byref(returned))
+    except CUDALibraryError as e:
+        if e.status == 15:  # CUBLAS_STATUS_NOT_SUPPORTED: no algorithm for this problem
+            return []
+        raise
+    return [HeuristicResult.from_buffer_copy(results[i]) for i in range(returned.value) if results[i].state == 0]
