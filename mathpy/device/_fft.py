@@ -145,6 +145,9 @@ class FFTDescription(DescriptionNamespace):
     - ``load(x, thread_data, batch)`` / ``store(thread_data, y, batch)``: coalesced copies between the thread data and
       row ``batch`` of a 2-D array (``(n_batch, input_length)`` / ``(n_batch, output_length)``); rows past the end
       load zeros and store nothing.
+    - ``multiply(thread_data, f)``: multiply element ``k`` of the thread data by ``f[k]`` (a 1-D complex array of
+      ``output_length`` elements, e.g. a convolution filter); for ``r2c`` only elements ``k <= size//2`` (the others
+      are not part of the result).
     - ``batch_index()``: ``blockIdx.x * ffts_per_block + threadIdx.y``.
 
     For ``r2c`` the thread data holds real inputs in the real parts and afterwards the spectrum's first ``size//2+1``
@@ -206,7 +209,7 @@ class FFTDescription(DescriptionNamespace):
 
     # Device functions are generated on first access and cached on the (cached) description.
     def __getattr__(self, name):
-        if name in ("execute", "load", "store", "batch_index"):
+        if name in _FUNCTIONS:
             functions = self.__dict__.get("_functions")
             if functions is None:
                 functions = _generate(self)
@@ -215,6 +218,9 @@ class FFTDescription(DescriptionNamespace):
                     setattr(self, k, v)
             return functions[name]
         raise AttributeError(name)
+
+
+_FUNCTIONS = ("execute", "load", "store", "multiply", "batch_index")
 
 
 def _radices(size, ept):
@@ -418,6 +424,16 @@ def _generate(d):
                 lines.append(f"            y[batch, {idx}] = thread_data[{i}]")
     src.append("\n".join(lines) + "\n")
 
+    lines = ["def multiply(thread_data, f):", "    t = cuda.threadIdx.x"]
+    for i in range(ept):
+        idx = f"t + {i * T}"
+        if d.fft_type != "r2c" or (i + 1) * T - 1 <= half:
+            lines.append(f"    thread_data[{i}] = thread_data[{i}] * f[{idx}]")
+        elif i * T <= half:
+            lines.append(f"    if {idx} <= {half}:")
+            lines.append(f"        thread_data[{i}] = thread_data[{i}] * f[{idx}]")
+    src.append("\n".join(lines) + "\n")
+
     src.append(
         "def batch_index():\n"
         f"    return cuda.blockIdx.x * {d.ffts_per_block} + cuda.threadIdx.y\n"
@@ -425,7 +441,7 @@ def _generate(d):
     ns.update(consts.values)
     source = "\n".join(src)
     d.source = source
-    return compile_device_functions(source, ["execute", "load", "store", "batch_index"], ns, d.__name__)
+    return compile_device_functions(source, list(_FUNCTIONS), ns, d.__name__)
 
 
 def _check_choice(name, value, allowed):

@@ -1,0 +1,227 @@
+"""Reference checks of the block FFT and GEMM against NumPy: one kernel per case, run on the GPU or under numba's CUDA
+simulator. Used by the tests (the simulator runs in a subprocess: ``python -m mathpy.device._checks``), the GPU tests
+and the benchmark's correctness checks.
+"""
+
+import json
+import sys
+import time
+
+import numpy as np
+
+from .._compat import patch_numpy_for_numba_cuda
+
+patch_numpy_for_numba_cuda()
+import numba  # noqa: E402  (after the NumPy fix; kernels need `cuda` as a module global for the simulator)
+from numba import cuda  # noqa: E402
+
+__all__ = ["fft_kernel", "run_fft_case", "matmul_kernel", "run_matmul_case", "bf16_bits", "bf16_to_float32"]
+
+
+def bf16_bits(x):
+    """float array -> uint16 bf16 bit patterns (round to nearest even)."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def bf16_to_float32(bits):
+    return (np.asarray(bits).astype(np.uint32) << 16).view(np.float32)
+
+
+def fft_kernel(FFT):
+    """A batched kernel ``kernel(x, y)`` doing load / execute / store with the description *FFT*."""
+    storage = FFT.storage_size
+    value_type = numba.from_dtype(FFT.complex_dtype)
+    real_type = numba.from_dtype(FFT.real_dtype)
+
+    @cuda.jit
+    def kernel(x, y):
+        thread_data = cuda.local.array(storage, value_type)
+        shared_mem = cuda.shared.array(0, real_type)
+        batch = FFT.batch_index()
+        FFT.load(x, thread_data, batch)
+        FFT.execute(thread_data, shared_mem)
+        FFT.store(thread_data, y, batch)
+
+    return kernel
+
+
+def fft_reference(FFT, x):
+    n = FFT.size
+    x = np.asarray(x)
+    if FFT.fft_type == "r2c":
+        return np.fft.rfft(x.astype(np.float64), axis=-1)
+    if FFT.fft_type == "c2r":
+        return np.fft.irfft(x.astype(np.complex128), n=n, axis=-1) * n
+    if FFT.direction == "forward":
+        return np.fft.fft(x.astype(np.complex128), axis=-1)
+    return np.fft.ifft(x.astype(np.complex128), axis=-1) * n
+
+
+def fft_input(FFT, batch, seed=0):
+    rng = np.random.default_rng(seed)
+    shape = (batch, FFT.input_length)
+    if FFT.fft_type == "r2c":
+        return rng.standard_normal(shape).astype(FFT.real_dtype)
+    return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(FFT.complex_dtype)
+
+
+def run_fft_case(size, precision, fft_type="c2c", direction=None, batch=3, **kw):
+    """Run one block FFT case (GPU or simulator) and return the max error relative to the largest reference value."""
+    from . import fft
+
+    FFT = fft(size=size, precision=precision, fft_type=fft_type, direction=direction, **kw)
+    x = fft_input(FFT, batch)
+    y = np.zeros((batch, FFT.output_length), FFT.output_dtype)
+    d_x, d_y = cuda.to_device(x), cuda.to_device(y)
+    fft_kernel(FFT)[FFT.grid_dim(batch), FFT.block_dim, 0, FFT.shared_memory_size](d_x, d_y)
+    y = d_y.copy_to_host()
+    ref = fft_reference(FFT, x)
+    return float(np.abs(y - ref).max() / np.abs(ref).max())
+
+
+def matmul_kernel(GEMM, k_total):
+    """A batched kernel ``kernel(a, b, c, alpha, beta)``: one block per batch entry, looping over K in slices of
+    ``GEMM.k`` with register accumulators (``mma``), then ``store_accumulator_batched``."""
+    if k_total % GEMM.k:
+        raise ValueError(f"k_total={k_total} must be a multiple of the description's k={GEMM.k}")
+    storage = numba.from_dtype(GEMM.storage_dtype)
+    compute = numba.from_dtype(GEMM.compute_dtype)
+    sa, sb, acc_size, kb = GEMM.a_size, GEMM.b_size, GEMM.accumulator_size, GEMM.k
+    n_slices = k_total // kb
+
+    @cuda.jit
+    def kernel(a, b, c, alpha, beta):
+        smem = cuda.shared.array(0, storage)
+        smem_a = smem[:sa]
+        smem_b = smem[sa : sa + sb]
+        acc = cuda.local.array(acc_size, compute)
+        batch = cuda.blockIdx.x
+        GEMM.clear(acc)
+        for s in range(n_slices):
+            GEMM.load_a(a, batch, s * kb, smem_a)
+            GEMM.load_b(b, batch, s * kb, smem_b)
+            cuda.syncthreads()
+            GEMM.mma(smem_a, smem_b, acc)
+            cuda.syncthreads()
+        GEMM.store_accumulator_batched(alpha, acc, beta, c, batch)
+
+    return kernel
+
+
+def matmul_shared_kernel(GEMM):
+    """A batched kernel doing the whole GEMM with A, B and C in shared memory (``execute``)."""
+    storage = numba.from_dtype(GEMM.storage_dtype)
+    sa, sb = GEMM.a_size, GEMM.b_size
+
+    @cuda.jit
+    def kernel(a, b, c, alpha, beta):
+        smem = cuda.shared.array(0, storage)
+        smem_a = smem[:sa]
+        smem_b = smem[sa : sa + sb]
+        smem_c = smem[sa + sb :]
+        batch = cuda.blockIdx.x
+        GEMM.load_a(a, batch, 0, smem_a)
+        GEMM.load_b(b, batch, 0, smem_b)
+        GEMM.load_c(c, batch, smem_c)
+        cuda.syncthreads()
+        GEMM.execute(alpha, smem_a, smem_b, beta, smem_c)
+        cuda.syncthreads()
+        GEMM.store_c(smem_c, c, batch)
+
+    return kernel
+
+
+def _to_storage(GEMM, x):
+    return bf16_bits(x) if GEMM.precision == "bfloat16" else x.astype(GEMM.storage_dtype)
+
+
+def _from_storage(GEMM, x):
+    return bf16_to_float32(x).astype(np.float64) if GEMM.precision == "bfloat16" else x.astype(np.float64)
+
+
+def run_matmul_case(m, n, k, precision, k_total=None, mode="registers", batch=2, alpha=1.5, beta=-0.5, **kw):
+    """Run one block GEMM case; returns the max error relative to the largest reference value. mode: "registers"
+    (mma over K slices) or "shared" (execute with C in shared memory, k_total == k)."""
+    from . import matmul
+
+    GEMM = matmul(m, n, k, precision, **kw)
+    k_total = k if k_total is None else k_total
+    rng = np.random.default_rng(1)
+    a = _to_storage(GEMM, rng.standard_normal((batch, m, k_total)))
+    b = _to_storage(GEMM, rng.standard_normal((batch, k_total, n)))
+    c = _to_storage(GEMM, rng.standard_normal((batch, m, n)))
+    ref = alpha * (_from_storage(GEMM, a) @ _from_storage(GEMM, b)) + beta * _from_storage(GEMM, c)
+    d_a, d_b, d_c = cuda.to_device(a), cuda.to_device(b), cuda.to_device(c)
+    if mode == "registers":
+        matmul_kernel(GEMM, k_total)[batch, GEMM.block_dim, 0, GEMM.shared_memory_size_ab](d_a, d_b, d_c, alpha, beta)
+    else:
+        matmul_shared_kernel(GEMM)[batch, GEMM.block_dim, 0, GEMM.shared_memory_size](d_a, d_b, d_c, alpha, beta)
+    out = _from_storage(GEMM, d_c.copy_to_host())
+    return float(np.abs(out - ref).max() / np.abs(ref).max())
+
+
+# Cases the simulator runs in CI (small: the simulator runs each thread as a Python thread).
+SIM_FFT_CASES = (
+    [(n, "float32", "c2c", "forward", {}) for n in (2, 4, 8, 16, 32, 64, 128, 256)]
+    + [(n, "float64", "c2c", "inverse", {}) for n in (2, 16, 64)]
+    + [
+        (64, "float32", "c2c", "inverse", {"elements_per_thread": 4, "ffts_per_block": 2}),
+        (128, "float64", "c2c", "forward", {"elements_per_thread": 8, "ffts_per_block": 1}),
+        (32, "float32", "c2c", "forward", {"elements_per_thread": 2, "ffts_per_block": 3}),
+        (512, "float32", "c2c", "forward", {"ffts_per_block": 1}),
+        (1024, "float32", "c2c", "inverse", {"ffts_per_block": 1}),
+        (2048, "float64", "c2c", "forward", {"ffts_per_block": 2}),  # split re/im shared-memory exchange
+        (4096, "float32", "c2c", "forward", {}),
+        (4096, "float64", "c2c", "inverse", {}),  # split exchange
+        (8192, "float32", "c2c", "forward", {}),  # split exchange, 512 threads
+        (16, "float32", "r2c", None, {}),
+        (64, "float32", "r2c", None, {"elements_per_thread": 4, "ffts_per_block": 1}),
+        (256, "float64", "r2c", None, {"ffts_per_block": 1}),
+        (8, "float64", "c2r", None, {}),
+        (64, "float32", "c2r", None, {"elements_per_thread": 8, "ffts_per_block": 2}),
+        (32, "float32", "c2r", None, {"elements_per_thread": 2, "ffts_per_block": 1}),
+        (256, "float32", "c2r", None, {"ffts_per_block": 1}),
+    ]
+)
+SIM_MATMUL_CASES = [
+    (16, 16, 8, "float32", 16, "registers", {}),
+    (32, 16, 16, "float64", 32, "registers", {"a_arrangement": "col_major"}),
+    (16, 32, 8, "float16", 8, "shared", {}),
+    (16, 16, 16, "bfloat16", 32, "registers", {"a_arrangement": "col_major"}),
+    (16, 16, 16, "bfloat16", 16, "shared", {}),
+    (24, 8, 4, "float32", 4, "shared", {"block_size": 12}),
+    (8, 8, 8, "float64", 8, "shared", {}),
+]
+
+
+TOLERANCE = {"float32": 2e-5, "float64": 1e-12, "float16": 2e-3, "bfloat16": 2e-2}
+
+
+def _main(argv):
+    """Run the simulator cases (or the GPU cases when the simulator is off) and print one JSON line per case."""
+    which = argv[1] if len(argv) > 1 else "all"
+    results = []
+    if which in ("fft", "all"):
+        for size, prec, fft_type, direction, kw in SIM_FFT_CASES:
+            t0 = time.perf_counter()
+            err = run_fft_case(size, prec, fft_type, direction, **kw)
+            results.append(
+                {"kind": "fft", "case": f"fft-{size}-{prec}-{fft_type}-{direction}-{kw}", "error": err,
+                 "precision": prec, "seconds": time.perf_counter() - t0}
+            )
+            print(json.dumps(results[-1]), flush=True)
+    if which in ("matmul", "all"):
+        for m, n, k, prec, k_total, mode, kw in SIM_MATMUL_CASES:
+            t0 = time.perf_counter()
+            err = run_matmul_case(m, n, k, prec, k_total=k_total, mode=mode, **kw)
+            results.append(
+                {"kind": "matmul", "case": f"matmul-{m}x{n}x{k}-{prec}-{k_total}-{mode}-{kw}", "error": err,
+                 "precision": prec, "seconds": time.perf_counter() - t0}
+            )
+            print(json.dumps(results[-1]), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv))
