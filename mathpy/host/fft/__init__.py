@@ -1,0 +1,39 @@
+"""FFTs on cuFFT (GPU) and scipy.fft (CPU), NumPy-compatible, with Python prolog/epilog callbacks fused into cuFFT.
+
+Public as :mod:`mathpy.fft`:
+
+- stateless functions with NumPy 2's signatures: :func:`fft`, :func:`ifft`, :func:`rfft`, :func:`irfft`, :func:`fft2`,
+  :func:`ifft2`, :func:`rfft2`, :func:`irfft2`, :func:`fftn`, :func:`ifftn`, :func:`rfftn`, :func:`irfftn`,
+  :func:`hfft`, :func:`ihfft`, plus keyword-only ``prolog=``, ``epilog=``, ``options=``, ``execution=``, ``stream=``;
+- :func:`fftfreq`, :func:`rfftfreq`, :func:`fftshift`, :func:`ifftshift`;
+- the stateful :class:`FFT` (``plan`` / ``execute`` / ``reset_operand`` / ``free``) and :class:`FFTOptions`;
+- callbacks: :class:`Callback` (a function with user data), :func:`compile_prolog` / :func:`compile_epilog`
+  (LTO-IR for nvmath-python-style callbacks);
+- the plan cache behind the stateless calls: :func:`plan_cache_info`, :func:`plan_cache_clear`,
+  :func:`set_plan_cache_size`;
+- ``scipy_backend``: ``with scipy.fft.set_backend(mathpy.fft.scipy_backend): scipy.fft.fft(x)``.
+
+Engines: ``_cpu.CPUEngine`` (scipy.fft, CPU callbacks through numba) and ``_cufft.CUFFTEngine`` (cuFFT with LTO
+callbacks); both execute a ``_layout.Transform`` unnormalised and see callbacks with the same offsets.
+
+>>> import numpy as np
+>>> import mathpy.fft
+>>> x = np.random.default_rng(0).standard_normal((4, 16))
+>>> bool(np.allclose(mathpy.fft.rfft(x), np.fft.rfft(x)))
+True
+"""
+
+from ...jit import compile_epilog, compile_prolog
+from . import _scipy_backend as scipy_backend
+from ._callback import Callback
+from ._freq import fftfreq, fftshift, ifftshift, rfftfreq
+from ._functions import (fft, fft2, fftn, hfft, ifft, ifft2, ifftn, ihfft, irfft, irfft2, irfftn, rfft, rfft2,
+                         rfftn)
+from ._options import FFTOptions
+from ._plan import FFT, plan_cache_clear, plan_cache_info, set_plan_cache_size
+
+__all__ = [
+    "fft", "ifft", "rfft", "irfft", "fft2", "ifft2", "rfft2", "irfft2", "fftn", "ifftn", "rfftn", "irfftn", "hfft",
+    "ihfft", "fftfreq", "rfftfreq", "fftshift", "ifftshift", "FFT", "FFTOptions", "Callback", "compile_prolog",
+    "compile_epilog", "plan_cache_info", "plan_cache_clear", "set_plan_cache_size", "scipy_backend",
+]

@@ -1,0 +1,264 @@
+"""prolog= / epilog= as users give them, resolved for one transform (a :class:`BoundCallback` an engine consumes).
+
+Accepted forms of ``prolog=`` / ``epilog=``:
+
+- a Python function with nvmath-python's signature (``prolog(data_in, offset, user_info, unused) -> value``,
+  ``epilog(data_out, offset, value, user_info, unused)``): compiled by :mod:`mathpy.jit` to LTO-IR for the GPU, or
+  run as a numba-compiled loop on the CPU, with no user data;
+- ``Callback(fn, data=...)``: the same with user data (``user_info`` in the callback), one of
+    * a scalar (a Python number, a 0-d or one-element array): ``user_info[0]``;
+    * a filter with the shape of the layout the callback sees (:attr:`FFT.input_layout` for a prolog,
+      :attr:`FFT.output_layout` for an epilog): ``user_info[offset]`` is the filter's value for the element at
+      ``offset``, whatever the layout's strides (mathpy lays the filter out in the callback's layout);
+    * a window whose shape is a suffix of that layout's shape, broadcast over the leading (batch) axes: the callback
+      reads ``user_info[offset % window.size]`` (the layout must be C-contiguous over those trailing axes);
+  user data on the host is copied to the execution device; user data on the GPU is used in place (no copy), so the
+  plan reads it when the FFT runs;
+- LTO-IR (GPU only): ``bytes``, or nvmath-python's ``{"ltoir": bytes, "data": device pointer or array}``, or
+  ``Callback(ltoir_bytes, data=...)``; the LTO-IR must export cuFFT's default callback name for the element type.
+
+Normalization: callbacks see the unnormalised transform (a prolog the input, an epilog the raw FFT result); the
+``norm=`` scale of the stateless functions is applied to the stored output after the epilog ran.
+"""
+
+import dataclasses
+import hashlib
+import math
+
+import numpy as np
+
+from ... import _cuda, _operands
+from ..._execution import ExecutionCPU
+from . import _layout
+
+__all__ = ["Callback", "BoundCallback", "as_callback", "bind_callback", "element_dtype_for"]
+
+
+class Callback:
+    """A prolog or epilog with its user data: ``Callback(fn_or_ltoir, data=None)``.
+
+    >>> import numpy as np
+    >>> def scale(data_out, offset, value, user_info, unused):
+    ...     data_out[offset] = value * user_info[0]
+    >>> Callback(scale, data=np.float32(0.5))
+    Callback(scale, data=float32[()])
+    """
+
+    __slots__ = ("function", "data")
+
+    def __init__(self, function, data=None):
+        if not (callable(function) or isinstance(function, (bytes, bytearray, memoryview))):
+            raise TypeError(f"Callback needs a Python function or LTO-IR bytes, not {type(function).__name__}")
+        self.function, self.data = function, data
+
+    def __repr__(self):
+        name = getattr(self.function, "__name__", None) or f"<{len(self.function)} bytes of LTO-IR>"
+        data = None if self.data is None else f"{np.dtype(_dtype_of(self.data)).name}{list(_shape_of(self.data))}"
+        return f"Callback({name}, data={data})".replace("[]", "[()]")
+
+
+def _dtype_of(data):
+    from ...jit._user_data import dtype_name
+    return dtype_name(getattr(data, "dtype", np.asarray(data).dtype))
+
+
+def _shape_of(data):
+    return tuple(getattr(data, "shape", np.shape(data)))
+
+
+@dataclasses.dataclass(eq=False)
+class BoundCallback:
+    """A user's callback resolved for one transform and execution space (see the engine contract).
+
+    function     the Python function, or None when only LTO-IR was given
+    ltoir        LTO-IR bytes (GPU), else None
+    symbol       symbol name to pass to cuFFT (None: the default name)
+    cufft_type   cuFFT's cufftXtCallbackType code
+    data         the user-data Operand on the execution device (C-contiguous), or None
+    data_ptr     its pointer, or 0
+    key          hashable; equal keys give identical plans
+    """
+
+    kind: str
+    function: object
+    ltoir: bytes | None
+    symbol: str | None
+    cufft_type: int
+    data: object
+    data_ptr: int
+    key: tuple
+    element_dtype: str
+    user_info_dtype: str | None
+
+    @property
+    def user_info(self):
+        """The user data as a 1-D NumPy array (CPU), or None."""
+        if self.data is None:
+            return None
+        return self.data.numpy().reshape(-1)
+
+
+def as_callback(value, kind):
+    """Normalise what the user passed as ``prolog=`` / ``epilog=`` into a :class:`Callback` (or None)."""
+    if value is None or isinstance(value, Callback):
+        return value
+    if isinstance(value, dict):
+        unknown = sorted(set(value) - {"ltoir", "data", "function"})
+        if unknown or ("ltoir" in value) == ("function" in value):
+            raise ValueError(f"{kind} given as a dict must have exactly one of 'ltoir' or 'function', and optionally "
+                             f"'data'; got keys {sorted(value)}")
+        return Callback(value.get("ltoir", value.get("function")), value.get("data"))
+    if callable(value) or isinstance(value, (bytes, bytearray, memoryview)):
+        return Callback(value)
+    raise TypeError(f"{kind} must be None, a Python function, a mathpy.fft.Callback, LTO-IR bytes or a dict "
+                    f"{{'ltoir': bytes, 'data': pointer}}; got {type(value).__name__}")
+
+
+def element_dtype_for(kind, fft_type, precision):
+    """The element type a ``kind`` callback loads or stores for a transform (see mathpy.jit)."""
+    real = np.dtype(precision)
+    complex_ = np.result_type(real, np.complex64)
+    if kind == "prolog":
+        return (real if fft_type == "R2C" else complex_).name
+    return (real if fft_type == "C2R" else complex_).name
+
+
+def _digest(array):
+    return hashlib.blake2b(np.ascontiguousarray(array).view(np.uint8).reshape(-1), digest_size=16).hexdigest()
+
+
+def _prepare_data(data, layout_shape, layout_strides, execution, function_name):
+    """User data as (operand on the execution device, C-contiguous, in the callback's layout; key part)."""
+    if isinstance(data, (bool, int, float, complex, np.generic)):
+        data = np.asarray(data)
+    op = _operands.wrap_operand(data, f"user data of {function_name}")
+    dtype = op.dtype
+    from ...jit import USER_INFO_DTYPES
+    if dtype.name not in USER_INFO_DTYPES:
+        raise TypeError(f"user data of {function_name} has dtype {dtype.name}; allowed are {', '.join(USER_INFO_DTYPES)}")
+    on_gpu = not isinstance(execution, ExecutionCPU)
+    if on_gpu and not op.on_host and op.device_id != execution.device_id:
+        raise ValueError(f"user data of {function_name} lives on cuda:{op.device_id}, but the FFT runs on "
+                         f"cuda:{execution.device_id}; move it there first")
+    layout_shape, layout_strides = tuple(layout_shape), tuple(layout_strides)
+    shape = op.shape
+    squeezed = shape
+    while squeezed and squeezed[0] == 1:
+        squeezed = squeezed[1:]
+    c_layout = _layout.c_strides(layout_shape)
+    relayout = False
+    if op.size == 1:
+        pass
+    elif squeezed == layout_shape:
+        relayout = tuple(layout_strides) != tuple(c_layout) and any(e != 1 for e in layout_shape)
+    elif squeezed in [layout_shape[i:] for i in range(1, len(layout_shape))]:
+        k = len(squeezed)
+        trailing = [(e, s) for e, s in zip(layout_shape[-k:], layout_strides[-k:]) if e != 1]
+        expected = [(e, s) for e, s in zip(squeezed, _layout.c_strides(squeezed)) if e != 1]
+        if trailing != expected:
+            raise ValueError(f"user data of {function_name} of shape {shape} is a window over the last {k} axes, but "
+                             f"the callback's layout (shape {layout_shape}, strides {layout_strides}) is not "
+                             f"C-contiguous over them, so `user_info[offset % {op.size}]` would not find it; give "
+                             f"data of the full shape {layout_shape} instead")
+    else:
+        suffixes = " or ".join(str(layout_shape[i:]) for i in range(len(layout_shape)))
+        raise ValueError(f"user data of {function_name} has shape {shape}; it must be a scalar, the shape of the "
+                         f"layout the callback sees {layout_shape}, or a suffix of it ({suffixes})")
+
+    copied = relayout or not op.is_c_contiguous or (op.on_host == on_gpu)
+    if not copied:
+        key = ("ptr", op.data_ptr, shape, op.strides, dtype.str, op.device_id)
+        return op, key
+    host = op.numpy() if op.on_host else _operands.to_host(op, None).tensor
+    if relayout:
+        span = 1 + sum((e - 1) * s for e, s in zip(layout_shape, layout_strides))
+        buffer = np.zeros(span, dtype)
+        view = np.lib.stride_tricks.as_strided(buffer, layout_shape, tuple(s * dtype.itemsize for s in layout_strides))
+        view[...] = host.reshape(layout_shape)
+        host = buffer
+    else:
+        host = np.ascontiguousarray(host).reshape(-1)
+    key = ("copy", _digest(host), host.shape, dtype.str)
+    if on_gpu:
+        return _operands.to_device(_operands.wrap_operand(host), execution.device_id, None), key
+    return _operands.wrap_operand(host), key
+
+
+def _function_key(py, kind, element, info):
+    try:
+        from ...jit._cache import callback_key
+        from ...jit._spec import CallbackSpec
+        return ("fn", callback_key(py, CallbackSpec(kind, element, info, (0, 0))))
+    except Exception:
+        return ("id", id(py), py)
+
+
+def bind_callback(callback, kind, fft_type, precision, layout_shape, layout_strides, execution):
+    """Resolve a :class:`Callback` (see :func:`as_callback`) for one transform; validates everything at plan time."""
+    if callback is None:
+        return None
+    from ... import jit
+    element = element_dtype_for(kind, fft_type, precision)
+    function = callback.function
+    on_gpu = not isinstance(execution, ExecutionCPU)
+    if isinstance(function, (bytes, bytearray, memoryview)):
+        if not on_gpu:
+            raise ValueError(f"a {kind} given as LTO-IR runs only on the GPU; pass the Python function to run it on "
+                             f"the CPU")
+        ltoir = bytes(function)
+        data, data_ptr, data_key = None, 0, None
+        if isinstance(callback.data, int) and not isinstance(callback.data, bool):
+            data_ptr, data_key = callback.data, ("ptr", callback.data)
+        elif callback.data is not None:
+            data, data_key = _prepare_data(callback.data, layout_shape, layout_strides, execution, f"{kind} LTO-IR")
+            data_ptr = data.data_ptr
+        return BoundCallback(kind, None, ltoir, None, jit.CALLBACK_TYPES[(kind, element)], data, data_ptr,
+                             (kind, "ltoir", hashlib.blake2b(ltoir, digest_size=16).hexdigest(), data_key),
+                             element, None)
+
+    from ...jit._spec import check_function, describe_function
+    py = check_function(function, kind)
+    name = describe_function(py)
+    data = data_key = None
+    info = None
+    if callback.data is not None:
+        data, data_key = _prepare_data(callback.data, layout_shape, layout_strides, execution, f"{kind} {name}")
+        info = data.dtype.name
+    if on_gpu:
+        compiled = jit.compile_callback(py, kind, element, info, _cuda.compute_capability(execution.device_id))
+        fn_key = ("fn", compiled.key) if compiled.key is not None else ("id", id(py), py)
+        return BoundCallback(kind, py, compiled.ltoir, compiled.symbol, compiled.cufft_callback_type, data,
+                             0 if data is None else data.data_ptr, (kind, fn_key, element, info, data_key),
+                             element, info)
+    bound = BoundCallback(kind, py, None, None, jit.CALLBACK_TYPES[(kind, element)], data,
+                          0 if data is None else data.data_ptr, (kind, _function_key(py, kind, element, info),
+                                                                 element, info, data_key), element, info)
+    _dry_run(bound)
+    return bound
+
+
+def _dry_run(bound):
+    """Compile the CPU loop now (one element), so typing errors surface at plan time, not at execute."""
+    from ...jit import apply_epilog_cpu, apply_prolog_cpu
+    buffer = np.zeros(1, bound.element_dtype)
+    offsets = np.zeros(1, np.int64)
+    if bound.kind == "prolog":
+        apply_prolog_cpu(bound.function, buffer, offsets, bound.user_info)
+    else:
+        apply_epilog_cpu(bound.function, buffer, offsets, buffer.copy(), bound.user_info)
+
+
+def element_offsets(shape, strides):
+    """The element offset of every element of a layout, shaped like it (int64)."""
+    offsets = np.zeros(shape, np.int64)
+    for axis, (extent, stride) in enumerate(zip(shape, strides)):
+        index = np.arange(extent, dtype=np.int64) * stride
+        offsets += index.reshape((extent,) + (1,) * (len(shape) - axis - 1))
+    return offsets
+
+
+def span(shape, strides):
+    """Elements from the first to one past the last element of a layout with non-negative strides."""
+    if any(e == 0 for e in shape):
+        return 0
+    return 1 + sum((e - 1) * s for e, s in zip(shape, strides))

@@ -1,0 +1,535 @@
+"""The stateful FFT: plan once, execute many times, free.
+
+>>> import numpy as np
+>>> x = np.arange(8, dtype=np.complex64).reshape(2, 4)
+>>> with FFT(x, axes=[1]) as f:
+...     f.plan()
+...     y = f.execute()
+>>> np.allclose(y, np.fft.fft(x, axis=1))
+True
+>>> f.execute()
+Traceback (most recent call last):
+...
+mathpy._errors.InvalidPlanStateError: this FFT was freed; create a new one
+
+``FFT`` is unnormalised in both directions (as cuFFT and nvmath-python): ``execute(direction="inverse")`` after a
+forward transform returns the input times the transform's size. The stateless functions apply ``norm=``.
+"""
+
+import contextlib
+import operator
+import threading
+import weakref
+
+import numpy as np
+
+from ... import _cuda, _operands
+from ..._errors import InvalidPlanStateError, UnsupportedLayoutError
+from ..._execution import ExecutionCPU, ExecutionCUDA, resolve_execution
+from ..._log import logger
+from ..._options import check_or_create_options
+from ..._plan_cache import PlanCache
+from ..._streams import stream_pointer
+from . import _layout
+from ._callback import as_callback, bind_callback
+from ._options import FFTOptions
+
+__all__ = ["FFT", "plan_cache", "plan_cache_info", "plan_cache_clear", "set_plan_cache_size"]
+
+#: Engines behind the stateless functions, keyed by (Transform, execution, device, prolog key, epilog key).
+plan_cache = PlanCache("fft", max_plans=64, max_bytes=1 << 30)
+
+
+def plan_cache_info():
+    """Plans, workspace bytes, hits, misses and evictions of the cache behind the stateless FFT functions."""
+    return plan_cache.info()
+
+
+def plan_cache_clear():
+    """Free every cached FFT plan (plans in use are freed when their call returns)."""
+    plan_cache.clear()
+
+
+def set_plan_cache_size(max_plans=None, max_bytes=None):
+    """Bound the FFT plan cache by count and by workspace bytes (``max_plans=0`` turns caching off)."""
+    plan_cache.resize(max_plans, max_bytes)
+
+
+_DIRECTIONS = {"forward": -1, "inverse": 1, -1: -1, 1: 1}
+_REAL = {np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)}
+_COMPLEX = {np.dtype(np.complex64): np.dtype(np.float32), np.dtype(np.complex128): np.dtype(np.float64)}
+
+# One lock per GPU engine shared through the plan cache: cufftSetStream + cufftExec must not interleave between threads.
+_engine_locks = weakref.WeakKeyDictionary()
+_engine_locks_guard = threading.Lock()
+
+
+def _resolve_type(dtype, fft_type):
+    """(fft type, real precision) for an operand dtype, or TypeError/ValueError quoting what is allowed."""
+    if dtype in _REAL:
+        kind = fft_type or "R2C"
+        if kind != "R2C":
+            raise ValueError(f"fft_type {kind!r} needs a complex operand; a real {dtype} operand allows only 'R2C'")
+        return kind, dtype
+    if dtype in _COMPLEX:
+        kind = fft_type or "C2C"
+        if kind == "R2C":
+            raise ValueError(f"fft_type 'R2C' needs a real operand (float32/float64), not {dtype}")
+        return kind, _COMPLEX[dtype]
+    raise TypeError(f"the FFT operand has dtype {dtype}; supported are float32, float64, complex64, complex128 (and "
+                    f"float16 on the GPU). The stateless functions (mathpy.fft.fft, ...) promote integers.")
+
+
+def normalize_axes(axes, ndim):
+    """Non-negative axes, checked for range and duplicates (ValueError quoting the bad axis)."""
+    if axes is None:
+        return tuple(range(ndim))
+    if isinstance(axes, (int, np.integer)):
+        axes = (axes,)
+    result = []
+    for axis in axes:
+        try:
+            axis = operator.index(axis)
+        except TypeError:
+            raise TypeError(f"axes must be integers, got {axis!r}") from None
+        if not -ndim <= axis < ndim:
+            raise ValueError(f"axis {axis} is out of range for an operand of {ndim} dimension(s) "
+                             f"(allowed: {-ndim}..{ndim - 1})")
+        result.append(axis % ndim)
+    if len(set(result)) != len(result):
+        raise ValueError(f"axes {tuple(axes)} repeat an axis")
+    if not result:
+        raise ValueError("axes must name at least one axis")
+    return tuple(result)
+
+
+def _dense(shape, strides):
+    """(permutation, shape in that order, inverse permutation) to allocate a dense array with ``strides``."""
+    perm = _layout.dense_permutation(strides)
+    inverse = tuple(int(i) for i in np.argsort(perm))
+    return perm, tuple(shape[p] for p in perm), inverse
+
+
+def _choose_layouts(kind, precision, shape, in_strides_candidate, out_shape, axes):
+    """(input strides, output strides) one plan addresses without looping (callbacks see these)."""
+    in_strides = _layout.engine_layout(shape, in_strides_candidate, axes)
+    for attempt in range(2):
+        perm = _layout.dense_permutation(in_strides)
+        out_strides, step = [0] * len(out_shape), 1
+        for axis in reversed(perm):
+            out_strides[axis] = step
+            step *= max(out_shape[axis], 1)
+        out_strides = _layout.engine_layout(out_shape, tuple(out_strides), axes)
+        transform = _layout.Transform(kind, precision, shape, in_strides, out_shape, out_strides, axes)
+        try:
+            _layout.cufft_params(transform, allow_loops=False)
+            return transform
+        except UnsupportedLayoutError:
+            in_strides = _layout.engine_layout(shape, _layout.c_strides(shape), axes)
+    return transform
+
+
+class _Resources:
+    """What a live FFT holds: its engine (owned, or borrowed from the plan cache). The weakref.finalize safety net
+    calls :meth:`release`, so it must not refer to the FFT itself."""
+
+    __slots__ = ("engine", "borrow")
+
+    def __init__(self):
+        self.engine = self.borrow = None
+
+    def release(self):
+        engine, borrow = self.engine, self.borrow
+        self.engine = self.borrow = None
+        if borrow is not None:
+            borrow.__exit__(None, None, None)
+        elif engine is not None:
+            engine.free()
+
+
+class FFT:
+    """A planned FFT of one operand over up to three ``axes`` (all axes by default; the stateless functions decompose
+    more). The operand's dtype picks the transform: complex -> C2C, real -> R2C, or ``options.fft_type="C2R"`` for a
+    complex Hermitian operand.
+
+    operand    NumPy / CuPy / torch array (or anything with ``__dlpack__`` / ``__cuda_array_interface__``).
+    axes       the transform axes; for R2C/C2R the last one is the halved axis.
+    options    :class:`FFTOptions` (or a dict of its fields).
+    execution  None (where the operand lives), "cpu", "cuda", ``ExecutionCPU(num_threads=...)``,
+               ``ExecutionCUDA(device_id=...)``; data moves as needed and results come back where the operand lives.
+    stream     CUDA stream (int handle, CuPy/torch stream, ``__cuda_stream__``); default: the package's current one.
+
+    Lifecycle: ``plan(prolog=, epilog=)`` -> ``execute(direction=)`` (any number of times; ``reset_operand(new)``
+    between them) -> ``free()`` (or use ``with``).
+    """
+
+    def __init__(self, operand, axes=None, options=None, execution=None, stream=None, *, _cached=False):
+        op = _operands.wrap_operand(operand)
+        options = check_or_create_options(FFTOptions, options, "options")
+        execution = resolve_execution(execution, op.device_id)
+        fft_type, precision = _resolve_type(op.dtype, options.fft_type)
+        axes = normalize_axes(axes, op.ndim)
+        if len(axes) > 3:
+            raise ValueError(f"FFT transforms at most 3 axes per plan, got axes {axes}; the stateless functions "
+                             f"(mathpy.fft.fftn, ...) decompose more")
+        shape = op.shape
+        if any(extent == 0 for extent in shape):
+            raise ValueError(f"the FFT operand has a zero-size axis (shape {shape})")
+        engine_axes = tuple(sorted(axes)) if fft_type == "C2C" else tuple(sorted(axes[:-1])) + (axes[-1],)
+        last = engine_axes[-1]
+        out_shape = list(shape)
+        if fft_type == "R2C":
+            out_shape[last] = shape[last] // 2 + 1
+        elif fft_type == "C2R":
+            out_shape[last] = 2 * (shape[last] - 1) + (options.last_axis_parity == "odd")
+            if out_shape[last] < 1:
+                raise ValueError(f"a C2R transform of length {shape[last]} along axis {last} with even parity has no "
+                                 f"output; use last_axis_parity='odd' or a longer axis")
+        out_shape = tuple(out_shape)
+
+        on_gpu = isinstance(execution, ExecutionCUDA)
+        if on_gpu:
+            _cuda.require_device(execution.device_id)
+            if not op.on_host and op.device_id != execution.device_id:
+                raise ValueError(f"the operand lives on cuda:{op.device_id} but execution asks for "
+                                 f"cuda:{execution.device_id}; move the operand or change execution")
+        if precision == np.float16:
+            if not on_gpu:
+                raise TypeError("half precision FFTs (float16) run only on the GPU (execution='cuda'); use float32 "
+                                "on the CPU")
+            raise TypeError("half precision FFTs need a complex32 array type, which mathpy's operand layer does not "
+                            "provide yet; use float32")
+        local = op.on_host != on_gpu
+        # cuFFT's C2R overwrites its input: the GPU always transforms a copy.
+        use_operand = local and not (on_gpu and fft_type == "C2R")
+        candidate = op.strides if use_operand else _layout.c_strides(shape)
+        if options.inplace:
+            if fft_type != "C2C":
+                raise ValueError(f"in-place FFTs are C2C only; this is {fft_type}")
+            if not local:
+                raise ValueError("an in-place FFT needs the operand where it executes (execution "
+                                 f"{execution.name!r}, operand on {'the host' if op.on_host else 'a GPU'})")
+            if _layout.engine_layout(shape, op.strides, engine_axes) != op.strides:
+                raise UnsupportedLayoutError(f"an in-place FFT needs a layout the library addresses directly; shape "
+                                             f"{shape} with strides {op.strides} over axes {axes} is not one")
+            if op.package == "numpy" and not op.tensor.flags.writeable:
+                raise ValueError("an in-place FFT needs a writable operand")
+            transform = _layout.Transform(fft_type, precision, shape, op.strides, out_shape, op.strides, engine_axes)
+        else:
+            transform = _choose_layouts(fft_type, precision, shape, candidate, out_shape, engine_axes)
+
+        self._op, self._options, self._execution = op, options, execution
+        self._fft_type, self._axes, self._transform = fft_type, axes, transform
+        self._on_gpu, self._local, self._cached = on_gpu, local, _cached
+        self._copy_input = not (use_operand and transform.input_strides == op.strides)
+        self._default_direction = 1 if fft_type == "C2R" else -1
+        self._device_package = None
+        self._stream = None
+        if on_gpu:
+            self._device_package = op.package if not op.on_host else _operands.gpu_array_package()
+            self._stream = stream_pointer(stream, self._device_package, execution.device_id)
+        self._in_perm = _dense(shape, transform.input_strides)
+        self._out_perm = _dense(out_shape, transform.output_strides)
+        self._staging = None
+        if not on_gpu and self._copy_input:  # reused: the CPU runs synchronously
+            self._staging = self._dense_host(shape, transform.input_strides, transform.input_dtype)
+        self._host_view = op.numpy() if (op.on_host and not on_gpu) else None
+        self._resources = _Resources()
+        self._finalizer = weakref.finalize(self, self._resources.release)
+        self._freed = False
+        self._lock = None
+        self._prolog = self._epilog = None
+        logger.debug("FFT %s over axes %s of %r on %s (copy input: %s)", fft_type, axes, op, execution,
+                     self._copy_input)
+
+    # --- properties ------------------------------------------------------------------------------------------------
+    @property
+    def fft_type(self):
+        """"C2C", "R2C" or "C2R"."""
+        return self._fft_type
+
+    @property
+    def axes(self):
+        return self._axes
+
+    @property
+    def execution(self):
+        return self._execution
+
+    @property
+    def options(self):
+        return self._options
+
+    @property
+    def transform(self):
+        """The engine's :class:`~mathpy.host.fft._layout.Transform`."""
+        return self._transform
+
+    @property
+    def input_layout(self):
+        """(shape, strides) in elements of the input as the prolog sees it: ``offset`` indexes this layout."""
+        return self._transform.input_shape, self._transform.input_strides
+
+    @property
+    def output_layout(self):
+        """(shape, strides) in elements of the output as the epilog sees it."""
+        return self._transform.output_shape, self._transform.output_strides
+
+    @property
+    def output_dtype(self):
+        return self._transform.output_dtype
+
+    # --- lifecycle ---------------------------------------------------------------------------------------------------
+    def _check_live(self):
+        if self._freed:
+            raise InvalidPlanStateError("this FFT was freed; create a new one")
+
+    def plan(self, prolog=None, epilog=None):
+        """Plan the transform, with optional prolog/epilog callbacks (a Python function, a
+        :class:`~mathpy.fft.Callback` with user data, or LTO-IR; see :mod:`mathpy.host.fft._callback`).
+
+        Planning again replaces the previous plan. Errors (bad callbacks, bad user data, library failures) leave the
+        FFT as it was."""
+        self._check_live()
+        t, execution = self._transform, self._execution
+        bound_prolog = bind_callback(as_callback(prolog, "prolog"), "prolog", t.kind, t.precision, t.input_shape,
+                                     t.input_strides, execution)
+        bound_epilog = bind_callback(as_callback(epilog, "epilog"), "epilog", t.kind, t.precision, t.output_shape,
+                                     t.output_strides, execution)
+        device_id = execution.device_id if self._on_gpu else None
+
+        def create():
+            engine = _make_engine(t, execution, bound_prolog, bound_epilog)
+            return engine, engine.workspace_bytes
+
+        resources = _Resources()
+        if self._cached:
+            key = (t, execution, device_id, None if bound_prolog is None else bound_prolog.key,
+                   None if bound_epilog is None else bound_epilog.key)
+            borrow = plan_cache.borrow(key, create)
+            resources.engine, resources.borrow = borrow.__enter__(), borrow
+        else:
+            resources.engine = create()[0]
+        self._resources.release()
+        self._finalizer.detach()
+        self._resources = resources
+        self._finalizer = weakref.finalize(self, resources.release)
+        self._engine = resources.engine
+        self._prolog, self._epilog = bound_prolog, bound_epilog
+        if self._on_gpu:
+            with _engine_locks_guard:
+                self._lock = _engine_locks.setdefault(self._engine, threading.Lock())
+        return self
+
+    def free(self):
+        """Release the plan and its workspace now; idempotent. The FFT cannot be used afterwards."""
+        if self._freed:
+            return
+        self._freed = True
+        self._finalizer.detach()
+        self._resources.release()
+        self._engine = None
+        self._op = self._host_view = self._staging = None
+        self._prolog = self._epilog = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.free()
+
+    def reset_operand(self, operand):
+        """Use ``operand`` from the next :meth:`execute` on. It must match the planned one in package, device, shape,
+        strides and dtype (else ValueError and nothing changes)."""
+        self._check_live()
+        new = _operands.wrap_operand(operand)
+        old = self._op
+        for what in ("package", "device_id", "shape", "strides", "dtype"):
+            if getattr(new, what) != getattr(old, what):
+                raise ValueError(f"reset_operand: the new operand's {what} {getattr(new, what)!r} differs from the "
+                                 f"planned {getattr(old, what)!r}; create a new FFT for it")
+        if self._options.inplace and new.package == "numpy" and not new.tensor.flags.writeable:
+            raise ValueError("reset_operand: an in-place FFT needs a writable operand")
+        self._op = new
+        self._host_view = new.numpy() if (new.on_host and not self._on_gpu) else None
+
+    # --- execution ---------------------------------------------------------------------------------------------------
+    def execute(self, direction=None, stream=None):
+        """Run the planned transform and return the result in the operand's package and on its device (the operand
+        itself for in-place plans). ``direction``: "forward" / -1 or "inverse" / +1 (C2C only; R2C is forward and
+        C2R inverse). Unnormalised."""
+        return self._execute(direction, stream, None, None)
+
+    def _direction(self, direction):
+        if direction is None:
+            return self._default_direction
+        try:
+            value = _DIRECTIONS[direction]
+        except (KeyError, TypeError):
+            raise ValueError(f"direction {direction!r} is not supported; allowed are 'forward', 'inverse', -1, 1") \
+                from None
+        if self._fft_type != "C2C" and value != self._default_direction:
+            raise ValueError(f"a {self._fft_type} FFT runs only {'forward' if value == 1 else 'inverse'}")
+        return value
+
+    def _execute(self, direction, stream, scale, out):
+        if self._freed:
+            raise InvalidPlanStateError("this FFT was freed; create a new one")
+        engine = self._resources.engine
+        if engine is None:
+            raise InvalidPlanStateError("execute() before plan(): call plan() first")
+        value = self._direction(direction)
+        if self._on_gpu:
+            return self._execute_gpu(engine, value, stream, scale, out)
+        return self._execute_cpu(engine, value, scale, out)
+
+    @staticmethod
+    def _dense_host(shape, strides, dtype):
+        perm, dense_shape, inverse = _dense(shape, strides)
+        return np.empty(dense_shape, dtype).transpose(inverse)
+
+    def _execute_cpu(self, engine, direction, scale, out):
+        op, t = self._op, self._transform
+        if self._local:
+            x = self._host_view
+        else:
+            x = _operands.to_host(op, None).tensor
+        if self._copy_input:
+            np.copyto(self._staging, x, casting="no")
+            x = self._staging
+        if self._options.inplace:
+            result = x
+        elif out is not None and out.package == "numpy" and out.strides == t.output_strides and \
+                not np.may_share_memory(out.tensor, x):
+            result = out.tensor
+        else:
+            result = self._dense_host(t.output_shape, t.output_strides, t.output_dtype)
+        engine.execute(x, result, direction, None)
+        if scale is not None:
+            result *= result.dtype.type(scale) if result.dtype.kind == "f" else np.dtype(t.precision).type(scale)
+        if self._options.inplace:
+            return op.tensor
+        if out is not None:
+            if result is not out.tensor:
+                _copy_to_out(out, result, None)
+            return out.tensor
+        if op.package == "numpy" and op.on_host:
+            return result
+        return _operands.as_package(result, op, None)
+
+    def _execute_gpu(self, engine, direction, stream, scale, out):
+        op, t = self._op, self._transform
+        stream = self._stream if stream is None else stream_pointer(stream, self._device_package,
+                                                                    self._execution.device_id)
+        device_id = self._execution.device_id
+        package = self._device_package
+        if not self._copy_input:
+            x, x_ptr = op.tensor, op.data_ptr
+        else:
+            x = self._dense_device(t.input_shape, t.input_strides, t.input_dtype, stream)
+            if op.on_host:
+                _upload(x, op.numpy(), self._in_perm, package, stream)
+            else:
+                _device_copy(x, op.tensor, package, device_id, stream)
+            x_ptr = _operands.wrap_operand(x).data_ptr
+        if self._options.inplace:
+            result, result_ptr = x, x_ptr
+        else:
+            result = self._dense_device(t.output_shape, t.output_strides, t.output_dtype, stream)
+            result_ptr = _operands.wrap_operand(result).data_ptr
+        with self._lock:
+            engine.execute(x_ptr, result_ptr, direction, stream)
+        if scale is not None:
+            _scale_device(result, scale, np.dtype(t.precision), package, device_id, stream)
+        if self._options.inplace:
+            return op.tensor
+        if out is not None:
+            _copy_to_out(out, result, stream)
+            return out.tensor
+        if op.on_host:
+            return _operands.as_package(result, op, stream)
+        return result
+
+    def _dense_device(self, shape, strides, dtype, stream):
+        perm, dense_shape, inverse = _dense(shape, strides)
+        array = _operands.empty(self._device_package, dense_shape, dtype, self._execution.device_id, stream)
+        if perm == tuple(range(len(perm))):
+            return array
+        return array.permute(inverse) if self._device_package == "torch" else array.transpose(inverse)
+
+    def __repr__(self):
+        state = "freed" if self._freed else ("planned" if self._resources.engine is not None else "not planned")
+        return f"FFT({self._fft_type}, axes={self._axes}, {self._execution}, {state})"
+
+
+def _make_engine(transform, execution, prolog, epilog):
+    if isinstance(execution, ExecutionCPU):
+        from ._cpu import CPUEngine
+        return CPUEngine(transform, execution=execution, prolog=prolog, epilog=epilog)
+    from ._cufft import CUFFTEngine
+    return CUFFTEngine(transform, execution=execution, prolog=prolog, epilog=epilog)
+
+
+# --- data movement on the GPU, in the operand package's own terms (stream-ordered) ------------------------------------
+
+@contextlib.contextmanager
+def _on_stream(package, device_id, stream):
+    if package == "cupy":
+        import cupy
+        with cupy.cuda.Device(device_id), cupy.cuda.ExternalStream(stream):
+            yield
+    else:
+        import torch
+        with torch.cuda.device(device_id), torch.cuda.stream(torch.cuda.ExternalStream(stream,
+                                                                                       device=f"cuda:{device_id}")):
+            yield
+
+
+def _upload(device_view, host, perm, package, stream):
+    """Copy host array ``host`` into the dense device array ``device_view`` (a permuted view of a contiguous buffer)."""
+    dense = np.ascontiguousarray(host.transpose(perm[0]))
+    if package == "cupy":
+        import cupy
+        base = device_view.transpose(perm[0])  # contiguous again
+        base.set(dense, stream=cupy.cuda.ExternalStream(stream))
+    else:
+        import torch
+        base = device_view.permute(perm[0])
+        with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=base.device)):
+            base.copy_(_operands._Torch._from_numpy_host(dense), non_blocking=False)
+
+
+def _device_copy(destination, source, package, device_id, stream):
+    with _on_stream(package, device_id, stream):
+        if package == "cupy":
+            import cupy
+            cupy.copyto(destination, source)
+        else:
+            destination.copy_(source)
+
+
+def _scale_device(array, scale, precision, package, device_id, stream):
+    with _on_stream(package, device_id, stream):
+        if package == "cupy":
+            array *= precision.type(scale)
+        else:
+            array.mul_(float(scale))
+
+
+def _copy_to_out(out, result, stream):
+    """Copy ``result`` (NumPy on the host or a device array) into the caller's ``out`` (any package/device)."""
+    if out.on_host:
+        source = result if isinstance(result, np.ndarray) else _operands.to_host(_operands.wrap_operand(result),
+                                                                                 stream).tensor
+        np.copyto(out.numpy(), source, casting="same_kind")
+        return
+    source = _operands.wrap_operand(result)
+    if source.on_host:
+        source = _operands.to_device(source, out.device_id, stream)
+    with _on_stream(out.package, out.device_id, stream or 0):
+        if out.package == "cupy":
+            import cupy
+            cupy.copyto(out.tensor, cupy.from_dlpack(source.tensor) if source.package != "cupy" else source.tensor)
+        else:
+            import torch
+            out.tensor.copy_(source.tensor if source.package == "torch" else torch.from_dlpack(source.tensor))

@@ -1,0 +1,51 @@
+"""A scipy.fft backend (the uarray protocol CuPy and pyFFTW implement): run SciPy FFT calls through mathpy.
+
+>>> import numpy as np, scipy.fft
+>>> import mathpy.fft
+>>> with scipy.fft.set_backend(mathpy.fft.scipy_backend):
+...     y = scipy.fft.fft(np.ones(4))
+>>> y
+array([4.+0.j, 0.+0.j, 0.+0.j, 0.+0.j])
+
+Functions mathpy has (fft, ifft, rfft, irfft, hfft, ihfft and their 2-D / N-D forms) run through mathpy when their
+arguments have a mathpy equivalent; for anything else (dct, dst, hfftn, ``overwrite_x=True`` is ignored, ``workers``
+becomes ``ExecutionCPU(num_threads=workers)``, ``plan`` must be None) ``NotImplemented`` lets SciPy try the next
+backend.
+"""
+
+from ..._execution import ExecutionCPU
+from . import _functions
+
+__all__ = ["__ua_domain__", "__ua_function__"]
+
+__ua_domain__ = "numpy.scipy.fft"
+
+_NAMES = ("fft", "ifft", "rfft", "irfft", "hfft", "ihfft", "fft2", "ifft2", "rfft2", "irfft2", "fftn", "ifftn",
+          "rfftn", "irfftn")
+_ONE_D = {"fft", "ifft", "rfft", "irfft", "hfft", "ihfft"}
+
+
+def __ua_function__(method, args, kwargs):
+    name = getattr(method, "__name__", None)
+    if name not in _NAMES:
+        return NotImplemented
+    kwargs = dict(kwargs)
+    if kwargs.pop("plan", None) is not None:
+        return NotImplemented
+    kwargs.pop("overwrite_x", None)
+    workers = kwargs.pop("workers", None)
+    if set(kwargs) - {"n", "axis", "s", "axes", "norm"}:
+        return NotImplemented
+    if workers is not None:
+        if workers < 0:
+            import os
+            workers = max(1, (os.cpu_count() or 1) + 1 + workers)
+        from ... import _operands
+        if _operands.wrap_operand(args[0]).on_host:
+            kwargs["execution"] = ExecutionCPU(num_threads=workers)
+    try:
+        return getattr(_functions, name)(*args, **kwargs)
+    except TypeError:
+        if name in _ONE_D or name.startswith(("rfft", "irfft")):
+            return NotImplemented  # e.g. a dtype mathpy does not take; SciPy may
+        raise
