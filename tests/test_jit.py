@@ -258,3 +258,21 @@ def test_disk_cache_hit_in_new_process(tmp_path):
     assert imported1 == "1"  # the cold run compiled with numba-cuda
     assert imported2 == "0"  # the warm run did not even import it
     assert float(seconds) < 0.05  # about 1 ms; generous for a loaded CI machine
+
+
+@pytest.mark.parametrize("cc", [(4, 0), (9,), "x", "9", 90])
+def test_bad_compute_capability(cc):
+    with pytest.raises(ValueError, match="compute_capability"):
+        jit.compile_prolog(prolog_plain, "complex64", compute_capability=cc)
+
+
+def test_compute_capability_strings():
+    assert jit.compile_callback(prolog_plain, "prolog", "complex64", None, "90").compute_capability == (9, 0)
+    assert jit.compile_callback(prolog_plain, "prolog", "complex64", None, "10.0").compute_capability == (10, 0)
+
+
+def test_compile_time_is_logged(caplog):
+    import logging
+    with caplog.at_level(logging.DEBUG, logger="mathpy"):
+        jit.compile_callback(_scaled(np.float32(11)), "prolog", "complex64", None, CC)
+    assert any("compiled prolog" in r.getMessage() and " ms" in r.getMessage() for r in caplog.records)

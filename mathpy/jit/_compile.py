@@ -4,7 +4,7 @@ import dataclasses
 import threading
 import time
 
-from .._errors import CallbackCompileError, NoDeviceError
+from .._errors import CallbackCompileError, LibraryNotFoundError, NoDeviceError
 from .._log import logger
 from ._cache import Uncacheable, callback_key, load_entry, nvvm_file_id, store_entry
 from ._spec import check_function, describe_function, make_spec
@@ -73,6 +73,12 @@ def _build(py, spec, key, where):
         raise CallbackCompileError(
             f"cannot compile {spec.kind} callback {where} for element {spec.element_dtype}, user_info "
             f"{spec.user_info_dtype or 'void'}:\n{message}") from e
+    except _device.CC_ERRORS as e:
+        raise ValueError(f"compute_capability {spec.compute_capability} is not supported by the installed NVVM: "
+                         f"{e}") from e
+    except _device.MISSING_NVVM_ERRORS as e:
+        raise LibraryNotFoundError(f"libNVVM, which compiles callbacks, was not found: {e}. Install the CUDA "
+                                   f"toolkit's NVVM, e.g. `pip install numba-cuda[cu13]`") from e
     version, path = _device.nvvm_version()
     return ltoir, version, path
 

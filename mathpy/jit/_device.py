@@ -27,9 +27,14 @@ from numba.core import errors as numba_errors
 
 from ._spec import CallbackSpec
 
-__all__ = ["CallbackPointer", "build_ltoir", "numba_type", "nvvm_version", "NUMBA_ERRORS"]
+__all__ = ["CC_ERRORS", "CallbackPointer", "MISSING_NVVM_ERRORS", "NUMBA_ERRORS", "build_ltoir", "numba_type",
+           "nvvm_version"]
 
-NUMBA_ERRORS = (numba_errors.NumbaError,)
+from numba.cuda.cudadrv.error import CCSupportError, NvvmError, NvvmSupportError  # noqa: E402
+
+NUMBA_ERRORS = (numba_errors.NumbaError, NvvmError)  # the user's function does not compile
+CC_ERRORS = (CCSupportError,)                         # the compute capability is not supported by this NVVM
+MISSING_NVVM_ERRORS = (NvvmSupportError,)
 
 _NUMBA_SCALARS = {
     "bool": types.boolean, "int8": types.int8, "int16": types.int16, "int32": types.int32, "int64": types.int64,

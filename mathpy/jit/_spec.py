@@ -81,7 +81,14 @@ def make_spec(kind, element_dtype, user_info_dtype, compute_capability):
         info = None
     else:
         info = _dtype_name(user_info_dtype, "user_info_dtype", USER_INFO_DTYPES)
-    cc = tuple(int(c) for c in compute_capability)
+    try:
+        if isinstance(compute_capability, str):  # "90", "9.0", "100" as nvmath-python and CuPy spell it
+            text = compute_capability.replace(".", "")
+            cc = (int(text[:-1]), int(text[-1]))
+        else:
+            cc = tuple(int(c) for c in compute_capability)
+    except (TypeError, ValueError, IndexError):
+        cc = ()
     if len(cc) != 2 or cc < (5, 0):
         raise ValueError(f"compute_capability must be (major, minor) >= (5, 0), got {compute_capability!r}")
     return CallbackSpec(kind, element, info, cc)
