@@ -16,21 +16,19 @@ Two things make a compiled Python callback as fast as a CUDA C++ one inside cuFF
 import operator
 
 from llvmlite import ir
+from numba.core import errors as numba_errors
 from numba.cuda import types
 from numba.cuda.compiler import compile_cuda
-from numba.cuda.extending import core_models as _models
 from numba.cuda.cudadecl import registry as typing_registry
+from numba.cuda.cudadrv.error import CCSupportError, NvvmError, NvvmSupportError
 from numba.cuda.cudaimpl import registry as lowering_registry
-from numba.cuda.extending import register_model
+from numba.cuda.extending import core_models, register_model
 from numba.cuda.typing.templates import AbstractTemplate, signature
-from numba.core import errors as numba_errors
 
 from ._spec import CallbackSpec
 
 __all__ = ["CC_ERRORS", "CallbackPointer", "MISSING_NVVM_ERRORS", "NUMBA_ERRORS", "build_ltoir", "numba_type",
            "nvvm_version"]
-
-from numba.cuda.cudadrv.error import CCSupportError, NvvmError, NvvmSupportError  # noqa: E402
 
 NUMBA_ERRORS = (numba_errors.NumbaError, NvvmError)  # the user's function does not compile
 CC_ERRORS = (CCSupportError,)                         # the compute capability is not supported by this NVVM
@@ -63,7 +61,7 @@ class CallbackPointer(types.Type):
         return self.role == "user_info"
 
 
-register_model(CallbackPointer)(_models.PointerModel)
+register_model(CallbackPointer)(core_models.PointerModel)
 
 
 def _vector_pointer(builder, elem_ptr, dtype, global_space):
@@ -92,8 +90,8 @@ def _element_pointer(context, builder, ptrty, ptr, idxty, idx):
     return builder.gep(ptr, [idx])
 
 
-def _lower_load(context, builder, signature, args):
-    ptrty, idxty = signature.args
+def _lower_load(context, builder, sig, args):
+    ptrty, idxty = sig.args
     dtype = ptrty.dtype
     elem = _element_pointer(context, builder, ptrty, args[0], idxty, args[1])
     vptr = _vector_pointer(builder, elem, dtype, ptrty.readonly)
@@ -107,8 +105,8 @@ def _lower_load(context, builder, signature, args):
     return context.data_model_manager[dtype].from_data(builder, raw)
 
 
-def _lower_store(context, builder, signature, args):
-    ptrty, idxty, valty = signature.args
+def _lower_store(context, builder, sig, args):
+    ptrty, idxty, valty = sig.args
     dtype = ptrty.dtype
     val = context.cast(builder, args[2], valty, dtype)
     elem = _element_pointer(context, builder, ptrty, args[0], idxty, args[1])
