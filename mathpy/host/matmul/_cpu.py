@@ -1,0 +1,136 @@
+"""The CPU matmul engine: NumPy (BLAS) with cuBLASLt's numerics and output formats.
+
+float16, bfloat16 and float8 products are computed in float32 and rounded once, like cuBLASLt's 32F compute type;
+"32F_FAST_TF32" / "_16F" / "_16BF" round the float32 inputs to TF32 / float16 / bfloat16 first (what the tensor cores
+see). Epilogs follow the definitions and formats of :mod:`._epilog` exactly (bitmask bits and padding, GELU tanh
+approximation, bias gradients), so a CPU result can stand in for (and check) a GPU one.
+
+Array arguments of :meth:`CPUEngine.execute` are NumPy views made by the API from the problem's layouts:
+``a (batch, M, K)``, ``b (batch, K, N)``, ``c``/``d (batch, M, N)`` (``c`` may be None), epilog inputs and outputs
+``bias``/bias gradients ``(batch, L)``, ``relu_aux (batch, relu_aux_rows(M), N)`` uint8, ``gelu_aux
+(batch, gelu_aux_rows(M), N)``. Batch strides of inputs may be 0.
+"""
+
+import time
+
+import ml_dtypes
+import numpy as np
+
+from ._epilog import gelu, gelu_grad, pack_bits, unpack_bits
+from ._options import BF16, F16, FLOAT8_DTYPES
+
+__all__ = ["CPUEngine", "CPUAlgorithm"]
+
+
+class CPUAlgorithm:
+    """The one CPU "algorithm": NumPy's matmul on the platform BLAS."""
+
+    name = "numpy"
+
+    def __repr__(self):
+        return "CPUAlgorithm('numpy')"
+
+
+_ALGORITHM = CPUAlgorithm()
+
+
+def _round_tf32(x):
+    """Round float32 values to TF32 (10 explicit mantissa bits), nearest-even."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounded = (bits + np.uint32(0xFFF) + ((bits >> np.uint32(13)) & np.uint32(1))) & np.uint32(0xFFFFE000)
+    finite = np.isfinite(x)
+    return np.where(finite, rounded.view(np.float32), x)
+
+
+def _round_inputs(x, compute_type):
+    if compute_type == "32F_FAST_TF32":
+        if x.dtype.kind == "c":
+            return _round_tf32(x.real) + 1j * _round_tf32(x.imag).astype(np.complex64)
+        return _round_tf32(x)
+    if compute_type == "32F_FAST_16F" and x.dtype.kind == "f":
+        return x.astype(F16).astype(np.float32)
+    if compute_type == "32F_FAST_16BF" and x.dtype.kind == "f":
+        return x.astype(BF16).astype(np.float32)
+    return x
+
+
+def _compute_dtype(dtype):
+    if dtype.kind == "c":
+        return np.dtype(np.complex128) if dtype.itemsize == 16 else np.dtype(np.complex64)
+    return np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
+
+
+def _store(values, out):
+    """Round ``values`` into ``out``'s dtype (float8 saturates to the largest finite value, as cuBLASLt does)."""
+    if out.dtype in FLOAT8_DTYPES:
+        top = float(ml_dtypes.finfo(out.dtype).max)
+        values = np.clip(values, -top, top)
+    out[...] = values.astype(out.dtype)
+
+
+class CPUEngine:
+    """Executes a :class:`~._problem.MatmulProblem` with NumPy; see the module docstring for the argument forms."""
+
+    def __init__(self, problem, *, execution=None, options=None, preferences=None):
+        self.problem = problem
+        self.execution = execution
+        self.algorithms = [_ALGORITHM]
+        self.workspace_bytes = 0
+        self._compute = _compute_dtype(problem.a.dtype)
+        self._freed = False
+
+    def autotune(self, operands, stream=None, iterations=3):
+        """Time the (single) algorithm; returns ``[(algorithm, seconds)]``."""
+        start = time.perf_counter()
+        for _ in range(iterations):
+            self.execute(**operands, stream=stream)
+        return [(self.algorithms[0], (time.perf_counter() - start) / max(iterations, 1))]
+
+    def execute(self, a, b, c, d, epilog_inputs, epilog_outputs, alpha, beta, stream=None):
+        p, ct = self.problem, self._compute
+        spec = p.spec
+        A = _round_inputs(a.astype(ct), p.compute_type)
+        B = _round_inputs(b.astype(ct), p.compute_type)
+        x = np.matmul(A, B)
+        scale = alpha
+        if p.a_scale is not None or p.b_scale is not None:
+            scale = scale * (1.0 if p.a_scale is None else p.a_scale) * (1.0 if p.b_scale is None else p.b_scale)
+        if scale != 1:
+            x *= ct.type(scale)
+        if c is not None and beta != 0:
+            x += ct.type(beta) * c.astype(ct)
+        if spec.bias:
+            x += epilog_inputs["bias"].astype(ct)[:, :, None]
+        m = p.m
+        if spec.aux_out == "relu_aux":
+            epilog_outputs["relu_aux"][...] = pack_bits(x > 0, epilog_outputs["relu_aux"].shape[1])
+        elif spec.aux_out == "gelu_aux":
+            aux = epilog_outputs["gelu_aux"]
+            _store(x, aux[:, :m, :])
+            aux[:, m:, :] = 0
+        activation = spec.activation
+        if activation == "relu":
+            x = np.maximum(x, ct.type(0))
+        elif activation == "gelu":
+            x = gelu(x)
+        elif activation == "drelu":
+            x = x * unpack_bits(epilog_inputs["relu_aux"], m)
+        elif activation == "dgelu":
+            x = x * gelu_grad(epilog_inputs["gelu_aux"][:, :m, :].astype(ct))
+        if spec.bgrad is not None:
+            name = spec.outputs[0]
+            if spec.bgrad == "d":
+                grad = x.sum(axis=2)
+            elif spec.bgrad == "a":
+                grad = A.sum(axis=2)
+            else:
+                grad = B.sum(axis=1)
+            _store(grad, epilog_outputs[name])
+        if p.d_scale is not None:
+            x = x * ct.type(p.d_scale)
+        if p.compute_type == "16F":
+            x = x.astype(F16)
+        _store(x, d)
+
+    def free(self):
+        self._freed = True

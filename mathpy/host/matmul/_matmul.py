@@ -1,0 +1,702 @@
+"""Matrix products with numpy.matmul semantics on cuBLASLt (GPU) or NumPy (CPU): the stateful :class:`Matmul` and the
+stateless :func:`matmul`, a thin layer over it with a plan cache.
+
+The API resolves numpy.matmul's rules (batch broadcasting, 1-D operands) into a :class:`~._problem.MatmulProblem`,
+gives the engine every operand's strides (transposed and strided operands are not copied) and copies only what one
+batch stride and one unit matrix stride cannot express. Results come back in the caller's package and on its device.
+
+>>> import numpy as np, mathpy
+>>> a = np.arange(6, dtype=np.float32).reshape(2, 3)
+>>> mathpy.matmul(a, a.T)                       # a transposed operand: no copy, the engine gets its strides
+array([[ 5., 14.],
+       [14., 50.]], dtype=float32)
+>>> d, aux = mathpy.matmul(a, a.T, epilog="relu_aux")
+>>> aux["relu_aux"].shape                        # bitmask: ceil(2 / 8) rounded up to 16 bytes, per column
+(16, 2)
+>>> with mathpy.Matmul(a, a.T) as mm:
+...     algorithms = mm.plan(epilog="bias", epilog_inputs={"bias": np.array([1, -1], np.float32)})
+...     mm.execute()
+array([[ 6., 13.],
+       [15., 49.]], dtype=float32)
+"""
+
+import contextlib
+import dataclasses
+import math
+import threading
+import weakref
+
+import numpy as np
+
+from ..._cuda import compute_capability, require_device
+from ..._errors import InvalidPlanStateError
+from ..._execution import ExecutionCPU, ExecutionCUDA, resolve_execution
+from ..._log import logger
+from ..._operands import empty, gpu_array_package, to_device, to_host, wrap_operand, wrap_operands
+from ..._options import check_or_create_options
+from ..._plan_cache import PlanCache
+from ..._streams import stream_pointer
+from ._cpu import CPUEngine
+from ._epilog import EPILOG_INPUT_NAMES, as_epilog, epilog_spec, gelu_aux_rows, relu_aux_rows
+from ._options import BF16, F16, FLOAT8_DTYPES, MatmulOptions, MatmulPlanPreferences, resolve_types
+from ._problem import MatmulProblem, MatrixLayout, epilog_output_layouts, epilog_output_shape
+
+__all__ = ["Matmul", "matmul", "matmul_plan_cache"]
+
+#: The plan cache behind :func:`matmul` (resize or clear it with its methods).
+matmul_plan_cache = PlanCache("matmul", max_plans=64, max_bytes=1 << 30)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Layouts
+
+
+def _matrix_strides(rows, cols, rs, cs):
+    """Normalised (row_stride, col_stride) with one of them 1 and a valid leading dimension, or None (copy needed)."""
+    rs_free, cs_free = rows <= 1, cols <= 1
+    if rs_free and cs_free:
+        return 1, 1
+    if rs_free:
+        if cs == 1:
+            return max(cols, 1), 1
+        return (1, cs) if cs >= 1 else None
+    if cs_free:
+        if rs == 1:
+            return 1, max(rows, 1)
+        return (rs, 1) if rs >= 1 else None
+    if rs == 1 and cs >= rows:
+        return 1, cs
+    if cs == 1 and rs >= cols:
+        return rs, 1
+    return None
+
+
+def _batch_stride(batch_shape, op_batch_shape, op_batch_strides, matrix_size):
+    """One stride for the flattened batch (0 = broadcast), or None when the batch needs a copy."""
+    pad = len(batch_shape) - len(op_batch_shape)
+    shape = (1,) * pad + tuple(op_batch_shape)
+    strides = (0,) * pad + tuple(op_batch_strides)
+    dims = [(extent, 0 if shape[i] == 1 else strides[i]) for i, extent in enumerate(batch_shape) if extent != 1]
+    if not dims:
+        return matrix_size
+    if all(stride == 0 for _, stride in dims):
+        return 0
+    for (extent, stride), (inner_extent, inner_stride) in zip(dims, dims[1:]):
+        if stride != inner_stride * inner_extent:
+            return None
+    return dims[-1][1] if dims[-1][1] > 0 else None
+
+
+def _c_strides(shape):
+    strides, step = [], 1
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= max(extent, 1)
+    return tuple(reversed(strides))
+
+
+@dataclasses.dataclass
+class _Staged:
+    """One input as the engine will see it: its layout and how it is brought there (``mode``: None = used as it is,
+    "contiguous" = a C-order copy, "broadcast" = a C-order copy broadcast to the full batch, "colmajor" = a copy in
+    the column-major epilog format)."""
+
+    name: str
+    op: object  # the caller's Operand
+    layout: MatrixLayout
+    mode: str | None
+    full_shape: tuple | None  # for "broadcast"
+    move: bool  # crosses between host and device
+
+    def signature(self):
+        return (self.op.package, self.op.device_id, self.op.shape, self.op.dtype, self.layout, self.mode)
+
+
+def _stage_matrix(name, op, rows, cols, promote, batch_shape, force_copy):
+    """Layout of operand ``op`` (A, B or C) as a batched rows x cols matrix. ``promote``: None, "row" (1-D operand is
+    one row: A) or "col" (1-D operand is one column: B)."""
+
+    def layout(shape, strides):
+        if promote == "row" and len(shape) == 1:
+            rs, cs, bshape, bstrides = 0, strides[0], (), ()
+        elif promote == "col" and len(shape) == 1:
+            rs, cs, bshape, bstrides = strides[0], 0, (), ()
+        else:
+            rs, cs, bshape, bstrides = strides[-2], strides[-1], shape[:-2], strides[:-2]
+            rs = 0 if shape[-2] != rows else rs  # a broadcast row or column of c
+            cs = 0 if shape[-1] != cols else cs
+        matrix = _matrix_strides(rows, cols, rs, cs)
+        batch_stride = _batch_stride(batch_shape, bshape, bstrides, rows * cols)
+        if matrix is None or batch_stride is None:
+            return None
+        batch = math.prod(batch_shape)
+        return MatrixLayout(rows, cols, matrix[0], matrix[1], batch, batch_stride, op.dtype)
+
+    if not force_copy:
+        found = layout(op.shape, op.strides)
+        if found is not None:
+            return _Staged(name, op, found, None, None, False)
+    found = layout(op.shape, _c_strides(op.shape))
+    if found is not None:
+        return _Staged(name, op, found, "contiguous", None, force_copy)
+    full = (*batch_shape, rows, cols)
+    return _Staged(name, op, layout(full, _c_strides(full)), "broadcast", full, force_copy)
+
+
+def _copy(tensor, package, shape=None):
+    """A C-contiguous copy of ``tensor`` in its package (broadcast to ``shape`` first when given)."""
+    if package == "torch":
+        return (tensor.expand(*shape) if shape else tensor).contiguous()
+    module = np if package == "numpy" else __import__(package)
+    return module.ascontiguousarray(module.broadcast_to(tensor, shape) if shape else tensor)
+
+
+def _col_major_copy(tensor, package):
+    """A copy whose last two axes are column-major (batches contiguous)."""
+    if package == "torch":
+        return tensor.transpose(-1, -2).contiguous().transpose(-1, -2)
+    module = np if package == "numpy" else __import__(package)
+    return module.ascontiguousarray(module.swapaxes(tensor, -1, -2)).swapaxes(-1, -2)
+
+
+def _swap_last(tensor, package):
+    return tensor.transpose(-1, -2) if package == "torch" else tensor.swapaxes(-1, -2)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Validation of epilog inputs
+
+
+def _check_scalar(value, name, scale_type):
+    if isinstance(value, bool) or not isinstance(value, (int, float, complex, np.number)):
+        raise TypeError(f"{name} must be a number, not {value!r}")
+    if np.iscomplexobj(value) and np.imag(value) != 0 and scale_type.kind != "c":
+        raise TypeError(f"{name} = {value!r} is complex but the operands are real ({scale_type.name} scale type)")
+    return scale_type.type(value)
+
+
+def _stage_epilog_input(name, op, problem_shape, spec, d_dtype, force_copy):
+    """Validate one epilog input and give its layout (formats: ``_epilog``)."""
+    m, n, batch_shape = problem_shape
+    batch = math.prod(batch_shape)
+    shape, strides = tuple(op.shape), tuple(op.strides)
+    if name == "bias":
+        allowed = (BF16, F16) if d_dtype in FLOAT8_DTYPES else (d_dtype,)
+        if op.dtype not in allowed:
+            raise TypeError(f"epilog input 'bias' has dtype {op.dtype.name}; for a {d_dtype.name} result it must be "
+                            f"{' or '.join(d.name for d in allowed)}")
+        if shape in ((m,), (m, 1)):
+            bshape, bstrides, stride = (), (), strides[0]
+        elif len(shape) >= 3 and shape[-2:] == (m, 1) and shape[:-2] == tuple(batch_shape):
+            bshape, bstrides, stride = shape[:-2], strides[:-2], strides[-2]
+        else:
+            allowed_shapes = [(m,), (m, 1)] + ([(*batch_shape, m, 1)] if batch_shape else [])
+            raise ValueError(f"epilog input 'bias' has shape {shape}; it must hold one value per row of the result "
+                             f"(M = {m}): allowed shapes are {allowed_shapes}")
+        batch_stride = _batch_stride(batch_shape, bshape, bstrides, m)
+        mode = None
+        if force_copy or (stride != 1 and m > 1) or batch_stride is None:
+            mode, batch_stride = "contiguous", (m if bshape else 0)
+        if batch == 1:
+            batch_stride = 0 if not bshape else m
+        return _Staged(name, op, MatrixLayout(m, 1, 1, m, batch, batch_stride, op.dtype), mode, None, force_copy)
+    # relu_aux / gelu_aux
+    if name == "relu_aux":
+        rows, dtype, unit = relu_aux_rows(m), np.dtype(np.uint8), 8
+    else:
+        rows, dtype, unit = gelu_aux_rows(m), d_dtype, 1
+    if op.dtype != dtype:
+        raise TypeError(f"epilog input {name!r} has dtype {op.dtype.name}; {spec.name} needs {dtype.name} "
+                        f"(the {spec.name.replace('D', '', 1)} format that {name!r} outputs have)")
+    if tuple(shape[-2:]) != (rows, n) or (len(shape) > 2 and tuple(shape[:-2]) != tuple(batch_shape)) or len(shape) < 2:
+        allowed_shapes = [(rows, n)] + ([(*batch_shape, rows, n)] if batch_shape else [])
+        raise ValueError(f"epilog input {name!r} has shape {shape}; for a {m} x {n} result it must be one of "
+                         f"{allowed_shapes} (the format of the {name!r} output of the forward epilog)")
+    bshape, bstrides = shape[:-2], strides[:-2]
+    batch_stride = _batch_stride(batch_shape, bshape, bstrides, rows * n)
+    canonical = strides[-2] == 1 and (strides[-1] == rows or n == 1) and batch_stride is not None
+    mode = None
+    if force_copy or not canonical:
+        mode, batch_stride = "colmajor", (rows * n if bshape else 0)
+    if batch == 1:
+        batch_stride = 0
+    layout = MatrixLayout(m, n, 1, rows * unit, batch, batch_stride * unit, dtype)
+    return _Staged(name, op, layout, mode, None, force_copy)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Stateful API
+
+
+class _SharedEngine:
+    """A cached engine with a lock: plans in the cache may be borrowed by several threads at once."""
+
+    def __init__(self, engine):
+        self.engine, self.lock = engine, threading.Lock()
+
+    def free(self):
+        self.engine.free()
+
+
+_FREED, _CREATED, _PLANNED = "freed", "created", "planned"
+
+
+class Matmul:
+    """A planned matrix product ``D = epilog(alpha * a @ b + beta * c)`` with numpy.matmul semantics, executed many times.
+
+    Parameters: ``a``, ``b``, ``c`` (optional) from one package and device (NumPy, CuPy, torch, ``__dlpack__``...);
+    ``alpha``, ``beta`` (None: 1 when ``c`` is given, else 0); ``options`` (:class:`MatmulOptions` or dict);
+    ``execution`` ("cpu", "cuda", ExecutionCPU/ExecutionCUDA, dict; None: where the operands live); ``stream``
+    (CUDA stream for all GPU work; None: the operands' package's current stream).
+
+    Life cycle: ``plan()`` (returns the candidate algorithms), optionally ``autotune()``, ``execute()`` any number of
+    times (with ``reset_operands()`` between), ``free()`` (or use it as a context manager). A call in the wrong state
+    raises :class:`~mathpy.InvalidPlanStateError`. Every ``execute()`` reads the current contents of the operands.
+    """
+
+    def __init__(self, a, b, c=None, *, alpha=1, beta=None, options=None, execution=None, stream=None,
+                 _cache=None):
+        self._state = _FREED  # until construction succeeds
+        self._engine = self._exit = None
+        options = check_or_create_options(MatmulOptions, options, "options")
+        ops = wrap_operands({"a": a, "b": b, "c": c})
+        a_op, b_op, c_op = ops["a"], ops["b"], ops["c"]
+        if a_op.ndim == 0 or b_op.ndim == 0:
+            raise ValueError(f"matmul operands must have at least one dimension; a has shape {a_op.shape}, b has shape "
+                             f"{b_op.shape}")
+        a_shape = (1, *a_op.shape) if a_op.ndim == 1 else a_op.shape
+        b_shape = (*b_op.shape, 1) if b_op.ndim == 1 else b_op.shape
+        m, k = a_shape[-2:]
+        k_b, n = b_shape[-2:]
+        if k != k_b:
+            raise ValueError(f"matmul: a of shape {a_op.shape} and b of shape {b_op.shape} do not match: a has {k} "
+                             f"columns (K) but b has {k_b} rows")
+        try:
+            batch_shape = tuple(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
+        except ValueError:
+            raise ValueError(f"matmul: the batch dimensions of a {a_op.shape[:-2]} and b {b_op.shape[:-2]} do not "
+                             f"broadcast") from None
+        result_shape = (*batch_shape, *([m] if a_op.ndim > 1 else []), *([n] if b_op.ndim > 1 else []))
+        d_dtype, compute_type, scale_type = resolve_types(a_op.dtype, b_op.dtype, c_op and c_op.dtype, options)
+        if beta is None:
+            beta = 0 if c_op is None else 1
+        alpha = _check_scalar(alpha, "alpha", scale_type)
+        beta = _check_scalar(beta, "beta", scale_type)
+        if c_op is None and beta != 0:
+            raise ValueError(f"beta = {beta!r} needs an operand c; pass c or leave beta at 0")
+        if c_op is not None:
+            if tuple(c_op.shape) != result_shape:
+                try:
+                    ok = np.broadcast_shapes(c_op.shape, result_shape) == result_shape
+                except ValueError:
+                    ok = False
+                if not ok:
+                    raise ValueError(f"c has shape {c_op.shape}, which does not broadcast to the result's shape "
+                                     f"{result_shape}")
+        execution = resolve_execution(execution, a_op.device_id)
+        on_gpu = isinstance(execution, ExecutionCUDA)
+        if on_gpu and (a_op.dtype in FLOAT8_DTYPES or b_op.dtype in FLOAT8_DTYPES):
+            require_device(execution.device_id)
+            cc = compute_capability(execution.device_id)
+            if tuple(cc) < (8, 9):
+                raise ValueError(f"float8 matmul needs a GPU of compute capability >= 8.9; device "
+                                 f"{execution.device_id} has {cc[0]}.{cc[1]} (use execution='cpu')")
+        if on_gpu and m * n * k * math.prod(batch_shape) == 0:
+            execution = ExecutionCPU()  # empty problems: nothing for cuBLASLt to do
+            on_gpu = False
+        moves = (a_op.device_id is None) == on_gpu or (on_gpu and a_op.device_id != execution.device_id)
+
+        staged = {"a": _stage_matrix("a", a_op, m, k, "row", batch_shape, moves),
+                  "b": _stage_matrix("b", b_op, k, n, "col", batch_shape, moves)}
+        if c_op is not None:
+            c_view = _expand_c(c_op, result_shape, batch_shape, a_op.ndim == 1, b_op.ndim == 1)
+            staged["c"] = _stage_matrix("c", c_view, m, n, None, batch_shape, moves)
+        self._m, self._n, self._k, self._batch_shape = m, n, k, batch_shape
+        self._vector_a, self._vector_b = a_op.ndim == 1, b_op.ndim == 1
+        self._result_shape, self._d_dtype = result_shape, d_dtype
+        self._compute_type, self._scale_type = compute_type, scale_type
+        self._alpha, self._beta, self._options = alpha, beta, options
+        self._execution, self._on_gpu, self._moves = execution, on_gpu, moves
+        self._like = a_op  # results go to a's package and device
+        self._staged = staged
+        self._c_shape = None if c_op is None else tuple(c_op.shape)
+        self._cache = _cache
+        self._user_stream = stream
+        if on_gpu:
+            self._device_id = execution.device_id
+            self._package = a_op.package if (a_op.package in ("cupy", "torch") and not moves) else gpu_array_package()
+            require_device(self._device_id)
+            self._stream = stream_pointer(stream, self._package, self._device_id)
+        else:
+            self._device_id = None
+            self._package = a_op.package if (not moves and a_op.package in ("numpy", "torch")) else "numpy"
+            self._stream = None
+        self._state = _CREATED
+        logger.debug("Matmul %s x %s -> %s (batch %s), %s, %s on %s", (m, k), (k, n), result_shape, batch_shape,
+                     d_dtype, compute_type, execution)
+
+    # -- planning -----------------------------------------------------------------------------------------------------
+
+    def plan(self, epilog=None, epilog_inputs=None, preferences=None, algorithms=None):
+        """Choose the epilog and build the plan; returns the candidate algorithms (best first by the library's
+        heuristic). ``algorithms`` restricts the candidates to the given ones (from an earlier ``plan()``)."""
+        self._check_not_freed("plan")
+        epilog = as_epilog(epilog)
+        spec = epilog_spec(epilog)
+        preferences = check_or_create_options(MatmulPlanPreferences, preferences, "preferences")
+        if epilog is not None and self._d_dtype.kind == "c":
+            raise ValueError(f"epilog {epilog.name} does not apply to complex operands ({self._d_dtype.name}); "
+                             f"epilogs need real dtypes")
+        if spec.activation in ("gelu", "dgelu") and spec.aux_out or spec.activation == "dgelu":
+            if self._d_dtype in FLOAT8_DTYPES:
+                raise ValueError(f"epilog {epilog.name} is not supported for float8 results; use result_type "
+                                 f"bfloat16/float16/float32 in MatmulOptions")
+        if spec.activation in ("drelu", "dgelu") and self._k == 1:
+            raise ValueError(f"epilog {epilog.name} needs K > 1 (cuBLASLt does not support K = 1); K is 1")
+        given = {} if epilog_inputs is None else epilog_inputs
+        if not isinstance(given, dict):
+            raise TypeError(f"epilog_inputs must be a dict, not {type(given).__name__}")
+        missing = [name for name in spec.inputs if given.get(name) is None]
+        unknown = sorted(set(given) - set(spec.inputs))
+        if missing:
+            raise ValueError(f"epilog {spec.name} needs epilog_inputs {list(spec.inputs)}; missing {missing}")
+        if unknown:
+            allowed = list(spec.inputs) or "none"
+            raise ValueError(f"epilog_inputs {unknown} do not apply to epilog "
+                             f"{'None' if epilog is None else spec.name}; it takes {allowed} (known inputs: "
+                             f"{list(EPILOG_INPUT_NAMES)})")
+        inputs = self._stage_epilog_inputs(given, spec)
+
+        d_layout = self._d_layout(spec)
+        outputs = epilog_output_layouts(epilog, self._m, self._n, d_layout.batch, self._d_dtype)
+        problem = MatmulProblem(
+            m=self._m, n=self._n, k=self._k, batch=d_layout.batch, batch_shape=self._batch_shape,
+            a=self._staged["a"].layout, b=self._staged["b"].layout,
+            c=self._staged["c"].layout if "c" in self._staged else None, d=d_layout,
+            compute_type=self._compute_type, scale_type=self._scale_type, epilog=epilog,
+            epilog_inputs=tuple((name, s.layout) for name, s in inputs.items()), epilog_outputs=outputs,
+            **self._float8_scales())
+
+        self._release_engine()
+        engine_cls = CPUEngine if not self._on_gpu else _cublaslt_engine()
+        execution, options = self._execution, self._options
+
+        def create():
+            engine = engine_cls(problem, execution=execution, options=options, preferences=preferences)
+            return _SharedEngine(engine), engine.workspace_bytes
+
+        if self._cache is not None:
+            stack = contextlib.ExitStack()
+            shared = stack.enter_context(self._cache.borrow((problem.key, execution, preferences), create))
+            self._engine, self._lock, self._exit = shared.engine, shared.lock, stack.close
+        else:
+            self._engine, self._lock = create()[0].engine, None
+            self._exit = weakref.finalize(self, self._engine.free)
+        if algorithms is not None:
+            chosen = [alg for alg in algorithms if alg in self._engine.algorithms] if self._cache is None else []
+            if not chosen:
+                raise ValueError("plan(algorithms=...): none of the given algorithms is a candidate for this problem")
+            self._engine.algorithms[:] = chosen
+        self._problem, self._spec, self._inputs = problem, spec, inputs
+        self._state = _PLANNED
+        self._prepare()
+        logger.debug("Matmul planned: epilog %s, %d candidate algorithms, workspace %d bytes", spec.name,
+                     len(self._engine.algorithms), self._engine.workspace_bytes)
+        return list(self._engine.algorithms)
+
+    @property
+    def algorithms(self):
+        """The candidate algorithms of the current plan, the one in use first."""
+        self._check_planned("algorithms")
+        return list(self._engine.algorithms)
+
+    def autotune(self, iterations=3):
+        """Time every candidate algorithm on the current operands and keep the fastest; returns
+        ``[(algorithm, seconds), ...]`` fastest first."""
+        self._check_planned("autotune")
+        if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
+            raise ValueError(f"iterations must be a positive int, not {iterations!r}")
+        args, _ = self._engine_args()
+        with self._locked():
+            timings = self._engine.autotune(args, self._stream, iterations)
+        logger.debug("Matmul autotune: %s", timings)
+        return timings
+
+    # -- execution ----------------------------------------------------------------------------------------------------
+
+    def execute(self, stream=None):
+        """Compute the product on the current operands. Returns the result, or ``(result, aux)`` when the epilog has
+        outputs (``aux``: dict of tensors named as in ``_epilog``), in the operands' package and on their device."""
+        if self._state != _PLANNED:
+            self._check_planned("execute")
+        stream_ptr = self._stream if stream is None else stream_pointer(stream, self._package, self._device_id)
+        args, (d, outputs) = self._engine_args(stream_ptr)
+        with self._locked():
+            self._engine.execute(**args, stream=stream_ptr)
+        return self._finish(d, outputs, stream_ptr)
+
+    def reset_operands(self, a=None, b=None, c=None, epilog_inputs=None):
+        """Give new operands of the same shapes, dtypes, layouts, package and device (else a ValueError and nothing
+        changes). ``epilog_inputs`` (a dict) replaces the named epilog inputs of the plan."""
+        self._check_not_freed("reset_operands")
+        new = {}
+        for name, value in (("a", a), ("b", b), ("c", c)):
+            if value is None:
+                continue
+            if name not in self._staged:
+                raise ValueError("reset_operands(c=...): the Matmul was built without c")
+            old = self._staged[name]
+            op = wrap_operand(value, name)
+            if name == "c":
+                if tuple(op.shape) != self._c_shape:
+                    raise ValueError(f"reset_operands: c has shape {op.shape}, the plan was built for {self._c_shape}")
+                op = _expand_c(op, self._result_shape, self._batch_shape, self._vector_a, self._vector_b)
+            rows, cols = old.layout.rows, old.layout.cols
+            promote = {"a": "row", "b": "col", "c": None}[name]
+            fresh = _stage_matrix(name, op, rows, cols, promote, self._batch_shape, self._moves)
+            self._check_same(name, old, fresh)
+            new[name] = fresh
+        if epilog_inputs is not None:
+            self._check_planned("reset_operands(epilog_inputs=...)")
+            if not isinstance(epilog_inputs, dict):
+                raise TypeError(f"epilog_inputs must be a dict, not {type(epilog_inputs).__name__}")
+            unknown = sorted(set(epilog_inputs) - set(self._inputs))
+            if unknown:
+                raise ValueError(f"reset_operands: epilog inputs {unknown} are not used by the plan's epilog "
+                                 f"{self._spec.name}; it takes {list(self._inputs)}")
+            for name, value in epilog_inputs.items():
+                fresh = self._stage_epilog_inputs({name: value}, self._spec, only=name)[name]
+                self._check_same(name, self._inputs[name], fresh)
+                new[name] = fresh
+        for name, fresh in new.items():
+            if name in self._staged:
+                self._staged[name] = fresh
+            else:
+                self._inputs[name] = fresh
+        if self._state == _PLANNED:
+            self._prepare()
+
+    def free(self):
+        """Release the plan (library handles, descriptors, workspace) at once. Idempotent."""
+        self._release_engine()
+        self._state = _FREED
+        self._staged = self._inputs = self._fixed = None
+
+    def __enter__(self):
+        self._check_not_freed("__enter__")
+        return self
+
+    def __exit__(self, *exc):
+        self.free()
+
+    def __repr__(self):
+        return (f"<Matmul {self._state} m={getattr(self, '_m', '?')} n={getattr(self, '_n', '?')} "
+                f"k={getattr(self, '_k', '?')} on {getattr(self, '_execution', '?')}>")
+
+    # -- internals ----------------------------------------------------------------------------------------------------
+
+    def _check_not_freed(self, what):
+        if self._state == _FREED:
+            raise InvalidPlanStateError(f"Matmul.{what}: the Matmul was freed; create a new one")
+
+    def _check_planned(self, what):
+        self._check_not_freed(what)
+        if self._state != _PLANNED:
+            raise InvalidPlanStateError(f"Matmul.{what}: call plan() first")
+
+    def _locked(self):
+        return self._lock if self._lock is not None else contextlib.nullcontext()
+
+    def _release_engine(self):
+        exit_, self._exit, self._engine = self._exit, None, None
+        if exit_ is not None:
+            exit_()
+
+    def _float8_scales(self):
+        if self._staged["a"].op.dtype not in FLOAT8_DTYPES:
+            return {}
+        o = self._options
+        return {"a_scale": 1.0 if o.a_scale is None else float(o.a_scale),
+                "b_scale": 1.0 if o.b_scale is None else float(o.b_scale),
+                "d_scale": 1.0 if o.d_scale is None else float(o.d_scale)}
+
+    def _check_same(self, name, old, fresh):
+        if old.signature() != fresh.signature():
+            o, f = old.op, fresh.op
+            raise ValueError(f"reset_operands: {name} must match the operand the plan was built for (package "
+                             f"{o.package}, device {o.device_id}, shape {o.shape}, dtype {o.dtype.name}, strides "
+                             f"{o.strides}); got package {f.package}, device {f.device_id}, shape {f.shape}, dtype "
+                             f"{f.dtype.name}, strides {f.strides}")
+
+    def _stage_epilog_inputs(self, given, spec, only=None):
+        ops = {}
+        for name in ([only] if only else spec.inputs):
+            op = wrap_operand(given[name], name)
+            if op.package != self._like.package or op.device_id != self._like.device_id:
+                raise ValueError(f"epilog input {name!r} must be of the operands' package and device "
+                                 f"({self._like.package}, {self._like.device_id}); it is {op.package}, "
+                                 f"{op.device_id}")
+            ops[name] = _stage_epilog_input(name, op, (self._m, self._n, self._batch_shape), spec, self._d_dtype,
+                                            self._moves)
+        return ops
+
+    def _d_layout(self, spec):
+        m, n, batch = self._m, self._n, math.prod(self._batch_shape)
+        c = self._staged.get("c")
+        row_major = spec.epilog is spec.epilog.DEFAULT and c is not None and c.layout.is_row_major
+        self._d_row_major = row_major
+        if row_major:
+            return MatrixLayout(m, n, max(n, 1), 1, batch, m * n, self._d_dtype)
+        return MatrixLayout(m, n, 1, max(m, 1), batch, m * n, self._d_dtype)
+
+    def _prepare(self):
+        """Precompute what execute() can reuse: inputs that need no copy and the output allocations' shapes."""
+        self._fixed = {}
+        for name, s in (*self._staged.items(), *self._inputs.items()):
+            if s.mode is None and not s.move:
+                self._fixed[name] = self._engine_operand(s, s.op)
+        batch_shape = self._batch_shape
+        self._d_alloc = (*batch_shape, self._m, self._n) if self._d_row_major else (*batch_shape, self._n, self._m)
+        self._out_allocs = []
+        for name, layout in self._problem.epilog_outputs:
+            shape = epilog_output_shape(name, layout, batch_shape)
+            swap = len(shape) >= 2 and name in ("relu_aux", "gelu_aux")
+            alloc = (*shape[:-2], shape[-1], shape[-2]) if swap else shape
+            self._out_allocs.append((name, layout, alloc, swap))
+
+    def _stage(self, s, stream):
+        """Bring one input where the engine needs it (copies and moves); returns the operand to use."""
+        op = s.op
+        tensor, package = op.tensor, op.package
+        if s.move and not op.on_host:  # device -> host
+            tensor, package = to_host(op, stream).tensor, "numpy"
+        if s.mode == "colmajor":
+            tensor = _col_major_copy(tensor, package)
+        elif s.mode is not None:
+            tensor = _copy(tensor, package, s.full_shape)
+        staged = wrap_operand(tensor)
+        if s.move and staged.on_host and self._on_gpu:  # host -> device
+            staged = to_device(staged, self._device_id, stream)
+            if s.mode == "colmajor":
+                staged = wrap_operand(_col_major_copy(staged.tensor, staged.package))
+        return staged
+
+    def _engine_operand(self, s, op):
+        """What the engine takes for one input: a device pointer, or a NumPy view for the CPU engine."""
+        if self._on_gpu:
+            return op.data_ptr
+        layout, base = s.layout, op.numpy()
+        if s.mode == "broadcast" or s.name in ("a", "b", "c"):
+            return _view(base, (layout.batch, layout.rows, layout.cols),
+                         (layout.batch_stride, layout.row_stride, layout.col_stride))
+        if s.name == "bias":
+            return _view(base, (layout.batch, layout.rows), (layout.batch_stride, 1))
+        unit = 8 if s.name == "relu_aux" else 1
+        rows = layout.col_stride // unit
+        return _view(base, (layout.batch, rows, layout.cols), (layout.batch_stride // unit, 1, rows))
+
+    def _engine_args(self, stream=None):
+        stream = self._stream if stream is None else stream
+        values = dict(self._fixed)
+        for name, s in (*self._staged.items(), *self._inputs.items()):
+            if name not in values:
+                values[name] = self._engine_operand(s, self._stage(s, stream))
+        package, device_id = self._package, self._device_id
+        d = empty(package, self._d_alloc, self._d_dtype, device_id, stream)
+        if not self._d_row_major:
+            d = _swap_last(d, package)
+        outputs, out_args = {}, {}
+        for name, layout, alloc, swap in self._out_allocs:
+            tensor = empty(package, alloc, layout.dtype, device_id, stream)
+            outputs[name] = _swap_last(tensor, package) if swap else tensor
+            out_args[name] = self._output_arg(name, layout, outputs[name])
+        p = self._problem
+        args = {"a": values["a"], "b": values["b"], "c": values.get("c"), "d": self._output_arg("d", p.d, d),
+                "epilog_inputs": {name: values[name] for name in self._inputs}, "epilog_outputs": out_args,
+                "alpha": self._alpha, "beta": self._beta}
+        return args, (d, outputs)
+
+    def _output_arg(self, name, layout, tensor):
+        op = wrap_operand(tensor)
+        if self._on_gpu:
+            return op.data_ptr
+        base = op.numpy()
+        if name == "d":
+            return _view(base, (layout.batch, layout.rows, layout.cols),
+                         (layout.batch_stride, layout.row_stride, layout.col_stride))
+        if name in ("relu_aux", "gelu_aux"):
+            unit = 8 if name == "relu_aux" else 1
+            rows = layout.col_stride // unit
+            return _view(base, (layout.batch, rows, layout.cols), (layout.batch_stride // unit, 1, rows))
+        return _view(base, (layout.batch, layout.rows), (layout.batch_stride, 1))
+
+    def _finish(self, d, outputs, stream):
+        if self._vector_a and self._vector_b:
+            d = d[..., 0, 0]
+        elif self._vector_a:
+            d = d[..., 0, :]
+        elif self._vector_b:
+            d = d[..., 0]
+        like = self._like
+        if self._moves:
+            d = _to_caller(d, like, stream)
+            outputs = {name: _to_caller(t, like, stream) for name, t in outputs.items()}
+        elif self._on_gpu and self._options.blocking is True:
+            _synchronize(self._package, stream, self._device_id)
+        return (d, outputs) if self._problem.epilog_outputs else d
+
+
+def _view(base, shape, strides):
+    itemsize = base.itemsize
+    return np.lib.stride_tricks.as_strided(base, shape, tuple(s * itemsize for s in strides), writeable=True)
+
+
+def _expand_c(c_op, result_shape, batch_shape, vector_a, vector_b):
+    """c as an operand of rank ``len(batch_shape) + 2``: the axes a 1-D a or b removed from the result put back."""
+    tensor = c_op.tensor
+    rank = len(result_shape)
+    if len(c_op.shape) < rank:
+        tensor = tensor[(None,) * (rank - len(c_op.shape))]
+    if vector_a:
+        tensor = tensor[(Ellipsis, None, slice(None)) if not vector_b else (Ellipsis, None)]
+    if vector_b:
+        tensor = tensor[(Ellipsis, None)]
+    return wrap_operand(tensor, "c")
+
+
+def _to_caller(tensor, like, stream):
+    from ..._operands import as_package
+    return as_package(tensor, like, stream)
+
+
+def _synchronize(package, stream, device_id):
+    if package == "cupy":
+        import cupy
+        cupy.cuda.ExternalStream(stream, device_id).synchronize()
+    else:
+        import torch
+        torch.cuda.ExternalStream(stream, device=f"cuda:{device_id}").synchronize()
+
+
+def _cublaslt_engine():
+    from ._cublaslt import CublasLtEngine
+    return CublasLtEngine
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Stateless API
+
+
+def matmul(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None, options=None, preferences=None,
+           execution=None, stream=None):
+    """``epilog(alpha * a @ b + beta * c)`` with numpy.matmul semantics (see :class:`Matmul` for the parameters).
+
+    Returns the result, or ``(result, aux)`` when the epilog has outputs. Plans are cached in
+    :data:`matmul_plan_cache`, keyed on everything that makes plans differ."""
+    mm = Matmul(a, b, c, alpha=alpha, beta=beta, options=options, execution=execution, stream=stream,
+                _cache=matmul_plan_cache)
+    try:
+        mm.plan(epilog=epilog, epilog_inputs=epilog_inputs, preferences=preferences)
+        return mm.execute()
+    finally:
+        mm.free()

@@ -1,0 +1,176 @@
+"""Matmul options and plan preferences, and the dtype rules: which operand dtypes combine, which result, compute and
+scale types go with them (cuBLASLt's table; nvmath-python's defaults are the model).
+
+==================  =====================  =========================================  ===============
+A / B dtype         result (D) dtypes      compute types (default first)              scale type
+==================  =====================  =========================================  ===============
+float16             float16, float32       32F, 16F                                   float32 (16F: float16)
+bfloat16            bfloat16, float32      32F                                        float32
+float32             float32                32F (32F_FAST_TF32 with allow_tf32),       float32
+                                           32F_FAST_TF32, 32F_FAST_16F, 32F_FAST_16BF
+float64             float64                64F                                        float64
+complex64           complex64              32F, 32F_FAST_TF32                         complex64
+complex128          complex128             64F                                        complex128
+float8 (e4m3/e5m2)  float8 (default A's),  32F                                        float32
+                    bfloat16, float16,
+                    float32
+==================  =====================  =========================================  ===============
+
+float8: A and B may be e4m3 or e5m2 but not both e5m2; needs a GPU of compute capability >= 8.9 (any CPU works);
+C (when given) has the result's dtype, or bfloat16/float16 for a float8 result. Scale factors ``a_scale``,
+``b_scale``, ``d_scale`` (floats, default 1) apply to float8 products only:
+``D = d_scale * epilog(alpha * a_scale * b_scale * A @ B + beta * C)``.
+
+>>> resolve_types(np.dtype(np.float32), np.dtype(np.float32), None, MatmulOptions(allow_tf32=True))
+(dtype('float32'), '32F_FAST_TF32', dtype('float32'))
+>>> MatmulPlanPreferences(limit=0)
+Traceback (most recent call last):
+...
+ValueError: MatmulPlanPreferences.limit must be a positive int, not 0
+"""
+
+import dataclasses
+
+import ml_dtypes
+import numpy as np
+
+__all__ = ["MatmulOptions", "MatmulPlanPreferences", "resolve_types", "SUPPORTED_DTYPES", "FLOAT8_DTYPES",
+           "COMPUTE_TYPES"]
+
+F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
+C64, C128 = np.dtype(np.complex64), np.dtype(np.complex128)
+BF16 = np.dtype(ml_dtypes.bfloat16)
+E4M3, E5M2 = np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2)
+FLOAT8_DTYPES = (E4M3, E5M2)
+SUPPORTED_DTYPES = (F16, BF16, F32, F64, C64, C128, E4M3, E5M2)
+COMPUTE_TYPES = ("16F", "32F", "32F_FAST_TF32", "32F_FAST_16F", "32F_FAST_16BF", "64F")
+
+_RESULTS = {F16: (F16, F32), BF16: (BF16, F32), F32: (F32,), F64: (F64,), C64: (C64,), C128: (C128,)}
+_COMPUTE = {F16: ("32F", "16F"), BF16: ("32F",), F32: ("32F", "32F_FAST_TF32", "32F_FAST_16F", "32F_FAST_16BF"),
+            F64: ("64F",), C64: ("32F", "32F_FAST_TF32"), C128: ("64F",)}
+_FLOAT8_RESULTS = (E4M3, E5M2, BF16, F16, F32)
+
+
+def _dtype_name(dtype):
+    return np.dtype(dtype).name
+
+
+def _as_dtype(value, name):
+    if value is None:
+        return None
+    if isinstance(value, str) and value in ("float8_e4m3fn", "float8_e5m2", "bfloat16"):
+        return np.dtype(getattr(ml_dtypes, value))
+    try:
+        dtype = np.dtype(value)
+    except TypeError:
+        dtype = None
+    if dtype is None or dtype not in SUPPORTED_DTYPES:
+        raise ValueError(f"{name} {value!r} is not supported; allowed are {[d.name for d in SUPPORTED_DTYPES]}")
+    return dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class MatmulOptions:
+    """Options of a matrix product.
+
+    compute_type: cuBLAS compute type name ("32F", "16F", "32F_FAST_TF32", "32F_FAST_16F", "32F_FAST_16BF", "64F");
+        None picks the default for the operands' dtype (module table).
+    scale_type: dtype of alpha and beta; None picks the one that goes with the compute type.
+    result_type: dtype of the result; None: the operands' dtype (the module table lists the choices).
+    allow_tf32: let float32 (and complex64) products use TF32 tensor cores when compute_type is None.
+    a_scale, b_scale, d_scale: float8 scale factors (None = 1).
+    blocking: True waits for the GPU before returning; "auto" (default) waits only when the result goes back to
+        host memory.
+    """
+
+    compute_type: str | None = None
+    scale_type: object = None
+    result_type: object = None
+    allow_tf32: bool = False
+    a_scale: float | None = None
+    b_scale: float | None = None
+    d_scale: float | None = None
+    blocking: object = "auto"
+
+    def __post_init__(self):
+        if self.compute_type is not None and self.compute_type not in COMPUTE_TYPES:
+            raise ValueError(f"MatmulOptions.compute_type {self.compute_type!r} is not supported; allowed are None or "
+                             f"one of {list(COMPUTE_TYPES)}")
+        object.__setattr__(self, "scale_type", _as_dtype(self.scale_type, "MatmulOptions.scale_type"))
+        object.__setattr__(self, "result_type", _as_dtype(self.result_type, "MatmulOptions.result_type"))
+        if not isinstance(self.allow_tf32, bool):
+            raise TypeError(f"MatmulOptions.allow_tf32 must be a bool, not {self.allow_tf32!r}")
+        for name in ("a_scale", "b_scale", "d_scale"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float, np.floating))):
+                raise TypeError(f"MatmulOptions.{name} must be None or a real number, not {value!r}")
+        if self.blocking not in (True, "auto"):
+            raise ValueError(f"MatmulOptions.blocking must be True or 'auto', not {self.blocking!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class MatmulPlanPreferences:
+    """What planning may choose. limit: how many candidate algorithms to ask the library for (cuBLASLt's heuristic
+    returns at most this many); max_workspace_bytes: the largest workspace a plan may use."""
+
+    limit: int = 8
+    max_workspace_bytes: int = 32 * 1024 * 1024
+
+    def __post_init__(self):
+        if isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1:
+            raise ValueError(f"MatmulPlanPreferences.limit must be a positive int, not {self.limit!r}")
+        if (isinstance(self.max_workspace_bytes, bool) or not isinstance(self.max_workspace_bytes, int)
+                or self.max_workspace_bytes < 0):
+            raise ValueError(f"MatmulPlanPreferences.max_workspace_bytes must be a non-negative int, not "
+                             f"{self.max_workspace_bytes!r}")
+
+
+def resolve_types(a_dtype, b_dtype, c_dtype, options):
+    """``(result dtype, compute type, scale dtype)`` for operands of these dtypes, or a ValueError/TypeError naming the
+    bad combination and the allowed ones. ``c_dtype`` is None without C."""
+    for name, dtype in (("a", a_dtype), ("b", b_dtype), ("c", c_dtype)):
+        if dtype is not None and dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"operand {name} has dtype {dtype.name}, which matmul does not support; allowed are "
+                            f"{[d.name for d in SUPPORTED_DTYPES]}")
+    float8 = a_dtype in FLOAT8_DTYPES or b_dtype in FLOAT8_DTYPES
+    if float8:
+        if a_dtype not in FLOAT8_DTYPES or b_dtype not in FLOAT8_DTYPES:
+            raise TypeError(f"float8 operands combine only with float8 operands: a is {a_dtype.name}, b is "
+                            f"{b_dtype.name}")
+        if a_dtype == E5M2 and b_dtype == E5M2:
+            raise TypeError("a and b cannot both be float8_e5m2 (cuBLASLt supports e4m3 x e4m3, e4m3 x e5m2 and "
+                            "e5m2 x e4m3)")
+        results, computes = _FLOAT8_RESULTS, ("32F",)
+    else:
+        if a_dtype != b_dtype:
+            raise TypeError(f"a and b must have the same dtype, not {a_dtype.name} and {b_dtype.name}")
+        results, computes = _RESULTS[a_dtype], _COMPUTE[a_dtype]
+    result = options.result_type or a_dtype
+    if result not in results:
+        raise TypeError(f"result_type {result.name} is not supported for {a_dtype.name} operands; allowed are "
+                        f"{[d.name for d in results]}")
+    if c_dtype is not None:
+        allowed_c = (BF16, F16) if result in FLOAT8_DTYPES else (result,)
+        if c_dtype not in allowed_c:
+            raise TypeError(f"c has dtype {c_dtype.name}; with a {result.name} result it must be one of "
+                            f"{[d.name for d in allowed_c]}")
+    compute = options.compute_type
+    if compute is None:
+        compute = "32F_FAST_TF32" if options.allow_tf32 and "32F_FAST_TF32" in computes else computes[0]
+    elif compute not in computes:
+        raise ValueError(f"compute_type {compute!r} is not supported for {a_dtype.name} operands; allowed are "
+                         f"{list(computes)}")
+    complex_ = a_dtype.kind == "c"
+    if compute == "16F":
+        scale = F16
+    elif compute == "64F":
+        scale = C128 if complex_ else F64
+    else:
+        scale = C64 if complex_ else F32
+    if options.scale_type is not None and options.scale_type != scale:
+        raise ValueError(f"scale_type {options.scale_type.name} does not go with compute type {compute!r}; "
+                         f"allowed is {scale.name}")
+    if not float8 and any(getattr(options, s) is not None for s in ("a_scale", "b_scale", "d_scale")):
+        raise ValueError("a_scale, b_scale and d_scale apply to float8 operands only; the operands are "
+                         f"{a_dtype.name}")
+    return result, compute, scale
