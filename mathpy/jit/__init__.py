@@ -71,6 +71,19 @@ writes into ``buffer_1d`` in place. So the FFT layer runs, for an input x of sha
 
     values = apply_prolog_cpu(prolog, x_span_1d, element_offsets(x), user_info)   # then FFT(values)
     apply_epilog_cpu(epilog, out_span_1d, element_offsets(out), fft_result, user_info)
+
+Example (``cache=False`` keeps the doctest off the disk cache)::
+
+    >>> import numpy as np
+    >>> from mathpy import jit
+    >>> def double(data_out, offset, value, user_info, unused):
+    ...     data_out[offset] = value * np.float32(2)
+    >>> cb = jit.compile_callback(double, "epilog", "complex64", None, (9, 0), cache=False)
+    >>> cb.mangled_name, cb.cufft_callback_type, cb.symbol
+    ('_Z28cufftJITCallbackStoreComplexPvy6float2S_S_', 4, None)
+    >>> out = np.zeros(3, np.complex64)
+    >>> jit.apply_epilog_cpu(double, out, np.arange(3), np.array([1, 2j, 3], np.complex64))
+    array([2.+0.j, 0.+4.j, 6.+0.j], dtype=complex64)
 """
 
 from ._compile import CompiledCallback, compile_callback, compile_epilog, compile_prolog, current_compute_capability
