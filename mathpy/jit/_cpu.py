@@ -17,12 +17,19 @@ from ._spec import CallbackSpec, check_function, describe_function
 
 __all__ = ["apply_epilog_cpu", "apply_prolog_cpu"]
 
-_lock = threading.Lock()
+_lock = threading.RLock()
 _state = {}  # "numba": module, "prolog": loop dispatcher, "epilog": loop dispatcher
 _jitted = {}  # content key (or id) -> (py function, numba CPU dispatcher)
 
 
 def _loops():
+    if "numba" in _state:
+        return _state
+    with _lock:
+        return _define_loops()
+
+
+def _define_loops():
     if "numba" not in _state:
         import numba
 
