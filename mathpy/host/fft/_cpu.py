@@ -4,7 +4,11 @@ prolog/epilog callbacks, run by mathpy.jit's numba-compiled CPU loops with the o
 """
 
 import numpy as np
-import scipy.fft
+
+try:  # SciPy's own pocketfft, not the uarray front end: with mathpy.fft.scipy_backend active, scipy.fft.fftn
+    from scipy.fft import _pocketfft as _pocketfft  # would call back into mathpy
+except ImportError:  # pragma: no cover (a SciPy that moved it)
+    import scipy.fft as _pocketfft
 
 from ..._log import logger
 from ._callback import element_offsets, span
@@ -45,13 +49,13 @@ class CPUEngine:
             x = apply_prolog_cpu(self.prolog.function, _flat_span(x), self._in_offsets, self.prolog.user_info)
         if t.kind == "C2C":
             if direction < 0:
-                y = scipy.fft.fftn(x, axes=t.axes, norm="backward", workers=self.workers)
+                y = _pocketfft.fftn(x, axes=t.axes, norm="backward", workers=self.workers)
             else:
-                y = scipy.fft.ifftn(x, axes=t.axes, norm="forward", workers=self.workers)
+                y = _pocketfft.ifftn(x, axes=t.axes, norm="forward", workers=self.workers)
         elif t.kind == "R2C":
-            y = scipy.fft.rfftn(x, axes=t.axes, norm="backward", workers=self.workers)
+            y = _pocketfft.rfftn(x, axes=t.axes, norm="backward", workers=self.workers)
         else:
-            y = scipy.fft.irfftn(x, s=self._s, axes=t.axes, norm="forward", workers=self.workers)
+            y = _pocketfft.irfftn(x, s=self._s, axes=t.axes, norm="forward", workers=self.workers)
         if self.epilog is not None:
             from ...jit import apply_epilog_cpu
             y = y.astype(output_array.dtype, copy=False)

@@ -112,6 +112,7 @@ class Transform:
 
     @property
     def input_dtype(self):
+        """The input's element dtype (None for complex half, which NumPy lacks)."""
         return self.precision if self.kind == "R2C" else _complex(self.precision)
 
     @property
@@ -120,8 +121,8 @@ class Transform:
 
 
 def _complex(precision):
-    return {2: np.dtype("complex32") if hasattr(np, "complex32") else None, 4: np.dtype(np.complex64),
-            8: np.dtype(np.complex128)}[precision.itemsize]
+    """The complex dtype of real ``precision``; None for float16 (NumPy has no complex half; cuFFT's is 2 x float16)."""
+    return {2: None, 4: np.dtype(np.complex64), 8: np.dtype(np.complex128)}[precision.itemsize]
 
 
 def c_strides(shape):

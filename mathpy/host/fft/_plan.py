@@ -319,7 +319,6 @@ class FFT:
         if self._on_gpu:
             with _engine_locks_guard:
                 self._lock = _engine_locks.setdefault(self._engine, threading.Lock())
-        return self
 
     def free(self):
         """Release the plan and its workspace now; idempotent. The FFT cannot be used afterwards."""

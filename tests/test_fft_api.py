@@ -1,0 +1,282 @@
+"""The stateful FFT, bad input, the plan cache, the scipy.fft backend and the frequency helpers, on the CPU (and on
+every package the ``xp`` fixture offers)."""
+
+import threading
+
+import numpy as np
+import pytest
+import scipy.fft
+
+import mathpy
+import mathpy.fft as mfft
+from mathpy import InvalidPlanStateError, UnsupportedLayoutError
+
+
+def rand(shape, dtype=np.complex64, seed=0):
+    rng = np.random.default_rng(seed)
+    data = rng.standard_normal(shape)
+    if np.dtype(dtype).kind == "c":
+        data = data + 1j * rng.standard_normal(shape)
+    return data.astype(dtype)
+
+
+# --- stateful FFT ------------------------------------------------------------------------------------------------
+
+def test_stateful_c2c_forward_inverse(xp):
+    x = rand((8, 32))
+    with mfft.FFT(xp.asarray(x), axes=[1]) as f:
+        assert f.fft_type == "C2C"
+        f.plan()
+        y = f.execute()
+        assert xp.is_native(y)
+        np.testing.assert_allclose(xp.to_numpy(y), np.fft.fft(x, axis=1), atol=1e-4)
+        z = f.execute(direction="inverse")
+        np.testing.assert_allclose(xp.to_numpy(z), np.fft.ifft(x, axis=1) * 32, atol=1e-4)  # unnormalised
+
+
+def test_stateful_r2c_c2r(xp):
+    x = rand((4, 6, 10), np.float64)
+    with mfft.FFT(xp.asarray(x), axes=(1, 2)) as f:
+        assert f.fft_type == "R2C"
+        f.plan()
+        spectrum = f.execute()
+    np.testing.assert_allclose(xp.to_numpy(spectrum), np.fft.rfftn(x, axes=(1, 2)), atol=1e-10)
+    with mfft.FFT(spectrum, axes=(1, 2), options={"fft_type": "C2R"}) as g:
+        assert g.output_layout[0] == (4, 6, 10)
+        g.plan()
+        back = g.execute()
+    np.testing.assert_allclose(xp.to_numpy(back), x * 60, atol=1e-9)
+    with mfft.FFT(spectrum, axes=(1, 2), options=mfft.FFTOptions(fft_type="C2R", last_axis_parity="odd")) as g:
+        assert g.output_layout[0] == (4, 6, 11)
+
+
+def test_reset_operand(xp):
+    x, x2 = rand((4, 16)), rand((4, 16), seed=1)
+    f = mfft.FFT(xp.asarray(x))
+    f.plan()
+    np.testing.assert_allclose(xp.to_numpy(f.execute()), np.fft.fftn(x), atol=1e-3)
+    f.reset_operand(xp.asarray(x2))
+    np.testing.assert_allclose(xp.to_numpy(f.execute()), np.fft.fftn(x2), atol=1e-3)
+    with pytest.raises(ValueError, match="shape"):
+        f.reset_operand(xp.asarray(rand((4, 8))))
+    with pytest.raises(ValueError, match="dtype"):
+        f.reset_operand(xp.asarray(rand((4, 16), np.complex128)))
+    np.testing.assert_allclose(xp.to_numpy(f.execute()), np.fft.fftn(x2), atol=1e-3)  # nothing changed
+    f.free()
+
+
+def test_reset_operand_other_package():
+    torch = pytest.importorskip("torch")
+    f = mfft.FFT(rand((4, 16)))
+    with pytest.raises(ValueError, match="package"):
+        f.reset_operand(torch.from_numpy(rand((4, 16))))
+    f.free()
+
+
+def test_state_errors():
+    f = mfft.FFT(rand((16,)))
+    with pytest.raises(InvalidPlanStateError, match="plan"):
+        f.execute()
+    f.plan()
+    f.free()
+    f.free()  # idempotent
+    with pytest.raises(InvalidPlanStateError, match="freed"):
+        f.execute()
+    with pytest.raises(InvalidPlanStateError):
+        f.plan()
+    with pytest.raises(InvalidPlanStateError):
+        f.reset_operand(rand((16,)))
+
+
+def test_layouts_strided_operand():
+    base = rand((6, 20))
+    x = base[:, ::2]  # istride 2, idist 20: addressed in place
+    f = mfft.FFT(x, axes=[1])
+    assert f.input_layout == ((6, 10), (20, 2))
+    assert f.output_layout == ((6, 10), (10, 1))
+    f.plan()
+    np.testing.assert_allclose(f.execute(), np.fft.fft(x, axis=1), atol=1e-4)
+    f.free()
+    reversed_view = base[:, ::-1]
+    f = mfft.FFT(reversed_view, axes=[1])
+    assert f.input_layout == ((6, 20), (20, 1))  # copied to a layout with positive strides
+    f.plan()
+    np.testing.assert_allclose(f.execute(), np.fft.fft(reversed_view, axis=1), atol=1e-4)
+    f.free()
+
+
+def test_inplace():
+    x = rand((4, 8))
+    expected = np.fft.fft(x, axis=1)
+    with mfft.FFT(x, axes=[1], options={"inplace": True}) as f:
+        f.plan()
+        assert f.execute() is x
+    np.testing.assert_allclose(x, expected, atol=1e-4)
+    with pytest.raises(ValueError, match="C2C"):
+        mfft.FFT(rand((4, 8), np.float32), options={"inplace": True})
+    with pytest.raises(UnsupportedLayoutError):
+        mfft.FFT(rand((4, 8))[:, ::-1], axes=[1], options={"inplace": True})
+
+
+def test_four_axes_need_the_stateless_function():
+    with pytest.raises(ValueError, match="at most 3 axes"):
+        mfft.FFT(rand((2, 2, 2, 2)))
+
+
+def test_direction_checks():
+    f = mfft.FFT(rand((8,), np.float32))
+    f.plan()
+    with pytest.raises(ValueError, match="forward"):
+        f.execute(direction="inverse")
+    with pytest.raises(ValueError, match="direction"):
+        f.execute(direction="sideways")
+    f.free()
+
+
+def test_finalizer_frees_engine():
+    f = mfft.FFT(rand((8,)))
+    f.plan()
+    engine = f._resources.engine
+    del f
+    import gc
+    gc.collect()
+    assert engine._freed
+
+
+# --- bad input ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda x: mfft.fft(x, axis=2), ValueError, "out of range"),
+    (lambda x: mfft.fftn(x, axes=(0, -3)), ValueError, "out of range"),
+    (lambda x: mfft.fft(x, n=0), ValueError, "Invalid number"),
+    (lambda x: mfft.fft(x, n=-3), ValueError, "Invalid number"),
+    (lambda x: mfft.fftn(x, s=(4, 0)), ValueError, "Invalid number"),
+    (lambda x: mfft.fftn(x, s=(4,), axes=(0, 1)), ValueError, "same length"),
+    (lambda x: mfft.fft(x, norm="sideways"), ValueError, "norm"),
+    (lambda x: mfft.fft(x.real.astype(np.float16)), TypeError, "half precision"),
+    (lambda x: mfft.fft(np.array([["a"]])), TypeError, "not supported"),
+    (lambda x: mfft.rfft(x), TypeError, "real"),
+    (lambda x: mfft.fft(x, out=np.zeros((3, 3), np.complex64)), ValueError, "shape"),
+    (lambda x: mfft.fft(x, out=np.zeros((4, 8), np.float32)), TypeError, "dtype"),
+    (lambda x: mfft.fft(x, execution="gpu"), ValueError, "not supported"),
+    (lambda x: mfft.fft(x, options={"bogus": 1}), ValueError, "unknown field"),
+    (lambda x: mfft.FFT(x, options={"fft_type": "R2C"}), ValueError, "real operand"),
+    (lambda x: mfft.FFT(x.real.copy(), options={"fft_type": "C2C"}), ValueError, "complex operand"),
+    (lambda x: mfft.FFT(x.real.astype(np.int32)), TypeError, "promote"),
+    (lambda x: mfft.FFT(x, axes=(0, 0)), ValueError, "repeat"),
+    (lambda x: mfft.fftfreq(0), ValueError, "positive"),
+])
+def test_bad_input(call, error, match):
+    x = rand((4, 8))
+    before = x.copy()
+    with pytest.raises(error, match=match):
+        call(x)
+    np.testing.assert_array_equal(x, before)
+
+
+def test_mixed_packages():
+    torch = pytest.importorskip("torch")
+    x = rand((4, 8))
+    with pytest.raises(ValueError, match="one package"):
+        mfft.fft(x, out=torch.zeros((4, 8), dtype=torch.complex64))
+
+
+def test_no_gpu_cuda_execution_is_clear():
+    if mathpy.cuda_is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(mathpy.NoDeviceError):
+        mfft.fft(rand((8,)), execution="cuda")
+
+
+def test_cpu_inputs_are_not_modified():
+    x = rand((4, 9))
+    before = x.copy()
+    mfft.irfft(x)
+    mfft.hfft(x)
+    mfft.irfftn(x)
+    np.testing.assert_array_equal(x, before)
+
+
+# --- plan cache --------------------------------------------------------------------------------------------------
+
+def test_plan_cache_hits_and_bounds():
+    mfft.plan_cache_clear()
+    before = mfft.plan_cache_info()
+    x = rand((4, 16))
+    mfft.fft(x)
+    mfft.fft(x)
+    info = mfft.plan_cache_info()
+    assert info.hits >= before.hits + 1
+    try:
+        mfft.set_plan_cache_size(max_plans=2)
+        for n in range(3, 12):
+            mfft.fft(rand((n,)))
+            assert mfft.plan_cache_info().plans <= 2
+        mfft.set_plan_cache_size(max_plans=0)
+        mfft.fft(x)
+        assert mfft.plan_cache_info().plans == 0
+    finally:
+        mfft.set_plan_cache_size(max_plans=64)
+    mfft.plan_cache_clear()
+    assert mfft.plan_cache_info().plans == 0
+
+
+def test_plan_cache_threads():
+    mfft.set_plan_cache_size(max_plans=3)
+    errors = []
+    inputs = [rand((4, n), seed=n) for n in range(4, 12)]
+
+    def work(k):
+        try:
+            for i in range(30):
+                x = inputs[(k + i) % len(inputs)]
+                np.testing.assert_allclose(mfft.fft(x), np.fft.fft(x), atol=1e-4)
+        except Exception as e:  # pragma: no cover (reported below)
+            errors.append(e)
+
+    try:
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        mfft.set_plan_cache_size(max_plans=64)
+    assert not errors, errors[0]
+    assert mfft.plan_cache_info().plans <= 64
+
+
+# --- scipy.fft backend -------------------------------------------------------------------------------------------
+
+def test_scipy_backend(monkeypatch):
+    x = rand((4, 16), np.float64)
+    calls = []
+    original = mfft.FFT.plan
+
+    def counting(self, *args, **kwargs):
+        calls.append(self.fft_type)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(mfft.FFT, "plan", counting)
+    with scipy.fft.set_backend(mfft.scipy_backend, only=True):
+        np.testing.assert_allclose(scipy.fft.fft(x), np.fft.fft(x))
+        np.testing.assert_allclose(scipy.fft.rfft2(x, workers=2), np.fft.rfft2(x))
+        np.testing.assert_allclose(scipy.fft.irfftn(x, s=(4, 10), axes=(0, 1)), np.fft.irfftn(x, s=(4, 10)))
+    assert calls[:2] == ["C2C", "R2C"]
+    with scipy.fft.set_backend(mfft.scipy_backend):  # dct: not in mathpy, SciPy's own backend answers
+        np.testing.assert_allclose(scipy.fft.dct(x), scipy.fft.dct(x))
+    assert mfft.scipy_backend.__ua_domain__ == "numpy.scipy.fft"
+
+
+# --- frequencies and shifts --------------------------------------------------------------------------------------
+
+def test_freq_and_shift(xp):
+    np.testing.assert_allclose(mfft.fftfreq(8, 0.1), np.fft.fftfreq(8, 0.1))
+    np.testing.assert_allclose(mfft.rfftfreq(9, 2.0), np.fft.rfftfreq(9, 2.0))
+    x = np.arange(12.0).reshape(3, 4)
+    shifted = mfft.fftshift(xp.asarray(x))
+    assert xp.is_native(shifted)
+    np.testing.assert_array_equal(xp.to_numpy(shifted), np.fft.fftshift(x))
+    np.testing.assert_array_equal(xp.to_numpy(mfft.ifftshift(xp.asarray(x), axes=1)), np.fft.ifftshift(x, axes=1))
+    like = mfft.fftfreq(4, like=xp.asarray(x))
+    assert xp.is_native(like)
