@@ -1,0 +1,294 @@
+"""The cuFFT engine: one :class:`~mathpy.host.fft._layout.Transform` planned once with cufftXtMakePlanMany and executed
+on raw device pointers.
+
+What it does, in order (:class:`CUFFTEngine`):
+
+1. ``cufftCreate``; for each callback ``cufftXtSetJITCallback`` with its LTO-IR and a host array of one device pointer
+   (the user data); both buffers stay referenced until ``cufftXtMakePlanMany`` returns, because cuFFT reads them when
+   it plans (a freed buffer gives CUFFT_INTERNAL_ERROR).
+2. ``cufftSetAutoAllocation(0)``, then ``cufftXtMakePlanMany`` with the Transform's own layouts (n, embed, stride,
+   dist, batch from :func:`~mathpy.host.fft._layout.cufft_params`, 64-bit arguments).
+3. The workspace comes from the operand package's stream-ordered allocator (CuPy's or torch's pool) as a uint8 array
+   and is given to ``cufftSetWorkArea``.
+
+``execute(input_ptr, output_ptr, direction, stream)`` calls ``cufftSetStream`` only when the stream changed and then
+``cufftXtExec``: a few prebuilt ctypes calls. Batch axes that one plan cannot fold into a single distance (only
+without callbacks) are covered by a short loop of executes at precomputed pointer offsets.
+
+Rules the engine enforces (errors are raised before anything is allocated):
+
+- Half precision (float16) needs every transform length to be a power of two (cuFFT supports no other fp16 sizes),
+  and cannot take callbacks (cuFFT has no fp16 callback types).
+- Callbacks must match the transform's element types: the prolog loads the input's type (real for R2C), the epilog
+  stores the output's type (real for C2R).
+- cuFFT overwrites the input of a C2R transform (``overwrites_input``): the API hands it a scratch copy when the
+  caller's array must survive.
+"""
+
+import ctypes
+import math
+import time
+import warnings
+import weakref
+
+import numpy as np
+
+from ... import _cuda, _operands
+from ..._errors import InvalidPlanStateError
+from ..._log import logger
+from ...bindings import cufft
+from ._layout import Transform, cufft_params
+
+__all__ = ["CUFFTEngine"]
+
+_CALLBACK_TYPES = {("prolog", "complex64"): 0, ("prolog", "complex128"): 1, ("prolog", "float32"): 2,
+                   ("prolog", "float64"): 3, ("epilog", "complex64"): 4, ("epilog", "complex128"): 5,
+                   ("epilog", "float32"): 6, ("epilog", "float64"): 7}
+
+_exec = _set_stream = None  # unchecked ctypes functions, made on first use
+
+
+def _hot_functions():
+    global _exec, _set_stream
+    if _exec is None:
+        _set_stream = cufft.unchecked("cufftSetStream")
+        _exec = cufft.unchecked("cufftXtExec")
+    return _exec, _set_stream
+
+
+class _Resources:
+    """What an engine owns on the device: the cuFFT handle and the workspace array. The finalizer holds this small
+    object, not the engine."""
+
+    __slots__ = ("handle", "workspace", "device_id", "stream", "alloc_stream", "__weakref__")
+
+    def __init__(self, device_id):
+        self.handle, self.workspace, self.device_id, self.stream, self.alloc_stream = None, None, device_id, None, None
+
+
+def _release(resources, warn):
+    """Destroy the handle and drop the workspace. Called by free() (errors raise) or the finalizer (errors warn)."""
+    handle, workspace = resources.handle, resources.workspace
+    resources.handle = resources.workspace = None
+    try:
+        if handle is not None or workspace is not None:
+            with _cuda.device_scope(resources.device_id):
+                if handle is not None:
+                    cufft.lib.cufftDestroy(handle)
+                if workspace is not None and resources.stream not in (None, resources.alloc_stream):
+                    # the pool may hand the workspace to other work on the stream it was allocated on: wait for the
+                    # last execute on another stream first
+                    _synchronize(resources.stream)
+    except Exception as e:
+        if not warn:
+            raise
+        warnings.warn(f"mathpy: releasing a cuFFT plan failed: {e}", RuntimeWarning, stacklevel=2)
+    finally:
+        del workspace
+
+
+def _synchronize(stream):
+    from cuda.bindings import runtime
+    (status,) = runtime.cudaStreamSynchronize(stream)
+    if int(status):
+        raise RuntimeError(f"cudaStreamSynchronize({stream:#x}) before freeing a cuFFT workspace failed: {status}")
+
+
+class CUFFTEngine:
+    """One :class:`Transform` planned on cuFFT for one device (see the module docstring).
+
+    Parameters: ``transform``; ``execution`` an ExecutionCUDA (its ``device_id``; None means device 0); ``prolog`` /
+    ``epilog`` None or a BoundCallback (``.ltoir``, ``.symbol``, ``.cufft_type``, ``.data_ptr``); ``package`` the
+    array package whose allocator provides the workspace ("cupy" / "torch"; None: whichever is installed);
+    ``stream`` the raw stream the workspace is allocated on (None: the package's current stream).
+    """
+
+    def __init__(self, transform, *, execution, prolog=None, epilog=None, package=None, stream=None):
+        if not isinstance(transform, Transform):
+            raise TypeError(f"transform must be a Transform, not {type(transform).__name__}")
+        device_id = getattr(execution, "device_id", None)
+        device_id = 0 if device_id is None else device_id
+        _cuda.require_device(device_id)
+        callbacks = [(kind, cb) for kind, cb in (("prolog", prolog), ("epilog", epilog)) if cb is not None]
+        _check_precision(transform, bool(callbacks))
+        for kind, cb in callbacks:
+            _check_callback(transform, kind, cb)
+        params = cufft_params(transform, allow_loops=not callbacks)  # UnsupportedLayoutError if it cannot
+
+        offsets = _loop_offsets(params, transform)
+        execute, set_stream = _hot_functions()  # resolves the library (LibraryNotFoundError) before planning
+        self.transform, self.device_id, self.params = transform, device_id, params
+        self.overwrites_input = transform.kind == "C2R"
+        self._callbacks = (prolog, epilog)  # keeps user data alive as long as the plan may run
+        package = package if package in ("cupy", "torch") else _operands.gpu_array_package()
+        resources = _Resources(device_id)
+        start = time.perf_counter()
+        with _cuda.device_scope(device_id):
+            handle = ctypes.c_int()
+            cufft.lib.cufftCreate(ctypes.byref(handle))
+            resources.handle = handle.value
+            try:
+                workspace_bytes = _plan(resources.handle, transform, params, callbacks)
+                if workspace_bytes:
+                    workspace = _operands.empty(package, (workspace_bytes,), np.uint8, device_id, stream)
+                    resources.workspace = workspace
+                    resources.alloc_stream = stream
+                    cufft.lib.cufftSetWorkArea(resources.handle, _operands.wrap_operand(workspace).data_ptr)
+            except BaseException:
+                _release(resources, warn=True)
+                raise
+        self.workspace_bytes = workspace_bytes
+        self._resources = resources
+        self._handle = ctypes.c_int(resources.handle)
+        self._stream = None
+        self._scoped = _cuda.device_count() > 1
+        self._offsets, self._exec, self._set_stream = offsets, execute, set_stream
+        self._finalizer = weakref.finalize(self, _release, resources, True)
+        executes = len(self._offsets) if self._offsets else 1
+        logger.debug("cuFFT plan %s %s n=%s batch=%d%s on cuda:%d: %.1f ms, workspace %d bytes%s%s", transform.kind,
+                     transform.precision, params.n, params.batch, f" x {executes} executes" if executes > 1 else "",
+                     device_id, (time.perf_counter() - start) * 1e3, workspace_bytes,
+                     ", prolog" if prolog is not None else "", ", epilog" if epilog is not None else "")
+
+    def execute(self, input_ptr, output_ptr, direction, stream):
+        """Run the transform from device address ``input_ptr`` to ``output_ptr`` on raw ``stream`` (None: 0, the
+        default stream). ``direction`` -1 forward, +1 inverse (C2C only; R2C is forward, C2R inverse).
+        Unnormalised."""
+        if self._scoped:
+            with _cuda.device_scope(self.device_id):
+                return self._execute(input_ptr, output_ptr, direction, stream)
+        # the single-GPU hot path: no device switch, a stream check and one ctypes call
+        handle = self._handle
+        if handle is None:
+            raise InvalidPlanStateError("this cuFFT plan was freed; create a new one")
+        if stream != self._stream:
+            self._change_stream(handle, stream)
+        if self._offsets is None:
+            status = self._exec(handle, input_ptr, output_ptr, direction)
+            if status:
+                cufft.check("cufftXtExec", status)
+        else:
+            self._execute_loop(handle, input_ptr, output_ptr, direction)
+
+    def _execute(self, input_ptr, output_ptr, direction, stream):
+        handle = self._handle
+        if handle is None:
+            raise InvalidPlanStateError("this cuFFT plan was freed; create a new one")
+        if stream != self._stream:
+            self._change_stream(handle, stream)
+        if self._offsets is None:
+            status = self._exec(handle, input_ptr, output_ptr, direction)
+            if status:
+                cufft.check("cufftXtExec", status)
+        else:
+            self._execute_loop(handle, input_ptr, output_ptr, direction)
+
+    def _change_stream(self, handle, stream):
+        status = self._set_stream(handle, stream)
+        if status:
+            cufft.check("cufftSetStream", status)
+        self._stream = self._resources.stream = stream
+
+    def _execute_loop(self, handle, input_ptr, output_ptr, direction):
+        for input_offset, output_offset in self._offsets:
+            status = self._exec(handle, input_ptr + input_offset, output_ptr + output_offset, direction)
+            if status:
+                cufft.check("cufftXtExec", status)
+
+    def free(self):
+        """Destroy the cuFFT handle and drop the workspace now. Idempotent."""
+        if self._handle is None:
+            return
+        self._handle = None
+        self._finalizer.detach()
+        _release(self._resources, warn=False)
+
+    @property
+    def freed(self):
+        return self._handle is None
+
+    def __repr__(self):
+        t = self.transform
+        state = "freed" if self._handle is None else f"workspace {self.workspace_bytes} B"
+        return f"CUFFTEngine({t.kind} {t.precision} n={self.params.n} batch={self.params.batch}, cuda:{self.device_id}, {state})"
+
+
+def _check_precision(transform, has_callbacks):
+    if transform.precision != np.float16:
+        return
+    bad = [n for n in transform.n if n & (n - 1)]
+    if bad:
+        raise ValueError(f"cuFFT supports half precision (float16) only for power-of-two lengths; got n={transform.n}. "
+                         f"Use float32 (or pad to a power of two)")
+    if has_callbacks:
+        raise ValueError("cuFFT has no half-precision (float16) callbacks; use float32 with prolog/epilog")
+    if transform.kind != "C2C" and transform.n[-1] == 1:
+        raise ValueError("half-precision R2C/C2R transforms of length 1 are wrong in cuFFT 12.0 (a known CUDA 13.0 "
+                         "issue); use float32")
+
+
+def _check_callback(transform, kind, cb):
+    element = transform.input_dtype if kind == "prolog" else transform.output_dtype
+    expected = _CALLBACK_TYPES[(kind, np.dtype(element).name)]
+    got = _callback_type(cb)
+    if got != expected:
+        raise ValueError(f"the {kind} was compiled for cuFFT callback type {got}, but a {transform.kind} "
+                         f"{transform.precision} transform {'loads' if kind == 'prolog' else 'stores'} {element} "
+                         f"elements (type {expected}): compile it for {element}")
+    if not getattr(cb, "ltoir", None):
+        raise ValueError(f"the {kind} has no LTO-IR to give cuFFT")
+
+
+def _callback_type(cb):
+    for name in ("cufft_type", "cufft_callback_type"):
+        value = getattr(cb, name, None)
+        if value is not None:
+            return int(value)
+    return None
+
+
+def _data_ptr(cb):
+    value = getattr(cb, "data_ptr", None)
+    if value is None and getattr(cb, "data", None) is not None:
+        value = cb.data.data_ptr
+    return int(value or 0)
+
+
+def _plan(handle, transform, params, callbacks):
+    """Set the callbacks and make the plan on ``handle``; returns the workspace size in bytes."""
+    alive = []  # LTO-IR buffers and caller_info arrays: cuFFT reads them in cufftXtMakePlanMany
+    for kind, cb in callbacks:
+        ltoir = bytes(cb.ltoir)
+        buffer = ctypes.create_string_buffer(ltoir, len(ltoir))
+        caller_info = (ctypes.c_void_p * 1)(_data_ptr(cb) or None)
+        symbol = getattr(cb, "symbol", None)
+        symbol = symbol.encode() if isinstance(symbol, str) else symbol
+        alive += [buffer, caller_info, symbol]
+        cufft.set_jit_callback(handle, symbol, buffer, len(ltoir), _callback_type(cb), caller_info)
+    cufft.lib.cufftSetAutoAllocation(handle, 0)
+    LongLongs = ctypes.c_longlong * params.rank
+    precision = transform.precision.name
+    in_type = cufft.data_type(precision, transform.kind != "R2C")
+    out_type = cufft.data_type(precision, transform.kind != "C2R")
+    exec_type = cufft.data_type(precision, True)
+    work = ctypes.c_size_t()
+    cufft.lib.cufftXtMakePlanMany(handle, params.rank, LongLongs(*params.n), LongLongs(*params.inembed),
+                                  params.istride, params.idist, in_type, LongLongs(*params.onembed), params.ostride,
+                                  params.odist, out_type, params.batch, ctypes.byref(work), exec_type)
+    del alive
+    return work.value
+
+
+def _loop_offsets(params, transform):
+    """None for one execute per call, else [(input byte offset, output byte offset)] of every execute."""
+    if not params.loops:
+        return None
+    in_size = np.dtype(transform.input_dtype).itemsize if transform.precision != np.float16 else \
+        (2 if transform.kind == "R2C" else 4)
+    out_size = np.dtype(transform.output_dtype).itemsize if transform.precision != np.float16 else \
+        (2 if transform.kind == "C2R" else 4)
+    offsets = [(0, 0)]
+    for count, in_step, out_step in params.loops:
+        offsets = [(i + k * in_step * in_size, o + k * out_step * out_size) for i, o in offsets for k in range(count)]
+    assert len(offsets) == math.prod(c for c, _, _ in params.loops)
+    return offsets

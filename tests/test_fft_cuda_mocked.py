@@ -1,0 +1,226 @@
+"""CUFFTEngine's orchestration on the CPU, with cuFFT, the device and the allocator replaced by recorders: call order,
+arguments, stream caching, looped executes, rollback on failure, free() and the finalizer. The same engine runs for
+real in tests/test_fft_cuda.py on a GPU."""
+
+import contextlib
+import ctypes
+import gc
+import types
+
+import numpy as np
+import pytest
+
+from mathpy._errors import CUDALibraryError, InvalidPlanStateError, UnsupportedLayoutError
+from mathpy._execution import ExecutionCUDA
+from mathpy.bindings import cufft as real_cufft
+from mathpy.host.fft import _cufft
+from mathpy.host.fft._layout import Transform, cufft_params
+
+
+class FakeCufft:
+    """Records every call; ``fail`` names a function that returns CUFFT_INTERNAL_ERROR."""
+
+    def __init__(self, workspace=4096, fail=None):
+        self.calls, self.workspace, self.fail, self.next_handle = [], workspace, fail, 7
+        self.lib = types.SimpleNamespace(**{name: self._recorder(name) for name in (
+            "cufftCreate", "cufftDestroy", "cufftSetAutoAllocation", "cufftSetWorkArea", "cufftXtMakePlanMany")})
+        self.data_type, self.check = real_cufft.data_type, real_cufft.check
+
+    def _maybe_fail(self, name):
+        if name == self.fail:
+            raise CUDALibraryError("cufft", name, 5, "CUFFT_INTERNAL_ERROR")
+
+    def _recorder(self, name):
+        def call(*args):
+            if name == "cufftCreate":
+                args[0]._obj.value = self.next_handle
+                self.calls.append((name,))
+            elif name == "cufftXtMakePlanMany":
+                (handle, rank, n, inembed, istride, idist, in_type, onembed, ostride, odist, out_type, batch,
+                 work, exec_type) = args
+                self.calls.append((name, handle, rank, tuple(n), tuple(inembed), istride, idist, in_type,
+                                   tuple(onembed), ostride, odist, out_type, batch, exec_type))
+                self._maybe_fail(name)
+                work._obj.value = self.workspace
+                return
+            else:
+                self.calls.append((name, *args))
+            self._maybe_fail(name)
+        return call
+
+    def set_jit_callback(self, handle, symbol, buffer, size, callback_type, caller_info):
+        self.calls.append(("cufftXtSetJITCallback", handle, symbol, bytes(buffer)[:size], callback_type,
+                           caller_info[0]))
+        self._maybe_fail("cufftXtSetJITCallback")
+
+    def unchecked(self, name):
+        def call(*args):
+            self.calls.append((name, *[a.value if isinstance(a, ctypes.c_int) else a for a in args]))
+            return 0
+        return call
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    recorder = FakeCufft()
+    monkeypatch.setattr(_cufft, "cufft", recorder)
+    monkeypatch.setattr(_cufft, "_exec", None)
+    monkeypatch.setattr(_cufft._cuda, "require_device", lambda device_id=0: None)
+    monkeypatch.setattr(_cufft._cuda, "device_scope", lambda device_id: contextlib.nullcontext())
+    monkeypatch.setattr(_cufft._cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(_cufft, "_synchronize", lambda stream: recorder.calls.append(("cudaStreamSynchronize", stream)))
+    allocations = []
+
+    def empty(package, shape, dtype, device_id, stream=None):
+        array = np.empty(shape, dtype)
+        allocations.append((package, shape, np.dtype(dtype), device_id, stream))
+        return array
+    monkeypatch.setattr(_cufft._operands, "empty", empty)
+    recorder.allocations = allocations
+    return recorder
+
+
+def make(t, **kwargs):
+    return _cufft.CUFFTEngine(t, execution=ExecutionCUDA(0), package="cupy", **kwargs)
+
+
+C2C = Transform("C2C", np.float32, (8, 64), (64, 1), (8, 64), (64, 1), (1,))
+
+
+def names(calls):
+    return [c[0] for c in calls]
+
+
+def test_plan_sequence_and_arguments(fake):
+    engine = make(C2C, stream=11)
+    assert names(fake.calls) == ["cufftCreate", "cufftSetAutoAllocation", "cufftXtMakePlanMany", "cufftSetWorkArea"]
+    assert fake.calls[1] == ("cufftSetAutoAllocation", 7, 0)
+    plan = fake.calls[2]
+    assert plan == ("cufftXtMakePlanMany", 7, 1, (64,), (64,), 1, 64, real_cufft.CUDA_C_32F, (64,), 1, 64,
+                    real_cufft.CUDA_C_32F, 8, real_cufft.CUDA_C_32F)
+    assert fake.allocations == [("cupy", (4096,), np.dtype(np.uint8), 0, 11)]
+    assert engine.workspace_bytes == 4096 and fake.calls[3][2] != 0
+    engine.free()
+
+
+@pytest.mark.parametrize("kind,precision,types_", [
+    ("R2C", np.float64, (real_cufft.CUDA_R_64F, real_cufft.CUDA_C_64F, real_cufft.CUDA_C_64F)),
+    ("C2R", np.float32, (real_cufft.CUDA_C_32F, real_cufft.CUDA_R_32F, real_cufft.CUDA_C_32F)),
+    ("C2C", np.float16, (real_cufft.CUDA_C_16F, real_cufft.CUDA_C_16F, real_cufft.CUDA_C_16F)),
+])
+def test_data_types(fake, kind, precision, types_):
+    shapes = {"R2C": ((4, 64), (4, 33)), "C2R": ((4, 33), (4, 64)), "C2C": ((4, 64), (4, 64))}[kind]
+    (i, o) = shapes
+    t = Transform(kind, precision, i, (i[1], 1), o, (o[1], 1), (1,))
+    make(t).free()
+    plan = [c for c in fake.calls if c[0] == "cufftXtMakePlanMany"][0]
+    assert (plan[7], plan[11], plan[13]) == types_
+    assert plan[3] == (64,)
+
+
+def test_callbacks_are_set_before_planning(fake):
+    prolog = types.SimpleNamespace(ltoir=b"PROLOG-IR", symbol=None, cufft_type=0, data_ptr=0, key="p")
+    epilog = types.SimpleNamespace(ltoir=b"EPILOG-IR", symbol="my_store", cufft_callback_type=4, data_ptr=0xABC0,
+                                   key="e")
+    engine = make(C2C, prolog=prolog, epilog=epilog)
+    assert names(fake.calls)[:4] == ["cufftCreate", "cufftXtSetJITCallback", "cufftXtSetJITCallback",
+                                     "cufftSetAutoAllocation"]
+    assert fake.calls[1][1:] == (7, None, b"PROLOG-IR", 0, None)
+    assert fake.calls[2][1:] == (7, b"my_store", b"EPILOG-IR", 4, 0xABC0)
+    engine.free()
+
+
+def test_callback_of_the_wrong_type_is_refused_before_anything(fake):
+    t = Transform("R2C", np.float32, (4, 64), (64, 1), (4, 33), (33, 1), (1,))
+    complex_load = types.SimpleNamespace(ltoir=b"x", symbol=None, cufft_type=0, data_ptr=0)
+    with pytest.raises(ValueError, match="float32"):
+        make(t, prolog=complex_load)
+    real_load = types.SimpleNamespace(ltoir=b"x", symbol=None, cufft_type=2, data_ptr=0)
+    with pytest.raises(ValueError, match="epilog"):
+        make(t, epilog=real_load)
+    assert fake.calls == []
+
+
+def test_half_precision_rules(fake):
+    t = Transform("C2C", np.float16, (4, 100), (100, 1), (4, 100), (100, 1), (1,))
+    with pytest.raises(ValueError, match="power-of-two"):
+        make(t)
+    t = Transform("C2C", np.float16, (4, 64), (64, 1), (4, 64), (64, 1), (1,))
+    with pytest.raises(ValueError, match="no half-precision"):
+        make(t, epilog=types.SimpleNamespace(ltoir=b"x", symbol=None, cufft_type=4, data_ptr=0))
+    assert fake.calls == []
+
+
+def test_unexpressible_layout_is_refused_before_anything(fake):
+    t = Transform("C2C", np.float32, (8, 64), (64, -1), (8, 64), (64, 1), (1,))
+    with pytest.raises(UnsupportedLayoutError):
+        make(t)
+    looped = Transform("C2C", np.float32, (4, 48, 5), (240, 5, 1), (4, 48, 5), (240, 5, 1), (1,))
+    with pytest.raises(UnsupportedLayoutError):
+        make(looped, epilog=types.SimpleNamespace(ltoir=b"x", symbol=None, cufft_type=4, data_ptr=0))
+    assert fake.calls == []
+
+
+@pytest.mark.parametrize("failing", ["cufftXtSetJITCallback", "cufftSetAutoAllocation", "cufftXtMakePlanMany",
+                                     "cufftSetWorkArea"])
+def test_failed_plan_destroys_the_handle(fake, failing):
+    fake.fail = failing
+    prolog = types.SimpleNamespace(ltoir=b"IR", symbol=None, cufft_type=0, data_ptr=0)
+    with pytest.raises(CUDALibraryError):
+        make(C2C, prolog=prolog)
+    assert names(fake.calls)[-1] == "cufftDestroy" and fake.calls[-1][1] == 7
+    assert names(fake.calls).count("cufftDestroy") == 1
+
+
+def test_execute_sets_the_stream_only_when_it_changes(fake):
+    engine = make(C2C)
+    fake.calls.clear()
+    engine.execute(1000, 2000, -1, 5)
+    engine.execute(1000, 2000, 1, 5)
+    engine.execute(1000, 3000, -1, 6)
+    assert fake.calls == [("cufftSetStream", 7, 5), ("cufftXtExec", 7, 1000, 2000, -1), ("cufftXtExec", 7, 1000, 2000, 1),
+                          ("cufftSetStream", 7, 6), ("cufftXtExec", 7, 1000, 3000, -1)]
+    engine.free()  # the workspace came from another stream's pool than the last execute's: wait before dropping it
+    assert fake.calls[-2:] == [("cufftDestroy", 7), ("cudaStreamSynchronize", 6)]
+
+
+def test_no_wait_at_free_on_the_allocation_stream(fake):
+    engine = make(C2C, stream=5)
+    engine.execute(1, 2, -1, 5)
+    engine.free()
+    assert "cudaStreamSynchronize" not in names(fake.calls)
+
+
+def test_looped_batch_executes_at_byte_offsets(fake):
+    t = Transform("C2C", np.float64, (4, 48, 5), (240, 5, 1), (4, 48, 5), (240, 5, 1), (1,))
+    params = cufft_params(t)
+    assert params.batch == 5 and params.loops == ((4, 240, 240),)
+    engine = make(t)
+    fake.calls.clear()
+    engine.execute(0, 10_000_000, -1, 0)
+    execs = [c for c in fake.calls if c[0] == "cufftXtExec"]
+    assert [(c[2], c[3]) for c in execs] == [(k * 240 * 16, 10_000_000 + k * 240 * 16) for k in range(4)]
+    engine.free()
+
+
+def test_free_is_idempotent_and_final(fake):
+    engine = make(C2C)
+    engine.free()
+    engine.free()
+    assert names(fake.calls).count("cufftDestroy") == 1 and engine.freed
+    with pytest.raises(InvalidPlanStateError):
+        engine.execute(1, 2, -1, 0)
+    assert "freed" in repr(engine)
+
+
+def test_dropped_engine_is_destroyed_by_the_finalizer(fake):
+    make(C2C)
+    gc.collect()
+    assert names(fake.calls).count("cufftDestroy") == 1
+
+
+def test_no_workspace_when_cufft_needs_none(fake):
+    fake.workspace = 0
+    engine = make(C2C)
+    assert fake.allocations == [] and "cufftSetWorkArea" not in names(fake.calls)
+    engine.free()
