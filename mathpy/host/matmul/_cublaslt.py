@@ -1,0 +1,646 @@
+"""The cuBLASLt matmul engine: a :class:`~._problem.MatmulProblem` planned once, executed many times.
+
+**Layouts.** cuBLASLt is column-major: it computes ``D = op(A) @ op(B)`` where each operand is stored column-major
+(``rows x cols`` with a leading dimension ``ld``) and ``op`` is N (as stored) or T (transposed). A row-major matrix
+``X`` (``col_stride == 1``) is the column-major storage of ``X.T``, so it enters as that storage with ``op = T``; no
+copy is made. The result D (and C) must be stored column-major as they are (cuBLASLt supports only ``op(C) = N``):
+
+- D column-major (the API's convention, always the case with an epilog): the product is taken as it is.
+- D row-major (the API gives D C's row-major order when there is no epilog): ``D.T = B.T @ A.T`` is computed instead,
+  with D.T column-major (the swap of operands and of M and N that BLAS users know). Elementwise epilogs (RELU, GELU)
+  are unaffected; BGRADA and BGRADB swap roles; bias and aux epilogs need a column-major D (the API ensures it).
+
+Batches are cuBLASLt's strided batches, one stride per operand (0 broadcasts one matrix over the batch).
+
+**Epilogs** (formats of :mod:`._epilog`): the bias (or bias gradient) is ``BIAS_POINTER`` with its batch stride, in
+its dtype when it differs from D's; RELU bitmasks and GELU inputs are ``EPILOGUE_AUX_POINTER`` with the layout's
+``col_stride`` as ``EPILOGUE_AUX_LD`` and its batch stride (both in bits for the bitmask, as cuBLASLt counts them).
+
+**Algorithms.** Planning asks cuBLASLt's heuristic for ``preferences.limit`` candidates (workspace bounded by
+``preferences.max_workspace_bytes``, 32 MiB by default as torch gives cuBLASLt on Hopper). ``algorithms[0]`` is the
+one in use; assigning to the list (``engine.algorithms[:] = [...]``) changes it. :meth:`CublasLtEngine.autotune` times
+every candidate with CUDA events on the real operands and moves the fastest to the front.
+
+**Skinny problems.** cuBLASLt's first heuristic answer is often not the fastest when M or N is small or K is small
+(measured: 64 x 8192 x 8192 bf16 runs 1.7x slower with it than torch's choice). For such problems (see
+:func:`needs_autotune`) the engine autotunes by itself on the first :meth:`~CublasLtEngine.execute`, on that call's
+operands, and then keeps the winner: the stateless ``mathpy.matmul`` pays this once per cached plan.
+
+**The hot path.** :meth:`~CublasLtEngine.execute` calls the cached ``cublasLtMatmul`` function object with a prebuilt
+argument list of plain ints (descriptor handles, addresses of the host alpha/beta buffers and of the algorithm); per
+call it only writes the operand pointers and the stream into that list, rewrites alpha/beta when they change, and
+sets an epilog pointer attribute only when that pointer changed.
+
+>>> from mathpy.host.matmul._problem import row_major, col_major
+>>> as_column_major(row_major(3, 5, 1, "float32"))   # a row-major 3 x 5 is the column-major 5 x 3 storage, op T
+(<Operation.T: 1>, 5, 3, 5)
+>>> as_column_major(col_major(3, 5, 1, "float32"))
+(<Operation.N: 0>, 3, 5, 3)
+"""
+
+import ctypes
+import statistics
+import threading
+import weakref
+
+import numpy as np
+
+from ... import _cuda, _operands
+from ..._errors import InvalidPlanStateError, UnsupportedLayoutError
+from ..._log import logger
+from ...bindings import cublaslt as lt
+from ._epilog import MatmulEpilog
+from ._options import BF16, FLOAT8_DTYPES, MatmulPlanPreferences
+
+__all__ = ["CublasLtEngine", "CublasLtAlgorithm", "as_column_major", "orient", "needs_autotune", "get_handle"]
+
+Operation = lt.Operation
+
+#: Pointer alignment the heuristic is told to assume by default (cuBLASLt's own default); smaller alignments found at
+#: execute() time make the engine ask again with the smaller one.
+DEFAULT_ALIGNMENT = 256
+#: A stand-in for epilog pointers while planning: cuBLASLt's heuristic reads only their alignment.
+_PLACEHOLDER_POINTER = 1 << 20
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Handles: one per device, for the life of the process (creating one costs milliseconds and some device memory).
+
+_handles = {}
+_handles_lock = threading.Lock()
+
+
+def get_handle(device_id):
+    """The process's cuBLASLt handle for ``device_id`` (created on first use, with that device current)."""
+    handle = _handles.get(device_id)
+    if handle is None:
+        with _handles_lock:
+            handle = _handles.get(device_id)
+            if handle is None:
+                with _cuda.device_scope(device_id):
+                    handle = lt.create_handle()
+                _handles[device_id] = handle
+                logger.debug("cuBLASLt %d: handle for device %d", lt.version(), device_id)
+    return handle
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Layout mapping (pure Python, tested without a GPU).
+
+
+def as_column_major(layout):
+    """``(op, rows, cols, ld)``: ``layout`` (a logical matrix as it enters the product) as cuBLASLt's column-major
+    storage ``rows x cols`` with leading dimension ``ld`` and the ``op`` that turns that storage into the matrix.
+    Raises UnsupportedLayoutError when neither stride is 1 (the API copies such operands first)."""
+    r, c, rs, cs = layout.rows, layout.cols, layout.row_stride, layout.col_stride
+    if r == 1:  # one row: the row stride is never used; store it as a 1 x c column-major matrix
+        rs = 1
+    if c == 1:  # one column: the column stride is never used
+        cs = max(r, 1) if rs == 1 else 1
+    if rs == 1 and cs >= max(r, 1):
+        return Operation.N, r, c, cs
+    if cs == 1 and rs >= max(c, 1):
+        return Operation.T, c, r, rs
+    raise UnsupportedLayoutError(f"a {r} x {c} matrix with strides ({layout.row_stride}, {layout.col_stride}) has no "
+                                 f"unit stride with a leading dimension covering the other extent; cuBLASLt needs "
+                                 f"row- or column-major storage (copy it first)")
+
+
+def orient(problem):
+    """``(swap, a, b, c, d)``: the problem's layouts in the orientation cuBLASLt computes, where D is column-major.
+    ``swap`` is True when D is row-major and ``D.T = B.T @ A.T`` is computed instead (a and b are then B.T and A.T)."""
+    d = problem.d
+    if d.row_stride == 1 or d.cols == 1 or d.rows == 1:
+        return False, problem.a, problem.b, problem.c, d
+    if d.col_stride != 1:
+        raise UnsupportedLayoutError(f"the result must be row- or column-major, not strides ({d.row_stride}, "
+                                     f"{d.col_stride})")
+    c = None if problem.c is None else problem.c.transposed()
+    return True, problem.b.transposed(), problem.a.transposed(), c, d.transposed()
+
+
+def needs_autotune(m, n, k, batch, candidates):
+    """Whether cuBLASLt's first heuristic answer is worth checking by timing: a skinny product (M or N at most 256,
+    or K at most 512) big enough (>= 2 GFLOP) for the kernel choice to matter, with several candidates."""
+    flops = 2.0 * m * n * k * batch
+    return candidates > 1 and flops >= 2e9 and (min(m, n) <= 256 or k <= 512)
+
+
+_SWAPPED_EPILOGS = {None: None, MatmulEpilog.RELU: MatmulEpilog.RELU, MatmulEpilog.GELU: MatmulEpilog.GELU,
+                    MatmulEpilog.BGRADA: MatmulEpilog.BGRADB, MatmulEpilog.BGRADB: MatmulEpilog.BGRADA}
+_BGRAD_OUTPUTS = ("drelu_bgrad", "dgelu_bgrad", "bgrada", "bgradb")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Algorithms
+
+
+class CublasLtAlgorithm:
+    """One heuristic candidate: cuBLASLt's opaque algorithm plus what the heuristic said of it."""
+
+    __slots__ = ("algo", "workspace_bytes", "waves_count", "rank", "_config")
+
+    def __init__(self, result, rank):
+        self.algo = lt.MatmulAlgo.from_buffer_copy(result.algo)
+        self.workspace_bytes = int(result.workspaceSize)
+        self.waves_count = float(result.wavesCount)
+        self.rank = rank  # position in the heuristic's answer (0 = its first choice)
+        self._config = None
+
+    @property
+    def config(self):
+        """``{"id", "tile_id", "splitk_num", ...}``: the algorithm's configuration as cuBLASLt reports it."""
+        if self._config is None:
+            self._config = lt.algo_config(self.algo)
+        return self._config
+
+    def __eq__(self, other):
+        return isinstance(other, CublasLtAlgorithm) and bytes(self.algo) == bytes(other.algo)
+
+    def __hash__(self):
+        return hash(bytes(self.algo))
+
+    def __repr__(self):
+        try:
+            config = self.config
+        except Exception:
+            config = {}
+        described = ", ".join(f"{key}={value}" for key, value in config.items() if key in ("id", "tile_id",
+                                                                                            "splitk_num", "stages_id"))
+        return (f"CublasLtAlgorithm(rank={self.rank}, {described}{', ' if described else ''}"
+                f"workspace={self.workspace_bytes}, waves={self.waves_count:.2f})")
+
+
+class _Candidates(list):
+    """The engine's candidate list; changing it (``algorithms[:] = chosen``) switches the engine to ``[0]``."""
+
+    def __init__(self, items, on_change):
+        super().__init__(items)
+        self._on_change = on_change
+
+    def _changed(self):
+        if self:
+            self._on_change(self[0])
+
+    def __setitem__(self, index, value):
+        super().__setitem__(index, value)
+        self._changed()
+
+    def __delitem__(self, index):
+        super().__delitem__(index)
+        self._changed()
+
+    def __iadd__(self, other):
+        result = super().__iadd__(other)
+        self._changed()
+        return result
+
+    def append(self, value):
+        super().append(value)
+        self._changed()
+
+    def extend(self, values):
+        super().extend(values)
+        self._changed()
+
+    def insert(self, index, value):
+        super().insert(index, value)
+        self._changed()
+
+    def pop(self, index=-1):
+        value = super().pop(index)
+        self._changed()
+        return value
+
+    def remove(self, value):
+        super().remove(value)
+        self._changed()
+
+    def sort(self, **kwargs):
+        super().sort(**kwargs)
+        self._changed()
+
+    def reverse(self):
+        super().reverse()
+        self._changed()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Resources, released by free() or by the finalizer
+
+
+class _Resources:
+    """Everything a plan holds; ``release()`` is idempotent and is also the weakref.finalize safety net."""
+
+    def __init__(self):
+        self.desc, self.preference, self.layouts = None, None, []
+        self.workspace, self.scales, self.alignment_preferences = None, None, []
+
+    def release(self):
+        errors = []
+        for destroy, handles in ((lt.destroy_matrix_layout, self.layouts),
+                                 (lt.destroy_preference, self.alignment_preferences)):
+            while handles:
+                try:
+                    destroy(handles.pop())
+                except Exception as e:  # keep releasing the rest
+                    errors.append(e)
+        for attribute, destroy in (("preference", lt.destroy_preference), ("desc", lt.destroy_matmul_desc)):
+            handle = getattr(self, attribute)
+            setattr(self, attribute, None)
+            if handle is not None:
+                try:
+                    destroy(handle)
+                except Exception as e:
+                    errors.append(e)
+        self.workspace = self.scales = None  # stream-ordered allocations: freed in order after queued work
+        if errors:
+            logger.warning("cuBLASLt plan release: %s", errors[0])
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The engine
+
+
+class CublasLtEngine:
+    """A planned cuBLASLt matmul (see the module docstring). Constructed by the matmul API from a MatmulProblem.
+
+    ``package`` / ``stream``: the array package whose stream-ordered allocator holds the workspace (None: CuPy if
+    installed, else torch) and the stream of that allocation (None: the package's current stream).
+    ``autotune_first_execute``: None decides with :func:`needs_autotune`; True/False force it."""
+
+    def __init__(self, problem, *, execution=None, options=None, preferences=None, package=None, stream=None,
+                 autotune_first_execute=None):
+        self.problem, self._options = problem, options
+        self.device_id = 0 if execution is None or execution.device_id is None else execution.device_id
+        preferences = preferences if preferences is not None else MatmulPlanPreferences()
+        self._package = package or _operands.gpu_array_package()
+        self._resources = res = _Resources()
+        self._finalizer = weakref.finalize(self, res.release)
+        self._freed = False
+        try:
+            self._build(problem, preferences, stream)
+        except BaseException:
+            self._finalizer()  # a failed plan leaves nothing allocated
+            self._freed = True
+            raise
+        if autotune_first_execute is None:
+            autotune_first_execute = needs_autotune(problem.m, problem.n, problem.k, problem.batch,
+                                                    len(self.algorithms))
+        self._autotune_pending = bool(autotune_first_execute) and len(self.algorithms) > 1
+
+    # -- planning -------------------------------------------------------------------------------------------------------
+
+    def _build(self, problem, preferences, stream):
+        _cuda.require_device(self.device_id)
+        res = self._resources
+        a_dtype, d_dtype = problem.a.dtype, problem.d.dtype
+        float8 = a_dtype in FLOAT8_DTYPES or problem.b.dtype in FLOAT8_DTYPES
+        if float8 and tuple(_cuda.compute_capability(self.device_id)) < (8, 9):
+            raise ValueError(f"float8 matmul needs compute capability >= 8.9; device {self.device_id} has "
+                             f"{_cuda.compute_capability(self.device_id)}")
+        self._handle = get_handle(self.device_id)
+        try:
+            compute = lt.ComputeType["COMPUTE_" + problem.compute_type]
+        except KeyError:
+            raise ValueError(f"compute type {problem.compute_type!r} is not a cuBLAS compute type; allowed are "
+                             f"{[c.name[8:] for c in lt.ComputeType]}") from None
+        scale = lt.cuda_data_type(problem.scale_type)
+
+        swap, a, b, c, d = orient(problem)
+        epilog = problem.epilog
+        if swap:
+            if epilog not in _SWAPPED_EPILOGS:
+                raise UnsupportedLayoutError(f"epilog {epilog.name} needs a column-major result; got a row-major one")
+            epilog = _SWAPPED_EPILOGS[epilog]
+        self._swap = swap
+        op_a, rows_a, cols_a, ld_a = as_column_major(a)
+        op_b, rows_b, cols_b, ld_b = as_column_major(b)
+        op_d, rows_d, cols_d, ld_d = as_column_major(d)
+        if op_d is not Operation.N:
+            raise UnsupportedLayoutError(f"the result must be stored column-major or row-major; got {problem.d}")
+
+        res.desc = desc = lt.create_matmul_desc(compute, scale)
+        lt.set_attribute(desc, lt.MatmulDesc.TRANSA, op_a)
+        lt.set_attribute(desc, lt.MatmulDesc.TRANSB, op_b)
+        batch = problem.batch
+        la = self._layout(a.dtype, rows_a, cols_a, ld_a, batch, a.batch_stride)
+        lb = self._layout(b.dtype, rows_b, cols_b, ld_b, batch, b.batch_stride)
+        ld = self._layout(d.dtype, rows_d, cols_d, ld_d, batch, d.batch_stride)
+        if c is not None:
+            op_c, rows_c, cols_c, ld_c = as_column_major(c)
+            if op_c is not Operation.N:
+                raise UnsupportedLayoutError(f"c must be stored in the result's order (cuBLASLt reads C without "
+                                             f"transposing it); c is {problem.c}, the result {problem.d}")
+            lc = self._layout(c.dtype, rows_c, cols_c, ld_c, batch, c.batch_stride)
+        elif d_dtype in FLOAT8_DTYPES:  # cuBLASLt wants C in 16 bits for float8 results; never read (beta = 0)
+            lc = self._layout(BF16, rows_d, cols_d, ld_d, batch, d.batch_stride)
+        else:
+            lc = ld
+
+        # float8 scale factors live on the device (float32, the compute type); D's only for a float8 result.
+        alpha_factor = 1.0
+        if float8:
+            scales = {lt.MatmulDesc.A_SCALE_POINTER: problem.a_scale, lt.MatmulDesc.B_SCALE_POINTER: problem.b_scale}
+            if swap:
+                scales = {lt.MatmulDesc.A_SCALE_POINTER: problem.b_scale,
+                          lt.MatmulDesc.B_SCALE_POINTER: problem.a_scale}
+            d_scale = problem.d_scale
+            if d_dtype in FLOAT8_DTYPES:
+                scales[lt.MatmulDesc.D_SCALE_POINTER] = d_scale
+            elif d_scale is not None and d_scale != 1:
+                if epilog is not None:
+                    raise ValueError(f"d_scale applies to float8 results; with a {d_dtype.name} result and epilog "
+                                     f"{epilog.name} it cannot be folded into alpha")
+                alpha_factor = float(d_scale)  # d_scale * (alpha X + beta C) = (d_scale alpha) X + (d_scale beta) C
+            scales = {attribute: value for attribute, value in scales.items() if value is not None}
+            if scales:
+                host = np.array(list(scales.values()), dtype=np.float32)
+                like = _operands.Operand(None, self._package, (1,), (1,), np.dtype(np.uint8), self.device_id, 0)
+                res.scales = _operands.as_package(host, like, stream)
+                base = _operands.wrap_operand(res.scales).data_ptr
+                for i, attribute in enumerate(scales):
+                    lt.set_attribute(desc, attribute, base + 4 * i)
+            if getattr(self._options, "fast_accumulation", False):
+                lt.set_attribute(desc, lt.MatmulDesc.FAST_ACCUM, 1)
+        self._alpha_factor = alpha_factor
+
+        # Epilog: its value, dtypes, leading dimensions, batch strides; pointers are set per execute().
+        slots = []
+        if epilog is not None:
+            lt.set_attribute(desc, lt.MatmulDesc.EPILOGUE, int(epilog))
+            for source, pairs in ((0, problem.epilog_inputs), (1, problem.epilog_outputs)):
+                for name, layout in pairs:
+                    if name == "bias" or name in _BGRAD_OUTPUTS:
+                        pointer_attribute = lt.MatmulDesc.BIAS_POINTER
+                        if layout.dtype != d_dtype:
+                            lt.set_attribute(desc, lt.MatmulDesc.BIAS_DATA_TYPE, lt.cuda_data_type(layout.dtype))
+                        if batch > 1:
+                            lt.set_attribute(desc, lt.MatmulDesc.BIAS_BATCH_STRIDE, layout.batch_stride)
+                    elif name in ("relu_aux", "gelu_aux"):
+                        pointer_attribute = lt.MatmulDesc.EPILOGUE_AUX_POINTER
+                        lt.set_attribute(desc, lt.MatmulDesc.EPILOGUE_AUX_LD, layout.col_stride)
+                        if batch > 1:
+                            lt.set_attribute(desc, lt.MatmulDesc.EPILOGUE_AUX_BATCH_STRIDE, layout.batch_stride)
+                        if name == "gelu_aux" and layout.dtype != d_dtype:
+                            lt.set_attribute(desc, lt.MatmulDesc.EPILOGUE_AUX_DATA_TYPE,
+                                             lt.cuda_data_type(layout.dtype))
+                    else:
+                        raise ValueError(f"epilog {problem.epilog.name}: unknown epilog operand {name!r}")
+                    lt.set_attribute(desc, pointer_attribute, _PLACEHOLDER_POINTER)
+                    slots.append((source, name, int(pointer_attribute)))
+        self._slots = tuple(slots)
+        self._slot_values = [_PLACEHOLDER_POINTER] * len(slots)
+        self._slot_buffer = ctypes.c_void_p(0)
+        self._set_desc_attribute = lt.library.cublasLtMatmulDescSetAttribute
+
+        res.preference = self._preference(preferences.max_workspace_bytes, DEFAULT_ALIGNMENT)
+        self._layouts = (la, lb, lc, ld)
+        self._limit = preferences.limit
+        self._max_workspace = preferences.max_workspace_bytes
+        found = lt.heuristics(self._handle, desc, la, lb, lc, ld, res.preference, preferences.limit)
+        if not found:
+            raise ValueError(self._no_algorithm_message(op_a, op_b, float8))
+        self.algorithms = _Candidates((CublasLtAlgorithm(result, rank) for rank, result in enumerate(found)), self._use)
+        self._alignment_mask = DEFAULT_ALIGNMENT - 1
+
+        # Host alpha/beta of the scale type, and the argument list of cublasLtMatmul (ints only).
+        self._alpha_buffer = np.zeros(1, dtype=problem.scale_type)
+        self._beta_buffer = np.zeros(1, dtype=problem.scale_type)
+        self._alpha = self._beta = None
+        self._stream = stream
+        self._algo = lt.MatmulAlgo()
+        self._args = [self._handle, desc, self._alpha_buffer.ctypes.data, 0, la, 0, lb,
+                      self._beta_buffer.ctypes.data, 0, lc, 0, ld, ctypes.addressof(self._algo), 0, 0, 0]
+        self._matmul = lt.library.cublasLtMatmul
+        self._switch_device = _cuda.device_count() > 1
+        self.workspace_bytes = 0
+        self._use(self.algorithms[0])
+        logger.debug("cuBLASLt plan %sx%sx%s batch %d (%s%s, swap=%s, epilog=%s): %d candidates, using %r",
+                     problem.m, problem.n, problem.k, batch, op_a.name, op_b.name, swap,
+                     None if epilog is None else epilog.name, len(self.algorithms), self.algorithms[0])
+
+    def _layout(self, dtype, rows, cols, ld, batch, batch_stride):
+        layout = lt.create_matrix_layout(lt.cuda_data_type(dtype), rows, cols, ld)
+        self._resources.layouts.append(layout)
+        if batch > 1:
+            lt.set_attribute(layout, lt.MatrixLayout.BATCH_COUNT, batch)
+            lt.set_attribute(layout, lt.MatrixLayout.STRIDED_BATCH_OFFSET, batch_stride)
+        return layout
+
+    def _preference(self, max_workspace, alignment):
+        preference = lt.create_preference()
+        try:
+            lt.set_attribute(preference, lt.Preference.MAX_WORKSPACE_BYTES, max_workspace)
+            if alignment != DEFAULT_ALIGNMENT:
+                for attribute in (lt.Preference.MIN_ALIGNMENT_A_BYTES, lt.Preference.MIN_ALIGNMENT_B_BYTES,
+                                  lt.Preference.MIN_ALIGNMENT_C_BYTES, lt.Preference.MIN_ALIGNMENT_D_BYTES):
+                    lt.set_attribute(preference, attribute, alignment)
+        except BaseException:
+            lt.destroy_preference(preference)
+            raise
+        return preference
+
+    def _no_algorithm_message(self, op_a, op_b, float8):
+        p = self.problem
+        what = (f"cuBLASLt {lt.version()} has no algorithm for this product: {p.m} x {p.n} x {p.k}, batch {p.batch}, "
+                f"{p.a.dtype.name} @ {p.b.dtype.name} -> {p.d.dtype.name}, compute {p.compute_type}, "
+                f"op(A)={op_a.name}, op(B)={op_b.name}, epilog {None if p.epilog is None else p.epilog.name}, "
+                f"device {self.device_id} (cc {'.'.join(map(str, _cuda.compute_capability(self.device_id)))})")
+        if float8 and (op_a, op_b) != (Operation.T, Operation.N):
+            what += (". float8 needs A row-major and B column-major (cuBLASLt's 'TN' form: pass b as a transposed "
+                     "row-major array, e.g. b = bt.T)")
+        return what
+
+    def _use(self, algorithm):
+        """Make ``algorithm`` the one execute() runs, growing or shrinking the workspace to what it needs."""
+        ctypes.memmove(ctypes.addressof(self._algo), ctypes.addressof(algorithm.algo), ctypes.sizeof(self._algo))
+        self._ensure_workspace(algorithm.workspace_bytes, exact=True)
+
+    def _ensure_workspace(self, nbytes, exact=False):
+        if nbytes == self.workspace_bytes or (not exact and nbytes < self.workspace_bytes):
+            return
+        res = self._resources
+        res.workspace = None
+        if nbytes:
+            res.workspace = _operands.empty(self._package, (nbytes,), np.uint8, self.device_id, self._stream)
+            pointer = _operands.wrap_operand(res.workspace).data_ptr
+        else:
+            pointer = 0
+        self.workspace_bytes = nbytes
+        self._args[13], self._args[14] = pointer, nbytes
+
+    def _realign(self, pointers):
+        """Some pointer is less aligned than the plan assumed: ask the heuristic again for that alignment."""
+        alignment = DEFAULT_ALIGNMENT
+        while alignment > 1 and pointers & (alignment - 1):
+            alignment //= 2
+        preference = self._preference(self._max_workspace, alignment)
+        self._resources.alignment_preferences.append(preference)
+        la, lb, lc, ld = self._layouts
+        found = lt.heuristics(self._handle, self._resources.desc, la, lb, lc, ld, preference, self._limit)
+        if not found:
+            raise ValueError(f"cuBLASLt has no algorithm for operands aligned to {alignment} bytes; pass arrays "
+                             f"aligned to at least 16 bytes")
+        logger.debug("cuBLASLt: operands aligned to %d bytes only; replanned (%d candidates)", alignment, len(found))
+        candidates = _Candidates((CublasLtAlgorithm(result, rank) for rank, result in enumerate(found)), self._use)
+        self.algorithms = candidates
+        self._alignment_mask = alignment - 1
+        self._use(candidates[0])
+
+    # -- execution ------------------------------------------------------------------------------------------------------
+
+    def execute(self, a, b, c, d, epilog_inputs, epilog_outputs, alpha, beta, stream):
+        """Run the product on device pointers ``a``, ``b``, ``c`` (None: no C), ``d``, epilog pointers by name, host
+        scalars ``alpha``/``beta``, on the raw stream handle ``stream``."""
+        args = self._args
+        if self._swap:
+            args[3], args[5] = b, a
+        else:
+            args[3], args[5] = a, b
+        if c is None:
+            c, beta = d, 0
+        args[8], args[10], args[15] = c, d, stream
+        if alpha != self._alpha:
+            self._alpha = alpha
+            self._alpha_buffer[0] = alpha * self._alpha_factor
+        if beta != self._beta:
+            self._beta = beta
+            self._beta_buffer[0] = beta * self._alpha_factor
+        pointers = a | b | c | d
+        if self._slots:
+            pointers |= self._set_epilog_pointers(epilog_inputs, epilog_outputs)
+        if pointers & self._alignment_mask:
+            self._realign(pointers)
+        if self._autotune_pending:
+            self._autotune_pending = False
+            self._time_candidates(lambda: self._matmul(*args), stream, iterations=3, rounds=2)
+        if self._switch_device:
+            with _cuda.device_scope(self.device_id):
+                self._matmul(*args)
+        else:
+            self._matmul(*args)
+
+    def _set_epilog_pointers(self, epilog_inputs, epilog_outputs):
+        pointers = 0
+        values, buffer = self._slot_values, self._slot_buffer
+        for i, (source, name, attribute) in enumerate(self._slots):
+            pointer = (epilog_inputs if source == 0 else epilog_outputs)[name]
+            if pointer != values[i]:
+                buffer.value = pointer
+                self._set_desc_attribute(self._resources.desc, attribute, ctypes.addressof(buffer), 8)
+                values[i] = pointer
+            pointers |= pointer
+        return pointers
+
+    # -- autotuning -----------------------------------------------------------------------------------------------------
+
+    def autotune(self, operands, stream=None, iterations=3):
+        """Time every candidate on ``operands`` (the keyword arguments of :meth:`execute`) with CUDA events on
+        ``stream``, keep the fastest (it becomes ``algorithms[0]``) and return ``[(algorithm, seconds), ...]``
+        fastest first (seconds per call, the median of the rounds)."""
+        operands = dict(operands)
+        operands.pop("stream", None)
+        stream = 0 if stream is None else stream
+        self._autotune_pending = False
+        self.execute(**operands, stream=stream)  # sets pointers, scalars, alignment
+        args = self._args
+        return self._time_candidates(lambda: self._matmul(*args), stream, iterations, rounds=3)
+
+    def _time_candidates(self, run, stream, iterations, rounds):
+        candidates = list(self.algorithms)
+        if len(candidates) < 2 and iterations <= 0:
+            return [(candidates[0], float("nan"))]
+        self._ensure_workspace(max(alg.workspace_bytes for alg in candidates))
+        timings = []
+        with _EventPair(self.device_id) as events, _cuda_scope(self.device_id, self._switch_device):
+            for algorithm in candidates:
+                ctypes.memmove(ctypes.addressof(self._algo), ctypes.addressof(algorithm.algo),
+                               ctypes.sizeof(self._algo))
+                try:
+                    run()  # warm-up
+                except Exception as e:  # a candidate that fails to launch is dropped
+                    logger.debug("cuBLASLt autotune: %r failed: %s", algorithm, e)
+                    continue
+                per_round = []
+                for _ in range(rounds):
+                    events.record_start(stream)
+                    for _ in range(iterations):
+                        run()
+                    per_round.append(events.elapsed_after(stream) / iterations)
+                timings.append((algorithm, statistics.median(per_round)))
+        if not timings:
+            raise RuntimeError("cuBLASLt autotune: no candidate algorithm ran")
+        timings.sort(key=lambda pair: pair[1])
+        best = timings[0][0]
+        reordered = [best] + [alg for alg in candidates if alg is not best]
+        list.__setitem__(self.algorithms, slice(None), reordered)
+        self._use(best)
+        logger.debug("cuBLASLt autotune %sx%sx%s: %s", self.problem.m, self.problem.n, self.problem.k,
+                     [(alg.rank, f"{seconds * 1e6:.1f} us") for alg, seconds in timings])
+        return timings
+
+    # -- lifetime -------------------------------------------------------------------------------------------------------
+
+    def free(self):
+        """Release the descriptors, preference and workspace (the per-device handle stays cached). Idempotent."""
+        if not self._freed:
+            self._freed = True
+            self._finalizer()
+            self.execute = self.autotune = self._freed_call
+
+    def _freed_call(self, *args, **kwargs):
+        raise InvalidPlanStateError("the cuBLASLt plan was freed; plan again")
+
+    def __repr__(self):
+        p = self.problem
+        state = "freed" if self._freed else f"{len(self.algorithms)} candidates, workspace {self.workspace_bytes}"
+        return f"<CublasLtEngine {p.m}x{p.n}x{p.k} batch {p.batch} {p.a.dtype.name}: {state}>"
+
+
+class _cuda_scope:
+    def __init__(self, device_id, needed):
+        self._scope = _cuda.device_scope(device_id) if needed else None
+
+    def __enter__(self):
+        if self._scope is not None:
+            self._scope.__enter__()
+
+    def __exit__(self, *exc):
+        if self._scope is not None:
+            return self._scope.__exit__(*exc)
+
+
+class _EventPair:
+    """Two CUDA events (cuda.bindings runtime) timing work on a stream."""
+
+    def __init__(self, device_id):
+        from cuda.bindings import runtime
+        self._rt, self._device_id = runtime, device_id
+        self.start = self.end = None
+
+    def _check(self, result, what):
+        status, *values = result
+        if int(status) != 0:
+            raise RuntimeError(f"{what} failed: {status}")
+        return values[0] if values else None
+
+    def __enter__(self):
+        rt = self._rt
+        self.start = self._check(rt.cudaEventCreate(), "cudaEventCreate")
+        self.end = self._check(rt.cudaEventCreate(), "cudaEventCreate")
+        return self
+
+    def record_start(self, stream):
+        self._check(self._rt.cudaEventRecord(self.start, stream), "cudaEventRecord")
+
+    def elapsed_after(self, stream):
+        """Seconds from the start event to now on ``stream`` (waits for the stream to get there)."""
+        rt = self._rt
+        self._check(rt.cudaEventRecord(self.end, stream), "cudaEventRecord")
+        self._check(rt.cudaEventSynchronize(self.end), "cudaEventSynchronize")
+        return self._check(rt.cudaEventElapsedTime(self.start, self.end), "cudaEventElapsedTime") / 1e3
+
+    def __exit__(self, *exc):
+        for event in (self.start, self.end):
+            if event is not None:
+                self._rt.cudaEventDestroy(event)
