@@ -258,6 +258,12 @@ def _generate(d):
 
     em = _Emitter(consts)
     src = []
+    ns["UINT"] = np.uint64
+
+    def ucon(value):
+        name = f"_U{value}"
+        ns[name] = np.uint64(value)
+        return name
 
     # ---------------- execute ----------------
     em.emit("t = cuda.threadIdx.x")
@@ -322,19 +328,20 @@ def _generate(d):
                 ins = loaded[s]
             if ns_prod > 1:
                 em.emit(f"k = (t + {s * T}) & {ns_prod - 1}")
-                frac = consts.add(sign * 2.0 / (ns_prod * R))
+                em.emit(f"kf = REAL(k)")
+                # w_r = exp(sign 2 pi i k r / (Ns R)): w_1 and w_4 from sincospi, the others by at most 3 products
                 ws = {}
-                sn, cs = em.fresh("ws"), em.fresh("wc")
-                em.emit(f"{sn}, {cs} = sincospi(REAL(k) * {frac})")
-                ws[1] = (cs, sn)
-                p = 2
-                while p < R:
-                    sn, cs = em.fresh("ws"), em.fresh("wc")
-                    em.emit(f"{sn}, {cs} = sincospi(REAL(k) * {consts.add(sign * 2.0 * p / (ns_prod * R))})")
-                    ws[p] = (cs, sn)
-                    p *= 2
-                for r in range(3, R):
-                    if r not in ws:
+                for direct in (1, 4):
+                    if direct < R:
+                        sn, cs = em.fresh("ws"), em.fresh("wc")
+                        em.emit(f"{sn}, {cs} = sincospi(kf * {consts.add(sign * 2.0 * direct / (ns_prod * R))})")
+                        ws[direct] = (cs, sn)
+                for r in range(2, R):
+                    if r in ws:
+                        continue
+                    if r == 2 or r == 8:
+                        ws[r] = em.mul(ws[r // 2], ws[r // 2])
+                    else:
                         hi = 1 << (r.bit_length() - 1)
                         ws[r] = em.mul(ws[hi], ws[r - hi])
                 ins = [ins[0]] + [em.mul(ins[r], ws[r]) for r in range(1, R)]
@@ -344,36 +351,52 @@ def _generate(d):
                 for r in range(R):
                     regs[s + r * B] = outs[s][r]
             break
-        # exchange through shared memory
+        # Exchange through shared memory. Position p of the Stockham output goes to the padded slot p + (p >> 5);
+        # the padding is split into a per-thread base and per-element constants (see _write_offsets), and indices
+        # are unsigned so numba emits no negative-index wraparound.
         R2 = d.radices[si + 1]
         B2 = ept // R2
+        stride2 = n // R2
         loaded = [[[None, None] for _ in range(R2)] for _ in range(B2)]
         passes = [0, 1] if split else [None]
+        off_im = 0 if split else d._plane
         for pi in passes:
             for s in range(B):
                 if ns_prod == 1:
-                    em.emit(f"p = (t + {s * T}) * {R}")
+                    em.emit(f"a = (t + {s * T}) * {R}")
+                    em.emit("qb = UINT(base + a + (a >> 5))")
                 else:
                     em.emit(f"k = (t + {s * T}) & {ns_prod - 1}")
-                    em.emit(f"p = (t + {s * T} - k) * {R} + k")
+                    em.emit(f"a = (t + {s * T} - k) * {R}")
+                    if ns_prod >= 32:
+                        em.emit("qb = UINT(base + a + (a >> 5) + k + (k >> 5))")
+                    else:
+                        em.emit("qb = UINT(base + a + (a >> 5) + k)")
                 for r in range(R):
-                    em.emit(f"q = p + {r * ns_prod}")
-                    em.emit("q = q + (q >> 5)")
+                    c = r * ns_prod
+                    if ns_prod * R > 32:
+                        c += (r * ns_prod) >> 5 if ns_prod < 32 else r * (ns_prod >> 5)
                     if pi in (None, 0):
-                        em.emit(f"shared_mem[base + q] = {outs[s][r][0]}")
+                        em.emit(f"shared_mem[qb + {ucon(c)}] = {outs[s][r][0]}")
                     if pi in (None, 1):
-                        off = 0 if split else d._plane
-                        em.emit(f"shared_mem[base + {off} + q] = {outs[s][r][1]}")
+                        em.emit(f"shared_mem[qb + {ucon(c + off_im)}] = {outs[s][r][1]}")
             em.emit("cuda.syncthreads()")
             for s in range(B2):
+                if stride2 % 32 == 0:
+                    em.emit(f"q = t + {s * T}")
+                    em.emit("qb = UINT(base + q + (q >> 5))")
                 for r in range(R2):
-                    em.emit(f"q = t + {s * T + r * (n // R2)}")
-                    em.emit("q = q + (q >> 5)")
+                    if stride2 % 32 == 0:
+                        idx = f"qb + {ucon(r * stride2 + (r * stride2 >> 5))}"
+                        idx_im = f"qb + {ucon(r * stride2 + (r * stride2 >> 5) + off_im)}"
+                    else:
+                        em.emit(f"q = t + {s * T + r * stride2}")
+                        em.emit("qb = UINT(base + q + (q >> 5))")
+                        idx, idx_im = "qb", f"qb + {ucon(off_im)}"
                     if pi in (None, 0):
-                        loaded[s][r][0] = em.assign("shared_mem[base + q]", "r")
+                        loaded[s][r][0] = em.assign(f"shared_mem[{idx}]", "r")
                     if pi in (None, 1):
-                        off = 0 if split else d._plane
-                        loaded[s][r][1] = em.assign(f"shared_mem[base + {off} + q]", "i")
+                        loaded[s][r][1] = em.assign(f"shared_mem[{idx_im}]", "i")
             em.emit("cuda.syncthreads()")
         loaded = [[tuple(x) for x in row] for row in loaded]
         ns_prod *= R
@@ -387,19 +410,19 @@ def _generate(d):
     src.append("def execute(thread_data, shared_mem):\n" + "\n".join(em.lines) + "\n")
 
     # ---------------- load / store ----------------
-    lines = ["def load(x, thread_data, batch):", "    t = cuda.threadIdx.x", "    if batch < x.shape[0]:"]
+    lines = ["def load(x, thread_data, batch):", "    t = UINT(cuda.threadIdx.x)", "    if batch < x.shape[0]:", "        ub = UINT(batch)"]
     for i in range(ept):
-        idx = f"t + {i * T}"
+        idx = f"t + {ucon(i * T)}"
         if d.fft_type == "c2c":
-            lines.append(f"        thread_data[{i}] = x[batch, {idx}]")
+            lines.append(f"        thread_data[{i}] = x[ub, {idx}]")
         elif d.fft_type == "r2c":
-            lines.append(f"        thread_data[{i}] = complex(x[batch, {idx}], ZERO)")
+            lines.append(f"        thread_data[{i}] = complex(x[ub, {idx}], ZERO)")
         else:  # c2r: only k <= size/2 exists in the input
             if (i + 1) * T - 1 <= half:
-                lines.append(f"        thread_data[{i}] = x[batch, {idx}]")
+                lines.append(f"        thread_data[{i}] = x[ub, {idx}]")
             elif i * T <= half:
-                lines.append(f"        if {idx} <= {half}:")
-                lines.append(f"            thread_data[{i}] = x[batch, {idx}]")
+                lines.append(f"        if {idx} <= {ucon(half)}:")
+                lines.append(f"            thread_data[{i}] = x[ub, {idx}]")
                 lines.append("        else:")
                 lines.append(f"            thread_data[{i}] = ZEROC")
             else:
@@ -409,28 +432,28 @@ def _generate(d):
         lines.append(f"        thread_data[{i}] = ZEROC")
     src.append("\n".join(lines) + "\n")
 
-    lines = ["def store(thread_data, y, batch):", "    t = cuda.threadIdx.x", "    if batch < y.shape[0]:"]
+    lines = ["def store(thread_data, y, batch):", "    t = UINT(cuda.threadIdx.x)", "    if batch < y.shape[0]:", "        ub = UINT(batch)"]
     for i in range(ept):
-        idx = f"t + {i * T}"
+        idx = f"t + {ucon(i * T)}"
         if d.fft_type == "c2c":
-            lines.append(f"        y[batch, {idx}] = thread_data[{i}]")
+            lines.append(f"        y[ub, {idx}] = thread_data[{i}]")
         elif d.fft_type == "c2r":
-            lines.append(f"        y[batch, {idx}] = thread_data[{i}].real")
+            lines.append(f"        y[ub, {idx}] = thread_data[{i}].real")
         else:
             if (i + 1) * T - 1 <= half:
-                lines.append(f"        y[batch, {idx}] = thread_data[{i}]")
+                lines.append(f"        y[ub, {idx}] = thread_data[{i}]")
             elif i * T <= half:
-                lines.append(f"        if {idx} <= {half}:")
-                lines.append(f"            y[batch, {idx}] = thread_data[{i}]")
+                lines.append(f"        if {idx} <= {ucon(half)}:")
+                lines.append(f"            y[ub, {idx}] = thread_data[{i}]")
     src.append("\n".join(lines) + "\n")
 
-    lines = ["def multiply(thread_data, f):", "    t = cuda.threadIdx.x"]
+    lines = ["def multiply(thread_data, f):", "    t = UINT(cuda.threadIdx.x)"]
     for i in range(ept):
-        idx = f"t + {i * T}"
+        idx = f"t + {ucon(i * T)}"
         if d.fft_type != "r2c" or (i + 1) * T - 1 <= half:
             lines.append(f"    thread_data[{i}] = thread_data[{i}] * f[{idx}]")
         elif i * T <= half:
-            lines.append(f"    if {idx} <= {half}:")
+            lines.append(f"    if {idx} <= {ucon(half)}:")
             lines.append(f"        thread_data[{i}] = thread_data[{i}] * f[{idx}]")
     src.append("\n".join(lines) + "\n")
 
@@ -475,7 +498,7 @@ def fft(
         >>> import numpy as np, mathpy.device
         >>> FFT = mathpy.device.fft(size=256, precision=np.float32, direction="forward")
         >>> FFT.block_dim, FFT.elements_per_thread, FFT.ffts_per_block, FFT.shared_memory_size
-        ((32, 8, 1), 8, 8, 17024)
+        ((32, 8, 1), 8, 8, 16832)
     """
     size = _int_arg("size", size)
     if not (_is_pow2(size) and MIN_SIZE <= size <= MAX_SIZE):
