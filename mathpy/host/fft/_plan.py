@@ -299,7 +299,7 @@ class FFT:
         device_id = execution.device_id if self._on_gpu else None
 
         def create():
-            engine = _make_engine(t, execution, bound_prolog, bound_epilog)
+            engine = _make_engine(t, execution, bound_prolog, bound_epilog, self._device_package, self._stream)
             return engine, engine.workspace_bytes
 
         resources = _Resources()
@@ -461,12 +461,12 @@ class FFT:
         return f"FFT({self._fft_type}, axes={self._axes}, {self._execution}, {state})"
 
 
-def _make_engine(transform, execution, prolog, epilog):
+def _make_engine(transform, execution, prolog, epilog, package, stream):
     if isinstance(execution, ExecutionCPU):
         from ._cpu import CPUEngine
         return CPUEngine(transform, execution=execution, prolog=prolog, epilog=epilog)
-    from ._cufft import CUFFTEngine
-    return CUFFTEngine(transform, execution=execution, prolog=prolog, epilog=epilog)
+    from ._cufft import CUFFTEngine  # workspace from the operand package's allocator, on the plan's stream
+    return CUFFTEngine(transform, execution=execution, prolog=prolog, epilog=epilog, package=package, stream=stream)
 
 
 # --- data movement on the GPU, in the operand package's own terms (stream-ordered) ------------------------------------
