@@ -281,9 +281,9 @@ class Matmul:
         if beta is None:
             beta = 0 if c_op is None else 1
         alpha = _check_scalar(alpha, "alpha", scale_type)
-        beta = _check_scalar(beta, "beta", scale_type)
         if c_op is None and beta != 0:
             raise ValueError(f"beta = {beta!r} needs an operand c; pass c or leave beta at 0")
+        beta = _check_scalar(beta, "beta", scale_type)
         if c_op is not None:
             if tuple(c_op.shape) != result_shape:
                 try:
@@ -647,8 +647,11 @@ class Matmul:
 
 
 def _view(base, shape, strides):
-    itemsize = base.itemsize
-    return np.lib.stride_tricks.as_strided(base, shape, tuple(s * itemsize for s in strides), writeable=True)
+    """A (batch, rows, cols)-style NumPy view of ``base``'s memory with element strides."""
+    itemsize, dtype = base.itemsize, base.dtype
+    raw = base.view(f"u{itemsize}") if dtype.kind not in "biufc" or dtype.isbuiltin != 1 else base
+    view = np.lib.stride_tricks.as_strided(raw, shape, tuple(s * itemsize for s in strides), writeable=True)
+    return view if raw is base else view.view(dtype)
 
 
 def _expand_c(c_op, result_shape, batch_shape, vector_a, vector_b):

@@ -1,0 +1,182 @@
+"""Every matmul epilog against a straightforward NumPy reference written here (float64, elementwise definitions), with
+the exact output formats: bitmask bits and padding, GELU aux padding, bias gradients; batched and not; every real dtype;
+NumPy and torch-CPU operands."""
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from mathpy.host.matmul import Matmul, MatmulEpilog, matmul
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+M, N, K = 13, 7, 9  # M not a multiple of 8: the aux formats' padding is exercised
+RNG = np.random.default_rng(7)
+TOL = {"float16": 2e-2, "bfloat16": 6e-2, "float32": 1e-5, "float64": 1e-12}
+
+
+def gelu_ref(x):
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def gelu_grad_ref(x):
+    u = math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)
+    du = math.sqrt(2 / math.pi) * (1 + 3 * 0.044715 * x ** 2)
+    return 0.5 * (1 + np.tanh(u)) + 0.5 * x * du / np.cosh(u) ** 2
+
+
+def bits_ref(aux, m):
+    """Bit i of column j is bit i % 8 (LSB first) of byte [i // 8, j]."""
+    return np.stack([(aux[..., i // 8, :] >> (i % 8)) & 1 for i in range(m)], axis=-2).astype(bool)
+
+
+def pack_ref(mask):
+    *batch, m, n = mask.shape
+    rows = -(-math.ceil(m / 8) // 16) * 16
+    out = np.zeros((*batch, rows, n), np.uint8)
+    for i in range(m):
+        out[..., i // 8, :] |= (mask[..., i, :].astype(np.uint8) << (i % 8))
+    return out
+
+
+def reference(name, a, b, bias=None, relu_aux=None, gelu_aux=None, alpha=1.0):
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    x = alpha * (a64 @ b64)
+    if bias is not None:
+        x = x + bias.astype(np.float64).reshape(*bias.shape[:-2], M, 1) if bias.ndim > 1 else x + bias[:, None]
+    outputs = {}
+    if name.startswith("RELU"):
+        if "AUX" in name:
+            outputs["relu_aux"] = x  # the pre-activation; the bitmask holds x > 0
+        d = np.maximum(x, 0)
+    elif name.startswith("GELU"):
+        if "AUX" in name:
+            outputs["gelu_aux"] = x
+        d = gelu_ref(x)
+    elif name.startswith("DRELU"):
+        d = x * bits_ref(relu_aux, M)
+    elif name.startswith("DGELU"):
+        d = x * gelu_grad_ref(gelu_aux[..., :M, :].astype(np.float64))
+    else:
+        d = x
+    if name.endswith("_BGRAD"):
+        outputs[name.lower()] = d.sum(axis=-1)
+    if name == "BGRADA":
+        outputs["bgrada"] = np.broadcast_to(a64, x.shape[:-2] + a64.shape[-2:]).sum(axis=-1)
+    if name == "BGRADB":
+        outputs["bgradb"] = np.broadcast_to(b64, x.shape[:-2] + b64.shape[-2:]).sum(axis=-2)
+    return d, outputs
+
+
+def make_inputs(name, dtype, batch, xp):
+    a = RNG.standard_normal((*batch, M, K)).astype(dtype)
+    b = RNG.standard_normal((K, N)).astype(dtype)  # broadcast over the batch
+    inputs, raw = {}, {}
+    if "BIAS" in name and "BGRAD" not in name:
+        raw["bias"] = RNG.standard_normal((*batch, M, 1) if batch else (M,)).astype(dtype)
+    if name.startswith("DRELU"):
+        raw["relu_aux"] = pack_ref(RNG.random((*batch, M, N)) > 0.5)
+    if name.startswith("DGELU"):
+        rows = -(-M // 8) * 8
+        raw["gelu_aux"] = RNG.standard_normal((*batch, rows, N)).astype(dtype)
+    for key, value in raw.items():
+        inputs[key] = xp.asarray(value)
+    return a, b, inputs, raw
+
+
+EPILOGS = [e.name for e in MatmulEpilog if e is not MatmulEpilog.DEFAULT]
+
+
+@pytest.mark.parametrize("batch", [(), (3,)], ids=["single", "batched"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+@pytest.mark.parametrize("name", EPILOGS)
+def test_epilog_matches_reference(xp, name, dtype, batch):
+    dtype = np.dtype(BF16 if dtype == "bfloat16" else dtype)
+    a, b, inputs, raw = make_inputs(name, dtype, batch, xp)
+    result = matmul(xp.asarray(a), xp.asarray(b), alpha=0.75, epilog=name, epilog_inputs=inputs or None)
+    expected, expected_out = reference(name, a, b, alpha=0.75, **raw)
+    tol = TOL[dtype.name]
+    if expected_out:
+        assert isinstance(result, tuple)
+        result, aux = result
+        assert sorted(aux) == sorted(expected_out)
+    else:
+        aux = {}
+    assert xp.is_native(result)
+    got = xp.to_numpy(result)
+    assert got.dtype == dtype and got.shape == (*batch, M, N)
+    np.testing.assert_allclose(got.astype(np.float64), expected, rtol=tol, atol=tol * 4)
+    for key, want in expected_out.items():
+        assert xp.is_native(aux[key])
+        out = xp.to_numpy(aux[key])
+        if key == "relu_aux":
+            assert out.dtype == np.uint8 and out.shape == (*batch, 16, N)
+            assert out.strides[-2:] == (1, 16)  # column-major, 128-bit padded columns
+            got_mask = bits_ref(out, M)
+            clear = np.abs(want) > tol * 10  # values near 0 may round either way in low precision
+            assert np.array_equal(got_mask[clear], (want > 0)[clear])
+            assert not bits_ref(out, 16 * 8)[..., M:, :].any()  # padding bits are zero on the CPU
+        elif key == "gelu_aux":
+            assert out.dtype == dtype and out.shape == (*batch, 16, N)
+            assert out.strides[-2:] == (out.itemsize, 16 * out.itemsize)
+            np.testing.assert_allclose(out[..., :M, :].astype(np.float64), want, rtol=tol, atol=tol * 4)
+        else:
+            length = N if key == "bgradb" else M
+            assert out.dtype == dtype and out.shape == ((*batch, length, 1) if batch else (length,))
+            np.testing.assert_allclose(out.reshape(want.shape).astype(np.float64), want, rtol=tol * 4,
+                                       atol=tol * 4 * max(K, N))
+
+
+def test_forward_aux_feeds_backward_epilog(xp):
+    """RELU_AUX's bitmask and GELU_AUX's values, returned by one matmul, are the inputs of DRELU / DGELU."""
+    a = RNG.standard_normal((2, M, K))
+    b = RNG.standard_normal((K, N))
+    g = RNG.standard_normal((2, M, K))
+    d, aux = matmul(xp.asarray(a), xp.asarray(b), epilog="relu_aux")
+    back = matmul(xp.asarray(g), xp.asarray(b), epilog="drelu", epilog_inputs=aux)
+    np.testing.assert_allclose(xp.to_numpy(back), (g @ b) * (a @ b > 0), rtol=1e-12)
+    d, aux = matmul(xp.asarray(a), xp.asarray(b), epilog="gelu_aux")
+    back, grads = matmul(xp.asarray(g), xp.asarray(b), epilog="dgelu_bgrad", epilog_inputs=aux)
+    expected = (g @ b) * gelu_grad_ref(a @ b)
+    np.testing.assert_allclose(xp.to_numpy(back), expected, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(xp.to_numpy(grads["dgelu_bgrad"])[..., 0], expected.sum(-1), rtol=1e-10)
+
+
+def test_bias_forms_and_broadcast_aux(xp):
+    a, b = RNG.standard_normal((3, M, K)), RNG.standard_normal((K, N))
+    bias = RNG.standard_normal(M)
+    want = a @ b + bias[:, None]
+    for form in (bias, bias[:, None], np.broadcast_to(bias[:, None], (3, M, 1)).copy(), bias[::-1].copy()[::-1]):
+        got = matmul(xp.asarray(a), xp.asarray(b), epilog="bias", epilog_inputs={"bias": xp.asarray(form)})
+        np.testing.assert_allclose(xp.to_numpy(got), want, rtol=1e-12)
+    mask = RNG.random((M, N)) > 0.5  # one bitmask for every batch
+    got = matmul(xp.asarray(a), xp.asarray(b), epilog="drelu", epilog_inputs={"relu_aux": xp.asarray(pack_ref(mask))})
+    np.testing.assert_allclose(xp.to_numpy(got), (a @ b) * mask, rtol=1e-12)
+
+
+def test_row_major_aux_input_is_accepted():
+    """An aux tensor that is not in the column-major format (e.g. a C-order copy) is re-laid out, not misread."""
+    a, b = RNG.standard_normal((M, K)), RNG.standard_normal((K, N))
+    mask = RNG.random((M, N)) > 0.5
+    packed = np.ascontiguousarray(pack_ref(mask))
+    assert packed.strides == (N, 1)
+    got = matmul(a, b, epilog="drelu", epilog_inputs={"relu_aux": packed})
+    np.testing.assert_allclose(got, (a @ b) * mask, rtol=1e-12)
+
+
+def test_epilog_with_one_dimensional_operands():
+    a, b = RNG.standard_normal(K), RNG.standard_normal((K, N))
+    got = matmul(a, b, epilog="relu_bias", epilog_inputs={"bias": np.array([0.5])})
+    np.testing.assert_allclose(got, np.maximum(a @ b + 0.5, 0), rtol=1e-12)
+
+
+def test_stateful_epilog_outputs_are_fresh_each_execute():
+    a, b, bias = RNG.standard_normal((M, K)), RNG.standard_normal((K, N)), RNG.standard_normal(M)
+    with Matmul(a, b) as mm:
+        mm.plan(epilog=MatmulEpilog.GELU_AUX_BIAS, epilog_inputs={"bias": bias})
+        d1, aux1 = mm.execute()
+        d2, aux2 = mm.execute()
+        assert d1 is not d2 and aux1["gelu_aux"] is not aux2["gelu_aux"]
+        np.testing.assert_array_equal(d1, d2)
+        np.testing.assert_allclose(aux1["gelu_aux"][:M], a @ b + bias[:, None], rtol=1e-12)
