@@ -155,3 +155,37 @@ def test_plain_numba_c_abi_callback_is_not_inlined():
                             output="ltoir", cc=CC, opt=True)
     ptx = link_to_ptx("epilog", "complex64", bytes(ltoir))
     assert calls(ptx), "numba's plain C-ABI callback was inlined: the inlining test no longer discriminates"
+
+
+def test_prolog_and_epilog_link_together():
+    """Both callbacks in one link (one cuFFT plan with a prolog and an epilog): no duplicate symbols, both inlined."""
+    source = """
+__device__ float2 cufftJITCallbackLoadComplex(void*, unsigned long long, void*, void*);
+__device__ void cufftJITCallbackStoreComplex(void*, unsigned long long, float2, void*, void*);
+extern "C" __global__ void caller(float2* data, float2* out, void* info, unsigned long long n) {
+    unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+    if (i < n) cufftJITCallbackStoreComplex(out, i, cufftJITCallbackLoadComplex(data, i, info, nullptr), info, nullptr);
+}
+"""
+    (prog,) = _check_nvrtc(nvrtc.nvrtcCreateProgram(source.encode(), b"both.cu", 0, [], []))
+    options = [f"-arch={ARCH}".encode(), b"-dlto", b"-rdc=true"]
+    _check_nvrtc(nvrtc.nvrtcCompileProgram(prog, len(options), options), prog)
+    (size,) = _check_nvrtc(nvrtc.nvrtcGetLTOIRSize(prog))
+    caller = b" " * size
+    _check_nvrtc(nvrtc.nvrtcGetLTOIR(prog, caller))
+    pro = jit.compile_callback(prolog_times_filter, "prolog", "complex64", "complex64", CC).ltoir
+    epi = jit.compile_callback(epilog_times_filter, "epilog", "complex64", "complex64", CC).ltoir
+    handle = nvjitlink.create(3, [f"-arch={ARCH}", "-lto", "-ptx"])
+    try:
+        for name, data in (("caller", caller), ("prolog", pro), ("epilog", epi)):
+            nvjitlink.add_data(handle, nvjitlink.InputType.LTOIR, data, len(data), name)
+        nvjitlink.complete(handle)
+        ptx = bytearray(nvjitlink.get_linked_ptx_size(handle))
+        nvjitlink.get_linked_ptx(handle, ptx)
+    finally:
+        nvjitlink.destroy(handle)
+    ptx = ptx.rstrip(b"\0").decode()
+    assert calls(ptx) == []
+    # both read info[i] at the same address: the invariant loads may be merged into one
+    assert re.search(r"ld\.global\.nc\.v2\.f32", ptx)
+    assert len(re.findall(r"^\s*st\.[\w.]+", ptx, flags=re.M)) == 1
