@@ -12,7 +12,8 @@ Callback signatures (nvmath-python compatible)::
 ``offset`` is the uint64 element offset cuFFT passes, ``user_info`` a read-only typed pointer to
 ``user_info_dtype`` (an opaque pointer when the callback has no user data), ``unused`` an opaque pointer (cuFFT's
 shared-memory pointer). On the GPU a complex element is read and stored as one vector access and user data is read
-through the read-only data cache (``ld.global.nc``, like CUDA C++'s ``__ldg``). Write constants as NumPy scalars of
+through the read-only data cache (``ld.global.nc``, like CUDA C++'s ``__ldg``): user data must therefore stay
+unchanged during the transform and must not overlap the FFT's input or output. Write constants as NumPy scalars of
 the element's precision (``np.float32(2)``): a Python float promotes complex64 arithmetic to complex128.
 
 Public functions (re-exported as ``mathpy.fft.compile_prolog`` / ``compile_epilog``)::
