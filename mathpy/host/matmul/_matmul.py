@@ -56,9 +56,7 @@ def _matrix_strides(rows, cols, rs, cs):
     rs_free, cs_free = rows <= 1, cols <= 1
     if rs_free and cs_free:
         return 1, 1
-    if rs_free:
-        if cs == 1:
-            return max(cols, 1), 1
+    if rs_free:  # one row: column-major with ld = cs (>= 1 row) whatever cs is, so C and D orders agree
         return (1, cs) if cs >= 1 else None
     if cs_free:
         if rs == 1:
@@ -149,6 +147,13 @@ def _copy(tensor, package, shape=None):
         return (tensor.expand(*shape) if shape else tensor).contiguous()
     module = np if package == "numpy" else __import__(package)
     return module.ascontiguousarray(module.broadcast_to(tensor, shape) if shape else tensor)
+
+
+def _broadcast(tensor, package, shape):
+    if package == "torch":
+        return tensor.expand(*shape)
+    module = np if package == "numpy" else __import__(package)
+    return module.broadcast_to(tensor, shape)
 
 
 def _col_major_copy(tensor, package):
@@ -319,6 +324,8 @@ class Matmul:
         self._execution, self._on_gpu, self._moves = execution, on_gpu, moves
         self._like = a_op  # results go to a's package and device
         self._staged = staged
+        self._c_staged = {"c": staged["c"]} if "c" in staged else {}  # as given, before plan() fixes C's order
+        self._c_col_major = False
         self._c_shape = None if c_op is None else tuple(c_op.shape)
         self._cache = _cache
         self._user_stream = stream
@@ -368,6 +375,10 @@ class Matmul:
         inputs = self._stage_epilog_inputs(given, spec)
 
         d_layout = self._d_layout(spec)
+        self._c_col_major = "c" in self._c_staged and d_layout.is_col_major and \
+            not self._c_staged["c"].layout.is_col_major
+        if "c" in self._c_staged:
+            self._staged["c"] = self._c_for_plan(self._c_staged["c"])
         outputs = epilog_output_layouts(epilog, self._m, self._n, d_layout.batch, self._d_dtype)
         problem = MatmulProblem(
             m=self._m, n=self._n, k=self._k, batch=d_layout.batch, batch_shape=self._batch_shape,
@@ -381,8 +392,10 @@ class Matmul:
         engine_cls = CPUEngine if not self._on_gpu else _cublaslt_engine()
         execution, options = self._execution, self._options
 
+        extra = {"package": self._package, "stream": self._stream} if self._on_gpu else {}
+
         def create():
-            engine = engine_cls(problem, execution=execution, options=options, preferences=preferences)
+            engine = engine_cls(problem, execution=execution, options=options, preferences=preferences, **extra)
             return _SharedEngine(engine), engine.workspace_bytes
 
         if self._cache is not None:
@@ -454,6 +467,9 @@ class Matmul:
             rows, cols = old.layout.rows, old.layout.cols
             promote = {"a": "row", "b": "col", "c": None}[name]
             fresh = _stage_matrix(name, op, rows, cols, promote, self._batch_shape, self._moves)
+            if name == "c":
+                self._check_same(name, self._c_staged["c"], fresh)
+                new_c_raw, fresh = fresh, self._c_for_plan(fresh)
             self._check_same(name, old, fresh)
             new[name] = fresh
         if epilog_inputs is not None:
@@ -471,6 +487,8 @@ class Matmul:
         for name, fresh in new.items():
             if name in self._staged:
                 self._staged[name] = fresh
+                if name == "c":
+                    self._c_staged["c"] = new_c_raw
             else:
                 self._inputs[name] = fresh
         if self._state == _PLANNED:
@@ -540,9 +558,18 @@ class Matmul:
                                             self._moves)
         return ops
 
+    def _c_for_plan(self, staged):
+        """C in D's order: cuBLASLt reads C as D is stored (a row-major C with a column-major D is copied)."""
+        if not self._c_col_major:
+            return staged
+        m, n, batch_shape = self._m, self._n, self._batch_shape
+        batch = math.prod(batch_shape)
+        layout = MatrixLayout(m, n, 1, max(m, 1), batch, m * n, staged.layout.dtype)
+        return dataclasses.replace(staged, layout=layout, mode="colmajor", full_shape=(*batch_shape, m, n))
+
     def _d_layout(self, spec):
         m, n, batch = self._m, self._n, math.prod(self._batch_shape)
-        c = self._staged.get("c")
+        c = self._c_staged.get("c")
         row_major = spec.epilog is spec.epilog.DEFAULT and c is not None and c.layout.is_row_major
         self._d_row_major = row_major
         if row_major:
@@ -571,6 +598,8 @@ class Matmul:
         if s.move and not op.on_host:  # device -> host
             tensor, package = to_host(op, stream).tensor, "numpy"
         if s.mode == "colmajor":
+            if s.full_shape is not None:
+                tensor = _broadcast(tensor, package, s.full_shape)
             tensor = _col_major_copy(tensor, package)
         elif s.mode is not None:
             tensor = _copy(tensor, package, s.full_shape)
