@@ -1,0 +1,104 @@
+"""mathpy.device kernels on a real GPU against NumPy: every size, precision and transform type
+(run on a GPU machine: ``pytest -m gpu tests/test_device_gpu.py``)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mathpy.device._checks import TOLERANCE
+
+pytestmark = pytest.mark.gpu
+
+ROOT = Path(__file__).resolve().parents[1]
+SIZES = [1 << e for e in range(1, 14)]  # 2 .. 8192
+
+
+def _fft_cases():
+    cases = []
+    for n in SIZES:
+        for prec in ("float32", "float64"):
+            cases.append((n, prec, "c2c", "forward", {}))
+            cases.append((n, prec, "c2c", "inverse", {}))
+            cases.append((n, prec, "r2c", None, {}))
+            cases.append((n, prec, "c2r", None, {}))
+    # non-default block configurations
+    cases += [
+        (256, "float32", "c2c", "forward", {"elements_per_thread": 4, "ffts_per_block": 3}),
+        (256, "float32", "c2c", "inverse", {"elements_per_thread": 16, "ffts_per_block": 1}),
+        (1024, "float32", "c2c", "forward", {"elements_per_thread": 8, "ffts_per_block": 2}),
+        (4096, "float32", "c2c", "forward", {"elements_per_thread": 8}),
+        (512, "float64", "r2c", None, {"elements_per_thread": 2, "ffts_per_block": 1}),
+        (2048, "float32", "c2r", None, {"elements_per_thread": 4, "ffts_per_block": 1}),
+        (32, "float32", "c2c", "forward", {"elements_per_thread": 2, "ffts_per_block": 32}),
+    ]
+    return cases
+
+
+def _fft_id(c):
+    return f"{c[0]}-{c[1]}-{c[2]}-{c[3]}-{'-'.join(f'{k}={v}' for k, v in c[4].items())}"
+
+
+def _supported(n, prec, kw):
+    import mathpy.device as md
+
+    try:
+        md.fft(size=n, precision=prec, **kw)
+    except ValueError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("case", _fft_cases(), ids=_fft_id)
+def test_block_fft_on_gpu(case):
+    from mathpy.device._checks import run_fft_case
+
+    n, prec, fft_type, direction, kw = case
+    if not _supported(n, prec, kw):
+        pytest.skip("configuration rejected by validation (shared memory)")
+    err = run_fft_case(n, prec, fft_type, direction, batch=37, **kw)
+    assert err < TOLERANCE[prec], err
+
+
+MATMUL_CASES = [
+    (m, n, k, prec, k_total, mode, kw)
+    for (m, n, k, k_total) in [(64, 64, 32, 64), (128, 128, 16, 128), (32, 32, 32, 96), (16, 48, 8, 24)]
+    for prec in ("float32", "float16", "bfloat16", "float64")
+    for mode, kw in [("registers", {"a_arrangement": "col_major"}), ("registers", {})]
+] + [
+    (32, 32, 16, prec, 16, "shared", {}) for prec in ("float32", "float16", "bfloat16", "float64")
+] + [
+    (64, 32, 16, "float32", 16, "shared", {"block_size": 128, "a_arrangement": "col_major"}),
+    (24, 8, 4, "float64", 4, "shared", {"block_size": 12}),
+]
+
+
+@pytest.mark.parametrize("case", MATMUL_CASES, ids=lambda c: f"{c[0]}x{c[1]}x{c[2]}-{c[3]}-K{c[4]}-{c[5]}-{c[6]}")
+def test_block_matmul_on_gpu(case):
+    from mathpy.device._checks import run_matmul_case
+
+    m, n, k, prec, k_total, mode, kw = case
+    err = run_matmul_case(m, n, k, prec, k_total=k_total, mode=mode, batch=5, **kw)
+    assert err < TOLERANCE[prec], err
+
+
+def test_description_cached_kernels_are_reused_on_gpu():
+    from mathpy.device._checks import fft_kernel
+
+    import mathpy.device as md
+
+    FFT = md.fft(size=128, precision=np.float32)
+    assert FFT.execute is md.fft(size=128, precision=np.float32).execute
+    fft_kernel(FFT)  # builds without error
+
+
+@pytest.mark.parametrize("example", ["fused_fft_convolution.py", "gemm_custom_activation.py"])
+def test_examples_on_gpu(example):
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / example)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600, env=env)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout + proc.stderr
