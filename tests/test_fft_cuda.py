@@ -294,12 +294,15 @@ def test_dropped_engine_is_finalized():
 
 
 def test_failed_plan_leaves_nothing_allocated():
+    """A store callback's LTO-IR handed over as a load callback: cuFFT's link finds no load symbol and planning
+    fails; the handle is destroyed and no workspace is left behind."""
     pool = cp.get_default_memory_pool()
     before = pool.used_bytes()
-    bogus = types.SimpleNamespace(ltoir=b"not LTO-IR at all", symbol=None, cufft_type=0, data_ptr=0, key="bogus")
+    store = bound(epilog_times_two, "epilog", "complex64")
+    mislabelled = types.SimpleNamespace(ltoir=store.ltoir, symbol=None, cufft_type=0, data_ptr=0, key="mislabelled")
     t = Transform("C2C", np.float32, (8, 64), (64, 1), (8, 64), (64, 1), (1,))
     with pytest.raises(CUDALibraryError):
-        engine(t, prolog=bogus)
+        engine(t, prolog=mislabelled)
     gc.collect()
     assert pool.used_bytes() == before
 

@@ -69,6 +69,8 @@ def fake(monkeypatch):
     monkeypatch.setattr(_cufft._cuda, "device_scope", lambda device_id: contextlib.nullcontext())
     monkeypatch.setattr(_cufft._cuda, "device_count", lambda: 1)
     monkeypatch.setattr(_cufft, "_synchronize", lambda stream: recorder.calls.append(("cudaStreamSynchronize", stream)))
+    monkeypatch.setattr(_cufft, "_order_after", lambda resources, previous, stream: recorder.calls.append(
+        ("order", previous, stream)))
     allocations = []
 
     def empty(package, shape, dtype, device_id, stream=None):
@@ -179,7 +181,7 @@ def test_execute_sets_the_stream_only_when_it_changes(fake):
     engine.execute(1000, 2000, 1, 5)
     engine.execute(1000, 3000, -1, 6)
     assert fake.calls == [("cufftSetStream", 7, 5), ("cufftXtExec", 7, 1000, 2000, -1), ("cufftXtExec", 7, 1000, 2000, 1),
-                          ("cufftSetStream", 7, 6), ("cufftXtExec", 7, 1000, 3000, -1)]
+                          ("order", 5, 6), ("cufftSetStream", 7, 6), ("cufftXtExec", 7, 1000, 3000, -1)]
     engine.free()  # the workspace came from another stream's pool than the last execute's: wait before dropping it
     assert fake.calls[-2:] == [("cufftDestroy", 7), ("cudaStreamSynchronize", 6)]
 
@@ -223,4 +225,13 @@ def test_no_workspace_when_cufft_needs_none(fake):
     fake.workspace = 0
     engine = make(C2C)
     assert fake.allocations == [] and "cufftSetWorkArea" not in names(fake.calls)
+    engine.free()
+
+
+def test_streams_need_no_ordering_without_a_workspace(fake):
+    fake.workspace = 0
+    engine = make(C2C)
+    engine.execute(1, 2, -1, 5)
+    engine.execute(1, 2, -1, 6)
+    assert "order" not in names(fake.calls)
     engine.free()

@@ -12,7 +12,10 @@ What it does, in order (:class:`CUFFTEngine`):
    and is given to ``cufftSetWorkArea``.
 
 ``execute(input_ptr, output_ptr, direction, stream)`` calls ``cufftSetStream`` only when the stream changed and then
-``cufftXtExec``: a few prebuilt ctypes calls. Batch axes that one plan cannot fold into a single distance (only
+``cufftXtExec``: a few prebuilt ctypes calls. When the stream changes, the new stream first waits (a CUDA event, no
+host sync) for the executes queued on the previous one, because they share the workspace; so a plan shared between
+threads or streams stays correct. Python-side, one engine must not be executed by two threads at the same time
+(the API holds a lock per engine). Batch axes that one plan cannot fold into a single distance (only
 without callbacks) are covered by a short loop of executes at precomputed pointer offsets.
 
 Rules the engine enforces (errors are raised before anything is allocated):
@@ -60,21 +63,24 @@ class _Resources:
     """What an engine owns on the device: the cuFFT handle and the workspace array. The finalizer holds this small
     object, not the engine."""
 
-    __slots__ = ("handle", "workspace", "device_id", "stream", "alloc_stream", "__weakref__")
+    __slots__ = ("handle", "workspace", "device_id", "stream", "alloc_stream", "event", "__weakref__")
 
     def __init__(self, device_id):
         self.handle, self.workspace, self.device_id, self.stream, self.alloc_stream = None, None, device_id, None, None
+        self.event = None  # orders executes on different streams (they share the workspace)
 
 
 def _release(resources, warn):
     """Destroy the handle and drop the workspace. Called by free() (errors raise) or the finalizer (errors warn)."""
-    handle, workspace = resources.handle, resources.workspace
-    resources.handle = resources.workspace = None
+    handle, workspace, event = resources.handle, resources.workspace, resources.event
+    resources.handle = resources.workspace = resources.event = None
     try:
         if handle is not None or workspace is not None:
             with _cuda.device_scope(resources.device_id):
                 if handle is not None:
                     cufft.lib.cufftDestroy(handle)
+                if event is not None:
+                    _runtime_call("cudaEventDestroy", event)
                 if workspace is not None and resources.stream not in (None, resources.alloc_stream):
                     # the pool may hand the workspace to other work on the stream it was allocated on: wait for the
                     # last execute on another stream first
@@ -87,11 +93,26 @@ def _release(resources, warn):
         del workspace
 
 
-def _synchronize(stream):
+def _runtime_call(name, *args):
     from cuda.bindings import runtime
-    (status,) = runtime.cudaStreamSynchronize(stream)
+    status, *values = getattr(runtime, name)(*args)
     if int(status):
-        raise RuntimeError(f"cudaStreamSynchronize({stream:#x}) before freeing a cuFFT workspace failed: {status}")
+        raise RuntimeError(f"{name} failed: {status}")
+    return values[0] if values else None
+
+
+def _synchronize(stream):
+    """Wait for ``stream`` (before the pool may reuse a workspace on the stream it was allocated on)."""
+    _runtime_call("cudaStreamSynchronize", stream)
+
+
+def _order_after(resources, previous, stream):
+    """Make ``stream`` wait for the work queued so far on ``previous`` (an event, no host sync)."""
+    from cuda.bindings import runtime
+    if resources.event is None:
+        resources.event = _runtime_call("cudaEventCreateWithFlags", runtime.cudaEventDisableTiming)
+    _runtime_call("cudaEventRecord", resources.event, previous)
+    _runtime_call("cudaStreamWaitEvent", stream, resources.event, 0)
 
 
 class CUFFTEngine:
@@ -184,6 +205,9 @@ class CUFFTEngine:
             self._execute_loop(handle, input_ptr, output_ptr, direction)
 
     def _change_stream(self, handle, stream):
+        previous = self._stream
+        if previous is not None and self._resources.workspace is not None:
+            _order_after(self._resources, previous, stream)  # executes share the workspace: one after the other
         status = self._set_stream(handle, stream)
         if status:
             cufft.check("cufftSetStream", status)
