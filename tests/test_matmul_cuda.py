@@ -1,0 +1,859 @@
+"""The cuBLASLt matmul engine and its bindings.
+
+Three layers of tests:
+
+1. Pure Python, everywhere: the column-major mapping of row-major / transposed / strided operands, the orientation
+   (swap) rule, the self-autotune rule, the binding tables (struct sizes, enum values).
+2. The real libcublasLt without a GPU (skipped when it is not installed): descriptor attribute sizes, and the engine's
+   planning with a mocked handle and heuristic: every descriptor and layout attribute it sets, the hot path's argument
+   list, epilog pointer updates, re-planning for misaligned pointers, candidate switching, free and failed plans.
+3. ``@pytest.mark.gpu`` (run ``pytest -m gpu tests/test_matmul_cuda.py`` on a GPU machine with torch): numerics
+   against NumPy for every dtype, layout, batch form and epilog, float8 with scales, autotune, alignment, free, and a
+   10,000-plan loop that must not leak host or device memory. They drive the engine directly with problems built here,
+   so they test the engine alone; a few at the end go through the public API when it is importable.
+"""
+
+import ctypes
+import gc
+import math
+from unittest import mock
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from mathpy._errors import InvalidPlanStateError, LibraryNotFoundError, UnsupportedLayoutError
+from mathpy._execution import ExecutionCUDA
+from mathpy.bindings import cublaslt as lt
+from mathpy.host.matmul import _cublaslt as engine_module
+from mathpy.host.matmul._cublaslt import CublasLtEngine, as_column_major, needs_autotune, orient
+from mathpy.host.matmul._epilog import (MatmulEpilog, epilog_spec, gelu, gelu_aux_rows, gelu_grad, pack_bits,
+                                        relu_aux_rows, unpack_bits)
+from mathpy.host.matmul._problem import (MatmulProblem, MatrixLayout, col_major, epilog_output_layouts,
+                                         epilog_output_shape, row_major)
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
+E5M2 = np.dtype(ml_dtypes.float8_e5m2)
+E = MatmulEpilog
+
+
+def make_problem(a, b, d, *, c=None, compute="32F", scale=np.float32, epilog=None, inputs=(), outputs=None,
+                 **scales):
+    m, k, n = a.rows, a.cols, b.cols
+    if outputs is None:
+        outputs = epilog_output_layouts(epilog, m, n, d.batch, d.dtype)
+    return MatmulProblem(m, n, k, d.batch, (d.batch,) if d.batch > 1 else (), a, b, c, d, compute, np.dtype(scale),
+                         epilog, tuple(inputs), tuple(outputs), **scales)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 1. Pure Python
+
+
+class TestColumnMajorMapping:
+    def test_row_major_is_transposed_storage(self):
+        assert as_column_major(row_major(3, 5, 1, np.float32)) == (lt.Operation.T, 5, 3, 5)
+
+    def test_col_major_as_is(self):
+        assert as_column_major(col_major(3, 5, 1, np.float32)) == (lt.Operation.N, 3, 5, 3)
+
+    def test_strided_leading_dimension(self):
+        # rows of a wider row-major array: x[:, :5] of a (3, 8) array
+        layout = MatrixLayout(3, 5, 8, 1, 1, 0, np.dtype(np.float32))
+        assert as_column_major(layout) == (lt.Operation.T, 5, 3, 8)
+        # columns of a taller column-major array
+        layout = MatrixLayout(3, 5, 1, 7, 1, 0, np.dtype(np.float32))
+        assert as_column_major(layout) == (lt.Operation.N, 3, 5, 7)
+
+    def test_transposed_view(self):
+        # a.T of a C-contiguous (5, 3) array is a 3 x 5 matrix with strides (1, 3): column-major
+        layout = MatrixLayout(3, 5, 1, 3, 1, 0, np.dtype(np.float16))
+        assert as_column_major(layout) == (lt.Operation.N, 3, 5, 3)
+
+    @pytest.mark.parametrize("rs, cs", [(1, 1), (1, 9), (4, 1), (4, 9)])
+    def test_single_row_any_strides(self, rs, cs):
+        op, rows, cols, ld = as_column_major(MatrixLayout(1, 6, rs, cs, 1, 0, np.dtype(np.float32)))
+        if op is lt.Operation.N:
+            assert (rows, cols) == (1, 6) and ld >= 1 and (ld == cs or cs == 1)
+        else:
+            assert (rows, cols) == (6, 1) and ld >= 6
+
+    def test_single_column(self):
+        assert as_column_major(MatrixLayout(6, 1, 1, 1, 1, 0, np.dtype(np.float32))) == (lt.Operation.N, 6, 1, 6)
+        # a column of a row-major matrix: elements 4 apart
+        assert as_column_major(MatrixLayout(6, 1, 4, 1, 1, 0, np.dtype(np.float32))) == (lt.Operation.T, 1, 6, 4)
+
+    def test_every_mapping_addresses_the_same_elements(self):
+        rng = np.random.default_rng(0)
+        for _ in range(200):
+            r, c = rng.integers(1, 6, size=2)
+            if rng.random() < 0.5:
+                rs, cs = 1, int(r + rng.integers(0, 3))
+            else:
+                rs, cs = int(c + rng.integers(0, 3)), 1
+            op, rows, cols, ld = as_column_major(MatrixLayout(int(r), int(c), rs, cs, 1, 0, np.dtype(np.float32)))
+            assert ld >= max(rows, 1)
+            for i in range(r):
+                for j in range(c):
+                    # element (i, j) of op(storage), storage column-major rows x cols with ld
+                    si, sj = (i, j) if op is lt.Operation.N else (j, i)
+                    assert si < rows and sj < cols
+                    if r > 1 and c > 1:
+                        assert si + sj * ld == i * rs + j * cs
+
+    def test_no_unit_stride_is_rejected(self):
+        with pytest.raises(UnsupportedLayoutError, match="unit stride"):
+            as_column_major(MatrixLayout(3, 5, 10, 2, 1, 0, np.dtype(np.float32)))
+        with pytest.raises(UnsupportedLayoutError):
+            as_column_major(MatrixLayout(3, 5, 1, 2, 1, 0, np.dtype(np.float32)))  # ld < rows: overlapping
+
+
+class TestOrientation:
+    def test_col_major_result_is_not_swapped(self):
+        a, b, d = row_major(4, 3, 1, np.float32), row_major(3, 5, 1, np.float32), col_major(4, 5, 1, np.float32)
+        swap, *layouts = orient(make_problem(a, b, d))
+        assert not swap and layouts[0] is a and layouts[1] is b and layouts[3] is d
+
+    def test_row_major_result_swaps_operands(self):
+        a, b, d = row_major(4, 3, 1, np.float32), col_major(3, 5, 1, np.float32), row_major(4, 5, 1, np.float32)
+        c = row_major(4, 5, 1, np.float32)
+        swap, a2, b2, c2, d2 = orient(make_problem(a, b, d, c=c))
+        assert swap
+        assert (a2.rows, a2.cols) == (5, 3) and as_column_major(a2)[0] is lt.Operation.T  # B.T, B column-major
+        assert (b2.rows, b2.cols) == (3, 4) and as_column_major(b2)[0] is lt.Operation.N  # A.T, A row-major
+        assert as_column_major(d2) == (lt.Operation.N, 5, 4, 5)
+        assert as_column_major(c2) == (lt.Operation.N, 5, 4, 5)
+
+    def test_vector_results_never_swap(self):
+        a, b = row_major(1, 3, 1, np.float32), row_major(3, 5, 1, np.float32)
+        assert not orient(make_problem(a, b, row_major(1, 5, 1, np.float32)))[0]
+
+
+def test_needs_autotune_rule():
+    assert needs_autotune(64, 8192, 8192, 1, 8)            # small M
+    assert needs_autotune(16384, 16384, 256, 1, 8)         # small K
+    assert not needs_autotune(8192, 8192, 8192, 1, 8)      # large square: the heuristic is good
+    assert not needs_autotune(128, 128, 128, 1, 8)         # tiny: overhead matters, not the kernel
+    assert not needs_autotune(64, 8192, 8192, 1, 1)        # nothing to choose from
+
+
+class TestBindingTables:
+    def test_struct_layouts(self):
+        assert ctypes.sizeof(lt.MatmulAlgo) == 64
+        assert ctypes.sizeof(lt.HeuristicResult) == 96
+        assert (lt.HeuristicResult.algo.offset, lt.HeuristicResult.workspaceSize.offset,
+                lt.HeuristicResult.state.offset, lt.HeuristicResult.wavesCount.offset) == (0, 64, 72, 76)
+
+    def test_epilogue_values_match_the_api_enum(self):
+        for epilog in MatmulEpilog:
+            assert lt.Epilogue[epilog.name] == epilog.value
+
+    def test_values(self):
+        assert (lt.MatmulDesc.EPILOGUE, lt.MatmulDesc.BIAS_POINTER, lt.MatmulDesc.EPILOGUE_AUX_POINTER,
+                lt.MatmulDesc.A_SCALE_POINTER, lt.MatmulDesc.FAST_ACCUM, lt.MatmulDesc.BIAS_DATA_TYPE) == \
+            (7, 8, 11, 17, 25, 26)
+        assert (lt.MatrixLayout.BATCH_COUNT, lt.MatrixLayout.STRIDED_BATCH_OFFSET) == (5, 6)
+        assert lt.Preference.MAX_WORKSPACE_BYTES == 1
+        assert (lt.ComputeType.COMPUTE_32F, lt.ComputeType.COMPUTE_32F_FAST_TF32, lt.ComputeType.COMPUTE_64F) == \
+            (68, 77, 70)
+        assert lt.STATUS_NAMES[15] == "CUBLAS_STATUS_NOT_SUPPORTED"
+
+    def test_data_types(self):
+        expected = {np.float16: 2, BF16: 14, np.float32: 0, np.float64: 1, np.complex64: 4, np.complex128: 5,
+                    E4M3: 28, E5M2: 29}
+        for dtype, value in expected.items():
+            assert lt.cuda_data_type(dtype) == value
+        with pytest.raises(ValueError, match="no cuBLASLt data type"):
+            lt.cuda_data_type(np.int64)
+
+    def test_every_attribute_has_a_c_type(self):
+        for kind in (lt.MatmulDesc, lt.MatrixLayout, lt.Preference, lt.AlgoConfig):
+            for attribute in kind:
+                assert lt.attribute_type(attribute) is not None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 2. The real library without a GPU: descriptors, and the engine with a mocked handle and heuristic
+
+
+def _library_or_skip():
+    try:
+        lt.version()
+    except (LibraryNotFoundError, OSError) as e:
+        pytest.skip(f"libcublasLt is not installed here ({e.__class__.__name__})")
+
+
+class TestDescriptors:
+    def test_every_attribute_round_trips_with_its_size(self):
+        _library_or_skip()
+        desc = lt.create_matmul_desc(lt.ComputeType.COMPUTE_32F, lt.DataType.R_32F)
+        layout = lt.create_matrix_layout(lt.DataType.R_16F, 10, 20, 16)
+        preference = lt.create_preference()
+        try:
+            for handle, kind in ((desc, lt.MatmulDesc), (layout, lt.MatrixLayout), (preference, lt.Preference)):
+                for attribute in kind:
+                    value = lt.get_attribute(handle, attribute)  # fails with INVALID_VALUE on a wrong size
+                    lt.set_attribute(handle, attribute, 0 if value is None else value)
+            lt.set_attribute(desc, lt.MatmulDesc.BIAS_POINTER, 0x12300)
+            assert lt.get_attribute(desc, lt.MatmulDesc.BIAS_POINTER) == 0x12300
+            lt.set_attribute(layout, lt.MatrixLayout.STRIDED_BATCH_OFFSET, 1 << 40)
+            assert lt.get_attribute(layout, lt.MatrixLayout.STRIDED_BATCH_OFFSET) == 1 << 40
+            assert (lt.get_attribute(layout, lt.MatrixLayout.ROWS), lt.get_attribute(layout, lt.MatrixLayout.LD)) == \
+                (10, 16)
+        finally:
+            lt.destroy_matmul_desc(desc)
+            lt.destroy_matrix_layout(layout)
+            lt.destroy_preference(preference)
+
+
+def _fake_heuristics(workspaces=(0, 0, 0), calls=None):
+    def heuristics(handle, desc, la, lb, lc, ld, preference, count):
+        if calls is not None:
+            calls.append(preference)
+        results = []
+        for i, workspace in enumerate(workspaces[:count]):
+            result = lt.HeuristicResult()
+            result.algo.data[0] = i + 1
+            result.workspaceSize = workspace
+            result.wavesCount = 1.0
+            results.append(result)
+        return results
+    return heuristics
+
+
+@pytest.fixture
+def mocked_engine():
+    """CublasLtEngine planning against the real libcublasLt with no GPU: device checks, the handle and the heuristic
+    are mocked (the heuristic returns three fake algorithms); cublasLtMatmul is replaced per engine by a recorder."""
+    _library_or_skip()
+    calls = []
+    with mock.patch.object(engine_module._cuda, "require_device"), \
+            mock.patch.object(engine_module._cuda, "device_count", return_value=1), \
+            mock.patch.object(engine_module._cuda, "compute_capability", return_value=(9, 0)), \
+            mock.patch.object(engine_module, "get_handle", return_value=0), \
+            mock.patch.object(engine_module.lt, "heuristics", side_effect=_fake_heuristics(calls=calls)):
+        def build(problem, **kwargs):
+            engine = CublasLtEngine(problem, execution=ExecutionCUDA(0), package="torch", **kwargs)
+            engine.recorded = []
+            engine._matmul = lambda *args: engine.recorded.append(args)
+            return engine
+        build.heuristic_calls = calls
+        yield build
+
+
+def _desc(engine, attribute):
+    return lt.get_attribute(engine._resources.desc, attribute)
+
+
+def _layout(engine, index, attribute):
+    """An attribute of the engine's A (0), B (1), C (2) or D (3) layout."""
+    return lt.get_attribute(engine._layouts[index], attribute)
+
+
+class TestEnginePlanning:
+    def test_transposes_layouts_and_batches(self, mocked_engine):
+        m, n, k, batch = 5, 7, 3, 4
+        a = row_major(m, k, batch, np.float16)                                   # op T, storage k x m
+        b = MatrixLayout(k, n, 1, k + 2, batch, 0, np.dtype(np.float16))        # column-major, ld k+2, broadcast
+        engine = mocked_engine(make_problem(a, b, col_major(m, n, batch, np.float16)))
+        assert (_desc(engine, lt.MatmulDesc.TRANSA), _desc(engine, lt.MatmulDesc.TRANSB)) == (1, 0)
+        assert _desc(engine, lt.MatmulDesc.COMPUTE_TYPE) == lt.ComputeType.COMPUTE_32F
+        assert _desc(engine, lt.MatmulDesc.SCALE_TYPE) == lt.DataType.R_32F
+        A, B, D = 0, 1, 3
+        assert [_layout(engine, A, x) for x in (lt.MatrixLayout.ROWS, lt.MatrixLayout.COLS, lt.MatrixLayout.LD)] == \
+            [k, m, k]
+        assert [_layout(engine, B, x) for x in (lt.MatrixLayout.ROWS, lt.MatrixLayout.COLS, lt.MatrixLayout.LD)] == \
+            [k, n, k + 2]
+        assert [_layout(engine, D, x) for x in (lt.MatrixLayout.ROWS, lt.MatrixLayout.COLS, lt.MatrixLayout.LD)] == \
+            [m, n, m]
+        for index, stride in ((A, m * k), (B, 0), (D, m * n)):
+            assert _layout(engine, index, lt.MatrixLayout.BATCH_COUNT) == batch
+            assert _layout(engine, index, lt.MatrixLayout.STRIDED_BATCH_OFFSET) == stride
+        assert _layout(engine, A, lt.MatrixLayout.TYPE) == lt.DataType.R_16F
+        assert len(engine.algorithms) == 3 and engine.workspace_bytes == 0
+
+    def test_execute_argument_list(self, mocked_engine):
+        problem = make_problem(row_major(8, 8, 1, np.float32), row_major(8, 8, 1, np.float32),
+                               col_major(8, 8, 1, np.float32), c=col_major(8, 8, 1, np.float32))
+        engine = mocked_engine(problem)
+        engine.execute(0x1000, 0x2000, 0x3000, 0x4000, {}, {}, 2.0, 0.5, 99)
+        args = engine.recorded[-1]
+        assert len(args) == 16
+        assert (args[3], args[5], args[8], args[10], args[15]) == (0x1000, 0x2000, 0x3000, 0x4000, 99)
+        assert args[1] == engine._resources.desc
+        assert (args[4], args[6], args[9], args[11]) == engine._layouts
+        alpha = ctypes.c_float.from_address(args[2]).value
+        beta = ctypes.c_float.from_address(args[7]).value
+        assert (alpha, beta) == (2.0, 0.5)
+        assert bytes(lt.MatmulAlgo.from_address(args[12])) == bytes(engine.algorithms[0].algo)
+        assert all(isinstance(x, int) for x in args)  # the hot path converts nothing
+
+    def test_no_c_passes_d_and_zero_beta(self, mocked_engine):
+        engine = mocked_engine(make_problem(row_major(8, 8, 1, np.float64), row_major(8, 8, 1, np.float64),
+                                            col_major(8, 8, 1, np.float64), compute="64F", scale=np.float64))
+        engine.execute(0x1000, 0x2000, None, 0x4000, {}, {}, 1.0, 0.0, 0)
+        args = engine.recorded[-1]
+        assert args[8] == 0x4000 and args[9] == args[11]
+        assert ctypes.c_double.from_address(args[7]).value == 0.0
+
+    def test_row_major_result_swaps(self, mocked_engine):
+        a, b = row_major(4, 3, 1, np.float32), row_major(3, 5, 1, np.float32)
+        c, d = row_major(4, 5, 1, np.float32), row_major(4, 5, 1, np.float32)
+        engine = mocked_engine(make_problem(a, b, d, c=c))
+        engine.execute(0x1000, 0x2000, 0x3000, 0x4000, {}, {}, 1.0, 1.0, 0)
+        args = engine.recorded[-1]
+        assert (args[3], args[5]) == (0x2000, 0x1000)  # B.T @ A.T
+        assert (_desc(engine, lt.MatmulDesc.TRANSA), _desc(engine, lt.MatmulDesc.TRANSB)) == (0, 0)
+        assert [_layout(engine, 3, x) for x in (lt.MatrixLayout.ROWS, lt.MatrixLayout.COLS)] == [5, 4]  # D.T
+
+    def test_complex_scalars(self, mocked_engine):
+        dtype = np.complex64
+        engine = mocked_engine(make_problem(row_major(4, 4, 1, dtype), row_major(4, 4, 1, dtype),
+                                            col_major(4, 4, 1, dtype), scale=dtype))
+        engine.execute(0x1000, 0x2000, None, 0x4000, {}, {}, 1 + 2j, 0, 0)
+        alpha = (ctypes.c_float * 2).from_address(engine.recorded[-1][2])
+        assert list(alpha) == [1.0, 2.0]
+        assert _desc(engine, lt.MatmulDesc.SCALE_TYPE) == lt.DataType.C_32F
+
+    @pytest.mark.parametrize("epilog", list(MatmulEpilog)[1:], ids=lambda e: e.name)
+    def test_every_epilog_sets_its_attributes(self, mocked_engine, epilog):
+        m, n, k, batch = 20, 6, 4, 3
+        dtype = np.dtype(np.float16)
+        spec = epilog_spec(epilog)
+        inputs = []
+        for name in spec.inputs:
+            if name == "bias":
+                inputs.append((name, MatrixLayout(m, 1, 1, m, batch, m, dtype)))
+            elif name == "relu_aux":
+                rows = relu_aux_rows(m)
+                inputs.append((name, MatrixLayout(m, n, 1, 8 * rows, batch, 8 * rows * n, np.dtype(np.uint8))))
+            else:
+                rows = gelu_aux_rows(m)
+                inputs.append((name, MatrixLayout(m, n, 1, rows, batch, rows * n, dtype)))
+        problem = make_problem(row_major(m, k, batch, dtype), row_major(k, n, batch, dtype),
+                               col_major(m, n, batch, dtype), epilog=epilog, inputs=inputs)
+        engine = mocked_engine(problem)
+        assert _desc(engine, lt.MatmulDesc.EPILOGUE) == epilog.value
+        aux = dict(problem.epilog_inputs) | dict(problem.epilog_outputs)
+        if "relu_aux" in aux or "gelu_aux" in aux:
+            layout = aux.get("relu_aux") or aux.get("gelu_aux")
+            assert _desc(engine, lt.MatmulDesc.EPILOGUE_AUX_LD) == layout.col_stride
+            assert _desc(engine, lt.MatmulDesc.EPILOGUE_AUX_BATCH_STRIDE) == layout.batch_stride
+            if "relu_aux" in aux:
+                assert layout.col_stride % 128 == 0 and layout.col_stride >= m  # bits
+            else:
+                assert layout.col_stride % 8 == 0 and layout.col_stride >= m
+        bias_like = [name for name in aux if name == "bias" or name.endswith("bgrad") or name.startswith("bgrad")]
+        if bias_like:
+            assert _desc(engine, lt.MatmulDesc.BIAS_BATCH_STRIDE) == aux[bias_like[0]].batch_stride
+        # pointers: set at execute, and again only when they change
+        pointers = {name: 0x10000 * (i + 1) for i, name in enumerate(aux)}
+        ins = {name: pointers[name] for name, _ in problem.epilog_inputs}
+        outs = {name: pointers[name] for name, _ in problem.epilog_outputs}
+        with mock.patch.object(engine, "_set_desc_attribute", wraps=engine._set_desc_attribute) as setter:
+            engine.execute(0x1000, 0x2000, None, 0x3000, ins, outs, 1.0, 0.0, 0)
+            assert setter.call_count == len(aux)
+            engine.execute(0x1000, 0x2000, None, 0x3000, ins, outs, 1.0, 0.0, 0)
+            assert setter.call_count == len(aux)
+        if bias_like:
+            assert _desc(engine, lt.MatmulDesc.BIAS_POINTER) == pointers[bias_like[0]]
+        if "relu_aux" in aux or "gelu_aux" in aux:
+            assert _desc(engine, lt.MatmulDesc.EPILOGUE_AUX_POINTER) == pointers.get("relu_aux",
+                                                                                      pointers.get("gelu_aux"))
+
+    def test_bias_dtype_differs_from_result(self, mocked_engine):
+        m, n, k = 16, 16, 16
+        bias = MatrixLayout(m, 1, 1, m, 1, m, BF16)
+        problem = make_problem(row_major(m, k, 1, E4M3), col_major(k, n, 1, E4M3), col_major(m, n, 1, E4M3),
+                               epilog=E.BIAS, inputs=[("bias", bias)], a_scale=1.0, b_scale=1.0, d_scale=1.0)
+        with mock.patch.object(engine_module._operands, "as_package", return_value=None), \
+                mock.patch.object(engine_module._operands, "wrap_operand",
+                                  return_value=mock.Mock(data_ptr=0x7000)):
+            engine = mocked_engine(problem)
+        assert _desc(engine, lt.MatmulDesc.BIAS_DATA_TYPE) == lt.DataType.R_16BF
+        assert _desc(engine, lt.MatmulDesc.A_SCALE_POINTER) == 0x7000
+        assert _desc(engine, lt.MatmulDesc.B_SCALE_POINTER) == 0x7004
+        assert _desc(engine, lt.MatmulDesc.D_SCALE_POINTER) == 0x7008
+        # a float8 result takes C as bfloat16 (never read without c)
+        assert _layout(engine, 2, lt.MatrixLayout.TYPE) == lt.DataType.R_16BF
+
+    def test_misaligned_pointer_replans(self, mocked_engine):
+        engine = mocked_engine(make_problem(row_major(8, 8, 1, np.float16), row_major(8, 8, 1, np.float16),
+                                            col_major(8, 8, 1, np.float16)))
+        calls = mocked_engine.heuristic_calls
+        before = len(calls)
+        engine.execute(0x1000, 0x2000, None, 0x3000, {}, {}, 1.0, 0.0, 0)
+        assert len(calls) == before
+        engine.execute(0x1002, 0x2000, None, 0x3000, {}, {}, 1.0, 0.0, 0)  # 2-byte aligned A
+        assert len(calls) == before + 1
+        preference = calls[-1]
+        assert lt.get_attribute(preference, lt.Preference.MIN_ALIGNMENT_A_BYTES) == 2
+        assert engine._alignment_mask == 1
+        engine.execute(0x1002, 0x2000, None, 0x3000, {}, {}, 1.0, 0.0, 0)
+        assert len(calls) == before + 1  # planned once for that alignment
+
+    def test_switching_candidates(self, mocked_engine):
+        engine = mocked_engine(make_problem(row_major(8, 8, 1, np.float32), row_major(8, 8, 1, np.float32),
+                                            col_major(8, 8, 1, np.float32)))
+        third = engine.algorithms[2]
+        engine.algorithms[:] = [third]
+        assert bytes(engine._algo) == bytes(third.algo)
+        assert engine.algorithms == [third] and third in engine.algorithms
+
+    def test_workspace_of_the_chosen_algorithm(self, mocked_engine):
+        with mock.patch.object(engine_module.lt, "heuristics", side_effect=_fake_heuristics((256, 1024, 0))), \
+                mock.patch.object(engine_module._operands, "empty", side_effect=lambda p, shape, *a: np.empty(shape)), \
+                mock.patch.object(engine_module._operands, "wrap_operand",
+                                  side_effect=lambda x: mock.Mock(data_ptr=0x5000 + x.size)):
+            engine = mocked_engine(make_problem(row_major(8, 8, 1, np.float32), row_major(8, 8, 1, np.float32),
+                                                col_major(8, 8, 1, np.float32)))
+            assert engine.workspace_bytes == 256 and engine._args[13:15] == [0x5000 + 256, 256]
+            engine.algorithms[:] = [engine.algorithms[2]]
+            assert engine.workspace_bytes == 0 and engine._args[13:15] == [0, 0]
+
+    def test_free_is_idempotent_and_final(self, mocked_engine):
+        engine = mocked_engine(make_problem(row_major(8, 8, 1, np.float32), row_major(8, 8, 1, np.float32),
+                                            col_major(8, 8, 1, np.float32)))
+        resources = engine._resources
+        assert resources.desc is not None and len(resources.layouts) == 3
+        engine.free()
+        assert resources.desc is None and resources.preference is None and resources.layouts == []
+        engine.free()
+        with pytest.raises(InvalidPlanStateError):
+            engine.execute(1, 2, None, 3, {}, {}, 1.0, 0.0, 0)
+        with pytest.raises(InvalidPlanStateError):
+            engine.autotune({})
+
+    def test_failed_plan_releases_everything(self, mocked_engine):
+        created = []
+        real_release = engine_module._Resources.release
+
+        def release(self):
+            created.append((self.desc, list(self.layouts)))
+            real_release(self)
+            created.append((self.desc, list(self.layouts)))
+
+        with mock.patch.object(engine_module.lt, "heuristics", return_value=[]), \
+                mock.patch.object(engine_module._Resources, "release", release):
+            with pytest.raises(ValueError, match="no algorithm"):
+                mocked_engine(make_problem(row_major(8, 8, 1, np.float32), row_major(8, 8, 1, np.float32),
+                                           col_major(8, 8, 1, np.float32)))
+        assert created[0][0] is not None and len(created[0][1]) == 3  # it had built them
+        assert created[1] == (None, [])                               # and released them
+
+    def test_float8_hint_in_the_error(self, mocked_engine):
+        with mock.patch.object(engine_module.lt, "heuristics", return_value=[]), \
+                mock.patch.object(engine_module._operands, "as_package", return_value=None), \
+                mock.patch.object(engine_module._operands, "wrap_operand", return_value=mock.Mock(data_ptr=0x7000)):
+            with pytest.raises(ValueError, match="TN"):
+                mocked_engine(make_problem(row_major(16, 16, 1, E4M3), row_major(16, 16, 1, E4M3),
+                                           col_major(16, 16, 1, BF16), a_scale=1.0, b_scale=1.0, d_scale=1.0))
+
+    def test_self_autotune_flag(self, mocked_engine):
+        big = make_problem(row_major(64, 8192, 1, BF16), row_major(8192, 8192, 1, BF16), col_major(64, 8192, 1, BF16))
+        assert mocked_engine(big)._autotune_pending
+        assert not mocked_engine(big, autotune_first_execute=False)._autotune_pending
+        small = make_problem(row_major(8, 8, 1, BF16), row_major(8, 8, 1, BF16), col_major(8, 8, 1, BF16))
+        assert not mocked_engine(small)._autotune_pending
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 3. On a GPU (torch holds the device arrays)
+
+TORCH_DTYPES = {}
+
+
+def _torch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA here")
+    if not TORCH_DTYPES:
+        TORCH_DTYPES.update({np.dtype(np.float16): torch.float16, BF16: torch.bfloat16,
+                             np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64,
+                             np.dtype(np.complex64): torch.complex64, np.dtype(np.complex128): torch.complex128,
+                             E4M3: torch.float8_e4m3fn, E5M2: torch.float8_e5m2, np.dtype(np.uint8): torch.uint8})
+    return torch
+
+
+def _to_numpy(t):
+    """float64 / complex128 / uint8 NumPy copy of a torch tensor (any dtype)."""
+    torch = _torch()
+    t = t.detach()
+    if t.dtype == torch.uint8:
+        return t.cpu().numpy()
+    if t.is_complex():
+        return t.to(torch.complex128).cpu().numpy()
+    return t.to(torch.float64).cpu().numpy()
+
+
+def _random(shape, dtype, seed, scale=1.0):
+    """A torch CUDA tensor of ``dtype`` with small random non-zero values (exact in low precision)."""
+    torch = _torch()
+    g = torch.Generator().manual_seed(seed)
+    values = (torch.randint(-4, 5, shape, generator=g).to(torch.float64) / 4) * scale
+    values[values == 0] = 0.5
+    if np.dtype(dtype).kind == "c":
+        imag = torch.randint(-4, 5, shape, generator=g).to(torch.float64) / 4
+        values = torch.complex(values, imag)
+    return values.to(TORCH_DTYPES[np.dtype(dtype)]).cuda()
+
+
+def _layout_of(t, rows, cols, dtype):
+    """MatrixLayout of a torch tensor (rows, cols) or (batch, rows, cols) (stride 0 batches broadcast)."""
+    if t.ndim == 2:
+        return MatrixLayout(rows, cols, t.stride(0), t.stride(1), 1, 0, np.dtype(dtype))
+    return MatrixLayout(rows, cols, t.stride(1), t.stride(2), t.shape[0], t.stride(0), np.dtype(dtype))
+
+
+def _col_major_empty(batch, rows, cols, dtype):
+    torch = _torch()
+    return torch.empty((batch, cols, rows), dtype=TORCH_DTYPES[np.dtype(dtype)], device="cuda").transpose(1, 2)
+
+
+def _operand(kind, batch, rows, cols, dtype, seed):
+    """A (batch, rows, cols) operand stored as ``kind``: "row" (C order), "col" (transposed storage), "strided"
+    (rows of a wider row-major array), "broadcast" (one matrix, batch stride 0)."""
+    torch = _torch()
+    if kind == "row":
+        return _random((batch, rows, cols), dtype, seed)
+    if kind == "col":
+        return _random((batch, cols, rows), dtype, seed).transpose(1, 2)
+    if kind == "strided":
+        return _random((batch, rows, cols + 8), dtype, seed)[:, :, :cols]
+    if kind == "broadcast":
+        return _random((1, rows, cols), dtype, seed).expand(batch, rows, cols)
+    raise ValueError(kind)
+
+
+def _stream():
+    return _torch().cuda.current_stream().cuda_stream
+
+
+def _run(problem, tensors, inputs=None, outputs=None, alpha=1.0, beta=0.0, engine=None, **kwargs):
+    own = engine is None
+    engine = engine or CublasLtEngine(problem, execution=ExecutionCUDA(0), package="torch", **kwargs)
+    try:
+        a, b, c, d = tensors
+        engine.execute(a.data_ptr(), b.data_ptr(), None if c is None else c.data_ptr(), d.data_ptr(),
+                       {name: t.data_ptr() for name, t in (inputs or {}).items()},
+                       {name: t.data_ptr() for name, t in (outputs or {}).items()}, alpha, beta, _stream())
+        _torch().cuda.synchronize()
+    finally:
+        if own:
+            engine.free()
+    return engine
+
+
+TOLERANCE = {np.dtype(np.float16): 2e-3, BF16: 1e-2, np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-12,
+             np.dtype(np.complex64): 1e-5, np.dtype(np.complex128): 1e-12, E4M3: 0.07, E5M2: 0.13}
+
+
+def _assert_close(got, ref, dtype, what="result", tol=None):
+    tol = TOLERANCE[np.dtype(dtype)] if tol is None else tol
+    scale = max(1.0, float(np.max(np.abs(ref))) if ref.size else 1.0)
+    error = float(np.max(np.abs(got - ref))) if ref.size else 0.0
+    assert error <= tol * scale, f"{what}: max error {error:.3g} > {tol:.1g} x {scale:.3g}"
+
+
+GPU_DTYPES = [(np.float16, "32F", np.float32), (np.float16, "16F", np.float16), (BF16, "32F", np.float32),
+              (np.float32, "32F", np.float32), (np.float32, "32F_FAST_TF32", np.float32),
+              (np.float64, "64F", np.float64), (np.complex64, "32F", np.complex64),
+              (np.complex128, "64F", np.complex128)]
+
+
+@pytest.mark.gpu
+class TestEngineOnGPU:
+    @pytest.mark.parametrize("dtype, compute, scale", GPU_DTYPES, ids=lambda x: str(x))
+    @pytest.mark.parametrize("a_kind, b_kind", [("row", "row"), ("row", "col"), ("col", "row"), ("col", "col")],
+                             ids=["TT", "TN", "NT", "NN"])
+    def test_dtypes_and_transposes(self, dtype, compute, scale, a_kind, b_kind):
+        m, n, k = 40, 24, 56
+        a = _operand(a_kind, 1, m, k, dtype, 1)[0]
+        b = _operand(b_kind, 1, k, n, dtype, 2)[0]
+        c = _random((n, m), dtype, 3).T  # column-major, like D
+        d = _col_major_empty(1, m, n, dtype)[0]
+        problem = make_problem(_layout_of(a, m, k, dtype), _layout_of(b, k, n, dtype), _layout_of(d, m, n, dtype),
+                               c=_layout_of(c, m, n, dtype), compute=compute, scale=scale)
+        _run(problem, (a, b, c, d), alpha=1.5, beta=-0.5)
+        ref = 1.5 * _to_numpy(a) @ _to_numpy(b) - 0.5 * _to_numpy(c)
+        tol = 5e-3 if compute == "32F_FAST_TF32" else (1e-2 if compute == "16F" else None)
+        _assert_close(_to_numpy(d), ref, dtype, tol=tol)
+
+    @pytest.mark.parametrize("a_kind, b_kind", [("strided", "row"), ("broadcast", "col"), ("row", "broadcast"),
+                                                ("col", "strided")])
+    def test_batched_strided_broadcast(self, a_kind, b_kind):
+        batch, m, n, k = 5, 33, 17, 24
+        dtype = np.float32
+        a = _operand(a_kind, batch, m, k, dtype, 4)
+        b = _operand(b_kind, batch, k, n, dtype, 5)
+        d = _col_major_empty(batch, m, n, dtype)
+        problem = make_problem(_layout_of(a, m, k, dtype), _layout_of(b, k, n, dtype), _layout_of(d, m, n, dtype))
+        _run(problem, (a, b, None, d))
+        _assert_close(_to_numpy(d), _to_numpy(a) @ _to_numpy(b), dtype)
+
+    def test_row_major_result_with_c(self):
+        batch, m, n, k = 3, 20, 12, 16
+        dtype = np.float16
+        a, b = _operand("row", batch, m, k, dtype, 6), _operand("col", batch, k, n, dtype, 7)
+        c = _random((batch, m, n), dtype, 8)
+        d = _torch().empty_like(c)
+        problem = make_problem(_layout_of(a, m, k, dtype), _layout_of(b, k, n, dtype), _layout_of(d, m, n, dtype),
+                               c=_layout_of(c, m, n, dtype))
+        _run(problem, (a, b, c, d), alpha=1.0, beta=1.0)
+        _assert_close(_to_numpy(d), _to_numpy(a) @ _to_numpy(b) + _to_numpy(c), dtype)
+
+    @pytest.mark.parametrize("epilog", list(MatmulEpilog)[1:], ids=lambda e: e.name)
+    @pytest.mark.parametrize("dtype", [np.float16, BF16, np.float32], ids=str)
+    @pytest.mark.parametrize("batch", [1, 3])
+    def test_every_epilog(self, epilog, dtype, batch):
+        torch = _torch()
+        m, n, k = 72, 40, 64
+        dtype = np.dtype(dtype)
+        spec = epilog_spec(epilog)
+        a = _operand("row", batch, m, k, dtype, 10, )
+        b = _operand("col", batch, k, n, dtype, 11)
+        d = _col_major_empty(batch, m, n, dtype)
+        inputs, input_layouts = {}, []
+        rng = np.random.default_rng(12)
+        mask = rng.random((batch, m, n)) < 0.5
+        pre = rng.standard_normal((batch, m, n))
+        if "bias" in spec.inputs:
+            inputs["bias"] = _random((batch, m), dtype, 13)
+            input_layouts.append(("bias", MatrixLayout(m, 1, 1, m, batch, m, dtype)))
+        if "relu_aux" in spec.inputs:
+            rows = relu_aux_rows(m)
+            packed = pack_bits(mask, rows)  # (batch, rows, n) column-major
+            aux = torch.empty((batch, n, rows), dtype=torch.uint8, device="cuda").transpose(1, 2)
+            aux.copy_(torch.from_numpy(np.ascontiguousarray(packed)))
+            inputs["relu_aux"] = aux
+            input_layouts.append(("relu_aux", MatrixLayout(m, n, 1, 8 * rows, batch, 8 * rows * n,
+                                                           np.dtype(np.uint8))))
+        if "gelu_aux" in spec.inputs:
+            rows = gelu_aux_rows(m)
+            aux = _col_major_empty(batch, rows, n, dtype)
+            aux.zero_()
+            aux[:, :m, :] = torch.from_numpy(pre).to(TORCH_DTYPES[dtype]).cuda()
+            pre = _to_numpy(aux)[:, :m, :]  # what the GPU sees, rounded to dtype
+            inputs["gelu_aux"] = aux
+            input_layouts.append(("gelu_aux", MatrixLayout(m, n, 1, rows, batch, rows * n, dtype)))
+        output_layouts = epilog_output_layouts(epilog, m, n, batch, dtype)
+        outputs = {}
+        for name, layout in output_layouts:
+            shape = epilog_output_shape(name, layout, (batch,))
+            if name in ("relu_aux", "gelu_aux"):
+                outputs[name] = _col_major_empty(batch, shape[-2], shape[-1], layout.dtype)
+            else:
+                outputs[name] = torch.empty((batch, layout.rows), dtype=TORCH_DTYPES[layout.dtype], device="cuda")
+        problem = make_problem(_layout_of(a, m, k, dtype), _layout_of(b, k, n, dtype), _layout_of(d, m, n, dtype),
+                               epilog=epilog, inputs=input_layouts, outputs=output_layouts)
+        _run(problem, (a, b, None, d), inputs, outputs)
+
+        A, B = _to_numpy(a), _to_numpy(b)
+        x = A @ B
+        if spec.bias:
+            x = x + _to_numpy(inputs["bias"])[:, :, None]
+        activation = spec.activation
+        if activation == "relu":
+            ref = np.maximum(x, 0)
+        elif activation == "gelu":
+            ref = gelu(x)
+        elif activation == "drelu":
+            ref = x * mask
+        elif activation == "dgelu":
+            ref = x * gelu_grad(pre)
+        else:
+            ref = x
+        tol = TOLERANCE[dtype] * (4 if activation in ("gelu", "dgelu") else 1)
+        _assert_close(_to_numpy(d), ref, dtype, "D", tol)
+        if "relu_aux" in outputs:
+            got = unpack_bits(_to_numpy(outputs["relu_aux"]), m)
+            clear = np.abs(x) > 1e-2 * max(1.0, np.max(np.abs(x)))
+            assert np.array_equal(got[clear], (x > 0)[clear]), "relu_aux bitmask"
+        if "gelu_aux" in outputs:
+            _assert_close(_to_numpy(outputs["gelu_aux"])[:, :m, :], x, dtype, "gelu_aux")
+        for name in ("drelu_bgrad", "dgelu_bgrad"):
+            if name in outputs:
+                _assert_close(_to_numpy(outputs[name]), ref.sum(axis=2), dtype, name, tol=tol * 4)
+        if "bgrada" in outputs:
+            _assert_close(_to_numpy(outputs["bgrada"]), A.sum(axis=2), dtype, "bgrada")
+        if "bgradb" in outputs:
+            _assert_close(_to_numpy(outputs["bgradb"]), B.sum(axis=1), dtype, "bgradb")
+
+    @pytest.mark.parametrize("a_dtype, b_dtype, d_dtype", [(E4M3, E4M3, BF16), (E4M3, E5M2, np.float16),
+                                                           (E4M3, E4M3, E4M3), (E5M2, E4M3, np.float32)],
+                             ids=str)
+    def test_float8_with_scales(self, a_dtype, b_dtype, d_dtype):
+        torch = _torch()
+        from mathpy import _cuda
+        if _cuda.compute_capability(0) < (8, 9):
+            pytest.skip("float8 needs compute capability >= 8.9")
+        m, n, k = 64, 48, 96
+        a = _operand("row", 1, m, k, a_dtype, 20)[0]   # row-major A, column-major B: cuBLASLt's TN
+        b = _operand("col", 1, k, n, b_dtype, 21)[0]
+        d = _col_major_empty(1, m, n, d_dtype)[0]
+        scales = {"a_scale": 0.5, "b_scale": 2.0, "d_scale": 0.25 if np.dtype(d_dtype) in (E4M3, E5M2) else 1.0}
+        problem = make_problem(_layout_of(a, m, k, a_dtype), _layout_of(b, k, n, b_dtype),
+                               _layout_of(d, m, n, d_dtype), **scales)
+        _run(problem, (a, b, None, d), alpha=1.0)
+        ref = scales["d_scale"] * scales["a_scale"] * scales["b_scale"] * (_to_numpy(a) @ _to_numpy(b))
+        _assert_close(_to_numpy(d), ref, d_dtype, tol=TOLERANCE.get(np.dtype(d_dtype), 1e-2))
+        assert torch.isfinite(d.to(torch.float32)).all()
+
+    def test_float8_bias_epilog(self):
+        from mathpy import _cuda
+        if _cuda.compute_capability(0) < (8, 9):
+            pytest.skip("float8 needs compute capability >= 8.9")
+        m, n, k = 64, 32, 64
+        a = _operand("row", 1, m, k, E4M3, 22)[0]
+        b = _operand("col", 1, k, n, E4M3, 23)[0]
+        d = _col_major_empty(1, m, n, BF16)[0]
+        bias = _random((m,), BF16, 24)
+        problem = make_problem(_layout_of(a, m, k, E4M3), _layout_of(b, k, n, E4M3), _layout_of(d, m, n, BF16),
+                               epilog=E.RELU_BIAS, inputs=[("bias", MatrixLayout(m, 1, 1, m, 1, m, BF16))],
+                               a_scale=1.0, b_scale=1.0, d_scale=1.0)
+        _run(problem, (a, b, None, d), {"bias": bias})
+        ref = np.maximum(_to_numpy(a) @ _to_numpy(b) + _to_numpy(bias)[:, None], 0)
+        _assert_close(_to_numpy(d), ref, BF16)
+
+    def test_autotune_keeps_the_fastest_and_stays_correct(self):
+        m, n, k = 256, 512, 1024
+        dtype = BF16
+        a, b = _operand("row", 1, m, k, dtype, 30)[0], _operand("row", 1, k, n, dtype, 31)[0]
+        d = _col_major_empty(1, m, n, dtype)[0]
+        problem = make_problem(_layout_of(a, m, k, dtype), _layout_of(b, k, n, dtype), _layout_of(d, m, n, dtype))
+        engine = CublasLtEngine(problem, execution=ExecutionCUDA(0), package="torch")
+        try:
+            operands = {"a": a.data_ptr(), "b": b.data_ptr(), "c": None, "d": d.data_ptr(), "epilog_inputs": {},
+                        "epilog_outputs": {}, "alpha": 1.0, "beta": 0.0}
+            timings = engine.autotune(operands, _stream(), iterations=3)
+            assert timings and all(seconds > 0 for _, seconds in timings)
+            assert [t for _, t in timings] == sorted(t for _, t in timings)
+            assert engine.algorithms[0] == timings[0][0]
+            assert engine.workspace_bytes == timings[0][0].workspace_bytes
+            d.zero_()
+            _run(problem, (a, b, None, d), engine=engine)
+            _assert_close(_to_numpy(d), _to_numpy(a) @ _to_numpy(b), dtype)
+        finally:
+            engine.free()
+
+    def test_self_autotune_on_first_execute(self):
+        m, n, k = 64, 8192, 4096
+        dtype = BF16
+        a, b = _operand("row", 1, m, k, dtype, 32)[0], _operand("row", 1, k, n, dtype, 33)[0]
+        d = _col_major_empty(1, m, n, dtype)[0]
+        problem = make_problem(_layout_of(a, m, k, dtype), _layout_of(b, k, n, dtype), _layout_of(d, m, n, dtype))
+        engine = CublasLtEngine(problem, execution=ExecutionCUDA(0), package="torch")
+        try:
+            assert engine._autotune_pending == (len(engine.algorithms) > 1)
+            _run(problem, (a, b, None, d), engine=engine)
+            assert not engine._autotune_pending
+            _assert_close(_to_numpy(d), _to_numpy(a) @ _to_numpy(b), dtype)
+        finally:
+            engine.free()
+
+    def test_misaligned_operand(self):
+        torch = _torch()
+        m, n, k = 30, 18, 22
+        dtype = np.float16
+        storage = _random((m * k + 1,), dtype, 40)
+        a = storage[1:].view(m, k)  # 2 bytes past a 256-byte boundary
+        b = _random((k, n), dtype, 41)
+        d = _col_major_empty(1, m, n, dtype)[0]
+        problem = make_problem(_layout_of(a, m, k, dtype), _layout_of(b, k, n, dtype), _layout_of(d, m, n, dtype))
+        engine = _run(problem, (a, b, None, d), engine=CublasLtEngine(problem, execution=ExecutionCUDA(0),
+                                                                       package="torch"))
+        try:
+            assert engine._alignment_mask == 1
+            _assert_close(_to_numpy(d), _to_numpy(a) @ _to_numpy(b), dtype)
+        finally:
+            engine.free()
+        del torch
+
+    def test_free_releases_workspace(self):
+        torch = _torch()
+        m = n = k = 512
+        dtype = np.float32
+        problem = make_problem(row_major(m, k, 1, dtype), row_major(k, n, 1, dtype), col_major(m, n, 1, dtype))
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        engine = CublasLtEngine(problem, execution=ExecutionCUDA(0), package="torch",
+                                preferences=None)
+        held = torch.cuda.memory_allocated() - before
+        assert held == engine.workspace_bytes or held >= engine.workspace_bytes
+        engine.free()
+        engine.free()
+        assert torch.cuda.memory_allocated() == before
+
+    def test_ten_thousand_plans_do_not_leak(self):
+        torch = _torch()
+        m, n, k = 64, 64, 64
+        dtype = np.float16
+        a, b = _random((m, k), dtype, 50), _random((k, n), dtype, 51)
+        d = _col_major_empty(1, m, n, dtype)[0]
+        problem = make_problem(_layout_of(a, m, k, dtype), _layout_of(b, k, n, dtype), _layout_of(d, m, n, dtype))
+
+        def cycle(count):
+            for _ in range(count):
+                engine = CublasLtEngine(problem, execution=ExecutionCUDA(0), package="torch")
+                engine.execute(a.data_ptr(), b.data_ptr(), None, d.data_ptr(), {}, {}, 1.0, 0.0, _stream())
+                engine.free()
+            torch.cuda.synchronize()
+            gc.collect()
+
+        cycle(500)  # warm up caches (heuristic cache, allocator pools)
+        rss_before, torch_before = _rss_bytes(), torch.cuda.memory_allocated()
+        free_before = torch.cuda.mem_get_info()[0]
+        cycle(10_000)
+        assert torch.cuda.memory_allocated() == torch_before
+        assert free_before - torch.cuda.mem_get_info()[0] < 16 << 20, "device memory outside torch's pool grew"
+        growth = _rss_bytes() - rss_before
+        assert growth < 16 << 20, f"host memory grew by {growth / 2**20:.1f} MiB over 10,000 plans"
+        _assert_close(_to_numpy(d), _to_numpy(a) @ _to_numpy(b), dtype)
+
+
+def _rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Through the public API (when the API is importable)
+
+
+def _public_api():
+    try:
+        import mathpy
+        return mathpy.matmul, mathpy.Matmul
+    except (ImportError, AttributeError):
+        try:
+            from mathpy.host.matmul import Matmul, matmul
+            return matmul, Matmul
+        except ImportError:
+            pytest.skip("the public matmul API is not importable")
+
+
+@pytest.mark.gpu
+class TestPublicAPIOnGPU:
+    @pytest.mark.parametrize("transpose_a, transpose_b", [(False, False), (True, False), (False, True), (True, True)])
+    def test_matmul_transposed_views(self, transpose_a, transpose_b):
+        matmul, _ = _public_api()
+        torch = _torch()
+        a = _random((48, 32), np.float32, 60)
+        b = _random((48, 40), np.float32, 61)
+        a = a.T if transpose_a else a[:32, :].T.contiguous().T  # (32, 48) either a view or C order
+        b = b if not transpose_b else b.T.contiguous().T
+        result = matmul(a, b)
+        _assert_close(_to_numpy(result), _to_numpy(a) @ _to_numpy(b), np.float32)
+        del torch
+
+    def test_stateful_relu_bias_autotune(self):
+        _, Matmul = _public_api()
+        a, b = _random((128, 256), BF16, 62), _random((256, 96), BF16, 63)
+        bias = _random((128,), BF16, 64)
+        with Matmul(a, b) as mm:
+            mm.plan(epilog=E.RELU_BIAS, epilog_inputs={"bias": bias})
+            mm.autotune(iterations=2)
+            result = mm.execute()
+        ref = np.maximum(_to_numpy(a) @ _to_numpy(b) + _to_numpy(bias)[:, None], 0)
+        _assert_close(_to_numpy(result), ref, BF16)
