@@ -1,4 +1,64 @@
-"""Block-level FFT and GEMM for numba-cuda kernels (placeholder docstring, completed below)."""
+"""Block-level FFT and GEMM for your own ``@numba.cuda.jit`` kernels.
+
+A *description* built on the host fixes the problem (size, precision, direction, block shape). It validates the
+request before anything is compiled (a ``ValueError`` names the bad value and the allowed ones), tells you how to
+launch (``block_dim``, ``shared_memory_size`` bytes of dynamic shared memory, ``storage_size`` of the per-thread
+register array, ``ffts_per_block``) and carries device functions that you call inside the kernel::
+
+    import numba, numpy as np
+    from numba import cuda
+    import mathpy.device
+
+    FFT = mathpy.device.fft(size=1024, precision=np.float32, direction="forward")
+    STORAGE = FFT.storage_size                      # local array shapes must be compile-time constants
+
+    @cuda.jit
+    def kernel(x, y):
+        thread_data = cuda.local.array(STORAGE, numba.complex64)
+        shared_mem = cuda.shared.array(0, numba.float32)
+        batch = FFT.batch_index()
+        FFT.load(x, thread_data, batch)             # coalesced load of row `batch` of x (n_batch, 1024)
+        FFT.execute(thread_data, shared_mem)        # the whole block takes part (it synchronizes)
+        FFT.store(thread_data, y, batch)
+
+    kernel[FFT.grid_dim(n_batch), FFT.block_dim, 0, FFT.shared_memory_size](x, y)
+
+    GEMM = mathpy.device.matmul(64, 64, 32, np.float16)   # m, n, k-slice; GEMM.mma / execute / load_a / ...
+
+See :class:`FFTDescription` and :class:`MatmulDescription` for the device functions, and ``examples/`` for a fused
+FFT convolution and a GEMM with a custom activation.
+
+Design
+------
+- **Pure numba-cuda, no MathDx.** cuFFTDx/cuBLASDx (what nvmath-python's device API wraps) are C++ header libraries:
+  using them from numba means shipping MathDx (hundreds of MB of headers plus NVRTC and a C++ compile per
+  description, seconds each), and they exist only for the CUDA versions MathDx supports. Generated Python compiles
+  with the numba-cuda that the user already has, runs unchanged under numba's CUDA simulator (so the CPU test suite
+  checks the real device code against NumPy), and inlines into the user's kernel as ordinary NVVM IR, where the
+  optimizer sees the whole kernel. The price: no tensor cores (numba-cuda has no ``mma``/``wgmma``), so the GEMM runs
+  on CUDA cores; and the FFT's speed rests on the code we generate rather than on NVIDIA's tuning tables.
+- **Code generation, not loops.** Each description writes straight-line Python for its size (every register index a
+  literal, butterflies unrolled with constant twiddles, typed ``np.float32`` constants so nothing is promoted to
+  double) and compiles it with ``cuda.jit(device=True, forceinline=True)``. Values live in scalar variables, which
+  NVVM keeps in registers: the sm_90 PTX of the shipped configurations has no ``ld.local``/``st.local`` (a test
+  checks it). Descriptions are cached (equal arguments give the same object), so their device functions compile
+  once per process and signature.
+- **How numba sees ``FFT.execute``.** Descriptions subclass ``types.ModuleType``; numba types a module global as
+  ``types.Module`` and resolves its attributes at compile time, so ``FFT.execute(...)`` inside a kernel is a direct
+  call of a device function -- no numba extension types needed.
+- **FFT algorithm.** Stockham auto-sort, radix ``elements_per_thread`` (2..16) stages plus one smaller radix for the
+  remainder; thread ``t`` holds elements ``t + i*T`` so the first stage reads and the last stage writes registers,
+  and ``s`` stages need ``s-1`` shared-memory exchanges (planar real/imaginary buffers padded every 32 elements;
+  for large double-precision sizes the real and imaginary parts are exchanged one after the other to fit 48 KiB).
+  Inter-stage twiddles come from ``sincospi`` (two calls per butterfly, the rest by products): no table, no local
+  memory. ``r2c``/``c2r`` run a full complex transform of the real data (simple and exact; half the arithmetic of a
+  dedicated real transform is left on the table).
+- **GEMM.** Each thread owns a ``TM x TN`` tile of C in registers; the k loop reads A (broadcast within a warp, or
+  conflict-free when A is stored column-major) and consecutive B columns from shared memory. fp16 and bf16
+  accumulate in fp32. bf16: NumPy/numba arrays have no bfloat16 dtype, so bf16 operands are ``uint16``/``int16``
+  arrays of bf16 bit patterns (``torch_tensor.view(torch.int16)``), converted exactly on load and rounded to
+  nearest-even on store.
+"""
 
 from ._fft import FFTDescription, fft
 from ._matmul import MatmulDescription, matmul

@@ -267,37 +267,45 @@ def _generate(d):
                 lines.append(f"{ind}    {t} = {from_c.format(finish(v))}")
         src.append("\n".join(lines))
 
-    # copies
-    a_dst = "idx" if a_row_major else f"kk * {M} + i"
+    # copies: unsigned index arithmetic (no sign fix-ups for // and %, no negative-index wraparound)
+    ns["UINT"] = np.uint64
+    for name, value in (("UM", M), ("UN", N), ("UK", K), ("UBS", BS), ("UMK", M * K), ("UKN", K * N), ("UMN", M * N)):
+        ns[name] = np.uint64(value)
+    a_dst = "idx" if a_row_major else "kk * UM + i"
     src.append(
         "def load_a(a3, batch, k0, smem_a):\n"
         "    if batch < a3.shape[0]:\n"
-        f"        for idx in range(cuda.threadIdx.x, {M * K}, {BS}):\n"
-        f"            i = idx // {K}\n"
-        f"            kk = idx - i * {K}\n"
-        f"            smem_a[{a_dst}] = a3[batch, i, k0 + kk]"
+        "        ub = UINT(batch)\n"
+        "        uk0 = UINT(k0)\n"
+        "        for idx in range(UINT(cuda.threadIdx.x), UMK, UBS):\n"
+        "            i = idx // UK\n"
+        "            kk = idx - i * UK\n"
+        f"            smem_a[{a_dst}] = a3[ub, i, uk0 + kk]"
     )
     src.append(
         "def load_b(b3, batch, k0, smem_b):\n"
         "    if batch < b3.shape[0]:\n"
-        f"        for idx in range({'cuda.threadIdx.x'}, {K * N}, {BS}):\n"
-        f"            kk = idx // {N}\n"
-        f"            j = idx - kk * {N}\n"
-        "            smem_b[idx] = b3[batch, k0 + kk, j]"
+        "        ub = UINT(batch)\n"
+        "        uk0 = UINT(k0)\n"
+        "        for idx in range(UINT(cuda.threadIdx.x), UKN, UBS):\n"
+        "            kk = idx // UN\n"
+        "            smem_b[idx] = b3[ub, uk0 + kk, idx - kk * UN]"
     )
     src.append(
         "def load_c(c3, batch, smem_c):\n"
         "    if batch < c3.shape[0]:\n"
-        f"        for idx in range(cuda.threadIdx.x, {M * N}, {BS}):\n"
-        f"            i = idx // {N}\n"
-        f"            smem_c[idx] = c3[batch, i, idx - i * {N}]"
+        "        ub = UINT(batch)\n"
+        "        for idx in range(UINT(cuda.threadIdx.x), UMN, UBS):\n"
+        "            i = idx // UN\n"
+        "            smem_c[idx] = c3[ub, i, idx - i * UN]"
     )
     src.append(
         "def store_c(smem_c, c3, batch):\n"
         "    if batch < c3.shape[0]:\n"
-        f"        for idx in range(cuda.threadIdx.x, {M * N}, {BS}):\n"
-        f"            i = idx // {N}\n"
-        f"            c3[batch, i, idx - i * {N}] = smem_c[idx]"
+        "        ub = UINT(batch)\n"
+        "        for idx in range(UINT(cuda.threadIdx.x), UMN, UBS):\n"
+        "            i = idx // UN\n"
+        "            c3[ub, i, idx - i * UN] = smem_c[idx]"
     )
     ns.update(consts.values)
     source = "\n\n".join(src) + "\n"
