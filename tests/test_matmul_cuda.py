@@ -15,7 +15,6 @@ Three layers of tests:
 
 import ctypes
 import gc
-import math
 from unittest import mock
 
 import ml_dtypes
@@ -484,7 +483,7 @@ def _to_numpy(t):
         return t.cpu().numpy()
     if t.is_complex():
         return t.to(torch.complex128).cpu().numpy()
-    return t.to(torch.float64).cpu().numpy()
+    return t.to(torch.float32).to(torch.float64).cpu().numpy()  # float8 converts through float32
 
 
 def _random(shape, dtype, seed, scale=1.0):
@@ -496,6 +495,8 @@ def _random(shape, dtype, seed, scale=1.0):
     if np.dtype(dtype).kind == "c":
         imag = torch.randint(-4, 5, shape, generator=g).to(torch.float64) / 4
         values = torch.complex(values, imag)
+    if np.dtype(dtype).kind != "c":
+        values = values.to(torch.float32)  # float8 converts from float32
     return values.to(TORCH_DTYPES[np.dtype(dtype)]).cuda()
 
 
@@ -514,7 +515,6 @@ def _col_major_empty(batch, rows, cols, dtype):
 def _operand(kind, batch, rows, cols, dtype, seed):
     """A (batch, rows, cols) operand stored as ``kind``: "row" (C order), "col" (transposed storage), "strided"
     (rows of a wider row-major array), "broadcast" (one matrix, batch stride 0)."""
-    torch = _torch()
     if kind == "row":
         return _random((batch, rows, cols), dtype, seed)
     if kind == "col":
@@ -611,7 +611,7 @@ class TestEngineOnGPU:
         m, n, k = 72, 40, 64
         dtype = np.dtype(dtype)
         spec = epilog_spec(epilog)
-        a = _operand("row", batch, m, k, dtype, 10, )
+        a = _operand("row", batch, m, k, dtype, 10)
         b = _operand("col", batch, k, n, dtype, 11)
         d = _col_major_empty(batch, m, n, dtype)
         inputs, input_layouts = {}, []
@@ -753,7 +753,6 @@ class TestEngineOnGPU:
             engine.free()
 
     def test_misaligned_operand(self):
-        torch = _torch()
         m, n, k = 30, 18, 22
         dtype = np.float16
         storage = _random((m * k + 1,), dtype, 40)
@@ -768,7 +767,6 @@ class TestEngineOnGPU:
             _assert_close(_to_numpy(d), _to_numpy(a) @ _to_numpy(b), dtype)
         finally:
             engine.free()
-        del torch
 
     def test_free_releases_workspace(self):
         torch = _torch()
@@ -777,10 +775,8 @@ class TestEngineOnGPU:
         problem = make_problem(row_major(m, k, 1, dtype), row_major(k, n, 1, dtype), col_major(m, n, 1, dtype))
         torch.cuda.synchronize()
         before = torch.cuda.memory_allocated()
-        engine = CublasLtEngine(problem, execution=ExecutionCUDA(0), package="torch",
-                                preferences=None)
-        held = torch.cuda.memory_allocated() - before
-        assert held == engine.workspace_bytes or held >= engine.workspace_bytes
+        engine = CublasLtEngine(problem, execution=ExecutionCUDA(0), package="torch")
+        assert torch.cuda.memory_allocated() - before >= engine.workspace_bytes
         engine.free()
         engine.free()
         assert torch.cuda.memory_allocated() == before
@@ -838,14 +834,11 @@ class TestPublicAPIOnGPU:
     @pytest.mark.parametrize("transpose_a, transpose_b", [(False, False), (True, False), (False, True), (True, True)])
     def test_matmul_transposed_views(self, transpose_a, transpose_b):
         matmul, _ = _public_api()
-        torch = _torch()
-        a = _random((48, 32), np.float32, 60)
-        b = _random((48, 40), np.float32, 61)
-        a = a.T if transpose_a else a[:32, :].T.contiguous().T  # (32, 48) either a view or C order
-        b = b if not transpose_b else b.T.contiguous().T
+        m, k, n = 32, 48, 40
+        a = _random((k, m), np.float32, 60).T if transpose_a else _random((m, k), np.float32, 60)
+        b = _random((n, k), np.float32, 61).T if transpose_b else _random((k, n), np.float32, 61)
         result = matmul(a, b)
         _assert_close(_to_numpy(result), _to_numpy(a) @ _to_numpy(b), np.float32)
-        del torch
 
     def test_stateful_relu_bias_autotune(self):
         _, Matmul = _public_api()
