@@ -150,6 +150,12 @@ def test_half_precision_rules(fake):
     t = Transform("C2C", np.float16, (4, 64), (64, 1), (4, 64), (64, 1), (1,))
     with pytest.raises(ValueError, match="no half-precision"):
         make(t, epilog=types.SimpleNamespace(ltoir=b"x", symbol=None, cufft_type=4, data_ptr=0))
+    strided = Transform("R2C", np.float16, (64, 4), (4, 1), (33, 4), (4, 1), (0,))
+    with pytest.raises(UnsupportedLayoutError, match="unit-stride"):
+        make(strided)
+    strided = Transform("C2R", np.float16, (33, 4), (4, 1), (64, 4), (4, 1), (0,))
+    with pytest.raises(UnsupportedLayoutError, match="unit-stride"):
+        make(strided)
     assert fake.calls == []
 
 

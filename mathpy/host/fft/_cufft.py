@@ -21,7 +21,8 @@ without callbacks) are covered by a short loop of executes at precomputed pointe
 Rules the engine enforces (errors are raised before anything is allocated):
 
 - Half precision (float16) needs every transform length to be a power of two (cuFFT supports no other fp16 sizes),
-  and cannot take callbacks (cuFFT has no fp16 callback types).
+  a unit-stride real side for R2C (input) and C2R (output), and cannot take callbacks (cuFFT has no fp16 callback
+  types). Complex half is two float16 per element; strides are in elements of the array's own type.
 - Callbacks must match the transform's element types: the prolog loads the input's type (real for R2C), the epilog
   stores the output's type (real for C2R).
 - cuFFT overwrites the input of a C2R transform (``overwrites_input``): the API hands it a scratch copy when the
@@ -37,7 +38,7 @@ import weakref
 import numpy as np
 
 from ... import _cuda, _operands
-from ..._errors import InvalidPlanStateError
+from ..._errors import InvalidPlanStateError, UnsupportedLayoutError
 from ..._log import logger
 from ...bindings import cufft
 from ._layout import Transform, cufft_params
@@ -135,6 +136,7 @@ class CUFFTEngine:
         for kind, cb in callbacks:
             _check_callback(transform, kind, cb)
         params = cufft_params(transform, allow_loops=not callbacks)  # UnsupportedLayoutError if it cannot
+        _check_half_strides(transform, params)
 
         offsets = _loop_offsets(params, transform)
         execute, set_stream = _hot_functions()  # resolves the library (LibraryNotFoundError) before planning
@@ -249,6 +251,18 @@ def _check_precision(transform, has_callbacks):
     if transform.kind != "C2C" and transform.n[-1] == 1:
         raise ValueError("half-precision R2C/C2R transforms of length 1 are wrong in cuFFT 12.0 (a known CUDA 13.0 "
                          "issue); use float32")
+
+
+def _check_half_strides(transform, params):
+    """cuFFT's half-precision R2C reads only unit-stride real input, and its C2R writes only unit-stride real output."""
+    if transform.precision != np.float16:
+        return
+    if transform.kind == "R2C" and params.istride != 1:
+        raise UnsupportedLayoutError(f"cuFFT's half-precision R2C needs a unit-stride real input along axis "
+                                     f"{transform.axes[-1]}; got stride {params.istride}: copy it to C order first")
+    if transform.kind == "C2R" and params.ostride != 1:
+        raise UnsupportedLayoutError(f"cuFFT's half-precision C2R needs a unit-stride real output along axis "
+                                     f"{transform.axes[-1]}; got stride {params.ostride}")
 
 
 def _check_callback(transform, kind, cb):
