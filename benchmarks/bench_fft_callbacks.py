@@ -103,7 +103,7 @@ CUDA_R_32F, CUDA_R_64F, CUDA_C_32F, CUDA_C_64F = 0, 1, 4, 5
 CUDA_TYPE = {"float32": CUDA_R_32F, "float64": CUDA_R_64F, "complex64": CUDA_C_32F, "complex128": CUDA_C_64F}
 COMPLEX_OF = {"float32": "complex64", "float64": "complex128", "complex64": "complex64", "complex128": "complex128"}
 REAL_OF = {"complex64": "float32", "complex128": "float64", "float32": "float32", "float64": "float64"}
-FORWARD = -1
+FORWARD, INVERSE = -1, 1
 
 
 def io_dtypes(fft_type, dtype):
@@ -176,8 +176,10 @@ class CuFFT:
             raise
 
     def execute(self, handle, x, y, stream_ptr):
+        # cufftXtExec rejects a C2R plan executed FORWARD (CUFFT_INVALID_VALUE): the direction must match the type.
+        direction = INVERSE if x.dtype.kind == "c" and y.dtype.kind == "f" else FORWARD
         self.check(self.lib.cufftSetStream(handle, ctypes.c_void_p(stream_ptr)), "cufftSetStream")
-        self.check(self.lib.cufftXtExec(handle, ctypes.c_void_p(x.data.ptr), ctypes.c_void_p(y.data.ptr), FORWARD),
+        self.check(self.lib.cufftXtExec(handle, ctypes.c_void_p(x.data.ptr), ctypes.c_void_p(y.data.ptr), direction),
                    "cufftXtExec")
 
     def destroy(self, handle):
