@@ -262,7 +262,7 @@ class Matmul:
     def __init__(self, a, b, c=None, *, alpha=1, beta=None, options=None, execution=None, stream=None,
                  _cache=None):
         self._state = _FREED  # until construction succeeds
-        self._engine = self._exit = None
+        self._engine = self._exit = self._fast = None
         options = check_or_create_options(MatmulOptions, options, "options")
         ops = wrap_operands({"a": a, "b": b, "c": c})
         a_op, b_op, c_op = ops["a"], ops["b"], ops["c"]
@@ -311,17 +311,17 @@ class Matmul:
             on_gpu = False
         moves = (a_op.device_id is None) == on_gpu or (on_gpu and a_op.device_id != execution.device_id)
 
-        staged = {"a": _stage_matrix("a", a_op, m, k, "row", batch_shape, moves),
-                  "b": _stage_matrix("b", b_op, k, n, "col", batch_shape, moves)}
+        self._m, self._n, self._k, self._batch_shape, self._moves = m, n, k, batch_shape, moves
+        self._float8_gpu = on_gpu and a_op.dtype in FLOAT8_DTYPES
+        staged = {"a": self._stage_ab("a", a_op), "b": self._stage_ab("b", b_op)}
         if c_op is not None:
             c_view = _expand_c(c_op, result_shape, batch_shape, a_op.ndim == 1, b_op.ndim == 1)
             staged["c"] = _stage_matrix("c", c_view, m, n, None, batch_shape, moves)
-        self._m, self._n, self._k, self._batch_shape = m, n, k, batch_shape
         self._vector_a, self._vector_b = a_op.ndim == 1, b_op.ndim == 1
         self._result_shape, self._d_dtype = result_shape, d_dtype
         self._compute_type, self._scale_type = compute_type, scale_type
         self._alpha, self._beta, self._options = alpha, beta, options
-        self._execution, self._on_gpu, self._moves = execution, on_gpu, moves
+        self._execution, self._on_gpu = execution, on_gpu
         self._like = a_op  # results go to a's package and device
         self._staged = staged
         self._c_staged = {"c": staged["c"]} if "c" in staged else {}  # as given, before plan() fixes C's order
@@ -442,8 +442,32 @@ class Matmul:
         outputs (``aux``: dict of tensors named as in ``_epilog``), in the operands' package and on their device."""
         if self._state != _PLANNED:
             self._check_planned("execute")
-        stream_ptr = self._stream if stream is None else stream_pointer(stream, self._package, self._device_id)
-        args, (d, outputs) = self._engine_args(stream_ptr)
+        if stream is None:
+            stream_ptr = self._stream
+        else:
+            stream_ptr = stream_pointer(stream, self._package, self._device_id) if self._on_gpu else None
+        fast = self._fast
+        if fast is not None and stream is None:  # GPU, nothing to copy: a few allocations and the library call
+            alloc, pointer, fixed, swap_d = fast
+            d = alloc(self._d_alloc, self._d_dtype)
+            if swap_d:
+                d = d.transpose(-1, -2) if self._package == "torch" else d.swapaxes(-1, -2)
+            outputs, out_args = {}, {}
+            for name, layout, shape, swap in self._out_allocs:
+                tensor = alloc(shape, layout.dtype)
+                outputs[name] = _swap_last(tensor, self._package) if swap else tensor
+                out_args[name] = pointer(tensor)
+            lock = self._lock
+            if lock is None:
+                self._engine.execute(fixed["a"], fixed["b"], fixed.get("c"), pointer(d), fixed["inputs"], out_args,
+                                     self._alpha, self._beta, stream_ptr)
+            else:
+                with lock:
+                    self._engine.execute(fixed["a"], fixed["b"], fixed.get("c"), pointer(d), fixed["inputs"],
+                                         out_args, self._alpha, self._beta, stream_ptr)
+            return self._finish(d, outputs, stream_ptr)
+        with _stream_scope(self._package if self._on_gpu else None, stream_ptr, self._device_id):
+            args, (d, outputs) = self._engine_args(stream_ptr)
         with self._locked():
             self._engine.execute(**args, stream=stream_ptr)
         return self._finish(d, outputs, stream_ptr)
@@ -464,9 +488,10 @@ class Matmul:
                 if tuple(op.shape) != self._c_shape:
                     raise ValueError(f"reset_operands: c has shape {op.shape}, the plan was built for {self._c_shape}")
                 op = _expand_c(op, self._result_shape, self._batch_shape, self._vector_a, self._vector_b)
-            rows, cols = old.layout.rows, old.layout.cols
-            promote = {"a": "row", "b": "col", "c": None}[name]
-            fresh = _stage_matrix(name, op, rows, cols, promote, self._batch_shape, self._moves)
+            if name == "c":
+                fresh = _stage_matrix(name, op, self._m, self._n, None, self._batch_shape, self._moves)
+            else:
+                fresh = self._stage_ab(name, op)
             if name == "c":
                 self._check_same(name, self._c_staged["c"], fresh)
                 new_c_raw, fresh = fresh, self._c_for_plan(fresh)
@@ -498,7 +523,7 @@ class Matmul:
         """Release the plan (library handles, descriptors, workspace) at once. Idempotent."""
         self._release_engine()
         self._state = _FREED
-        self._staged = self._inputs = self._fixed = None
+        self._staged = self._inputs = self._fixed = self._fast = None
 
     def __enter__(self):
         self._check_not_freed("__enter__")
@@ -558,6 +583,25 @@ class Matmul:
                                             self._moves)
         return ops
 
+    def _stage_ab(self, name, op):
+        """A or B as the engine sees it. float8 on the GPU: cuBLASLt takes only row-major A and column-major B (its
+        "TN" form), so other layouts are copied into those."""
+        m, n, k, batch_shape, moves = self._m, self._n, self._k, self._batch_shape, self._moves
+        if name == "a":
+            staged = _stage_matrix("a", op, m, k, "row", batch_shape, moves)
+            if self._float8_gpu and m > 1 and not staged.layout.is_row_major:
+                staged = _stage_matrix("a", op, m, k, "row", batch_shape, True)
+            return staged
+        staged = _stage_matrix("b", op, k, n, "col", batch_shape, moves)
+        if self._float8_gpu and not staged.layout.is_col_major:
+            if op.ndim == 1:
+                return _stage_matrix("b", op, k, n, "col", batch_shape, True)
+            batch = math.prod(batch_shape)
+            full = None if op.ndim == 2 else (*batch_shape, k, n)
+            layout = MatrixLayout(k, n, 1, max(k, 1), batch, 0 if full is None else k * n, op.dtype)
+            staged = _Staged("b", op, layout, "colmajor", full, moves)
+        return staged
+
     def _c_for_plan(self, staged):
         """C in D's order: cuBLASLt reads C as D is stored (a row-major C with a column-major D is copied)."""
         if not self._c_col_major:
@@ -590,6 +634,12 @@ class Matmul:
             swap = len(shape) >= 2 and name in ("relu_aux", "gelu_aux")
             alloc = (*shape[:-2], shape[-1], shape[-2]) if swap else shape
             self._out_allocs.append((name, layout, alloc, swap))
+        self._fast = None
+        if self._on_gpu and len(self._fixed) == len(self._staged) + len(self._inputs):
+            fixed = {name: self._fixed[name] for name in self._staged}
+            fixed["inputs"] = {name: self._fixed[name] for name in self._inputs}
+            self._fast = (_allocator(self._package, self._device_id, self._stream, self._user_stream is not None),
+                          _pointer_of(self._package), fixed, not self._d_row_major)
 
     def _stage(self, s, stream):
         """Bring one input where the engine needs it (copies and moves); returns the operand to use."""
@@ -673,6 +723,53 @@ class Matmul:
         elif self._on_gpu and self._options.blocking is True:
             _synchronize(self._package, stream, self._device_id)
         return (d, outputs) if self._problem.epilog_outputs else d
+
+
+def _allocator(package, device_id, stream, explicit_stream):
+    """``alloc(shape, dtype)`` on ``device_id`` in ``package``'s stream-ordered allocator, ordered on ``stream``."""
+    if package == "cupy":
+        import cupy
+        device = cupy.cuda.Device(device_id)
+        stream_obj = cupy.cuda.ExternalStream(stream, device_id)
+
+        def alloc(shape, dtype):
+            with device, stream_obj:
+                return cupy.empty(shape, dtype)
+        return alloc
+    import torch
+
+    from ..._operands import _torch_dtypes
+    to_torch = _torch_dtypes()[1]
+    where = torch.device("cuda", device_id)
+    if not explicit_stream:  # the current stream of torch: its allocator already orders on it
+        return lambda shape, dtype: torch.empty(shape, dtype=to_torch[np.dtype(dtype)], device=where)
+    stream_obj = torch.cuda.ExternalStream(stream, device=where)
+
+    def alloc(shape, dtype):
+        with torch.cuda.stream(stream_obj):
+            return torch.empty(shape, dtype=to_torch[np.dtype(dtype)], device=where)
+    return alloc
+
+
+def _pointer_of(package):
+    if package == "cupy":
+        return lambda array: array.data.ptr
+    return lambda tensor: tensor.data_ptr()
+
+
+@contextlib.contextmanager
+def _stream_scope(package, stream, device_id):
+    """Make ``stream`` current in ``package`` while inputs are copied, so copies are ordered before the product."""
+    if package is None or not stream:
+        yield
+    elif package == "cupy":
+        import cupy
+        with cupy.cuda.Device(device_id), cupy.cuda.ExternalStream(stream, device_id):
+            yield
+    else:
+        import torch
+        with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=torch.device("cuda", device_id))):
+            yield
 
 
 def _view(base, shape, strides):
