@@ -30,7 +30,7 @@ from ... import _operands
 from ..._execution import ExecutionCUDA, resolve_execution
 from ..._options import check_or_create_options
 from ._options import FFTOptions
-from ._plan import FFT, normalize_axes
+from ._plan import FFT, engine_lock, normalize_axes, plan_cache, prepare
 
 __all__ = ["fft", "ifft", "rfft", "irfft", "fft2", "ifft2", "rfft2", "irfft2", "fftn", "ifftn", "rfftn", "irfftn",
            "hfft", "ihfft"]
@@ -175,10 +175,13 @@ def _scale(norm, inverse, lengths):
 
 def _run(kind, a, lengths, axes, norm, out, inverse, prolog, epilog, options, execution, stream):
     """Transform ``a`` (kind "C2C", "R2C", "C2R") over ``axes`` to logical ``lengths``."""
-    ops = _operands.wrap_operands({"a": a, "out": out})
-    op, out_op = ops["a"], ops["out"]
+    if out is None:
+        op, out_op = _operands.wrap_operand(a, "a"), None
+    else:
+        ops = _operands.wrap_operands({"a": a, "out": out})
+        op, out_op = ops["a"], ops["out"]
     norm = _check_norm(norm)
-    options = check_or_create_options(FFTOptions, options, "options")
+    options = _DEFAULT_OPTIONS if options is None else check_or_create_options(FFTOptions, options, "options")
     dtype = _promoted(op.dtype, kind != "R2C")
     op = _astype(op, dtype)
     # Pad or crop to the logical lengths (C2R: the halved last axis holds n//2+1).
@@ -223,10 +226,13 @@ def _run(kind, a, lengths, axes, norm, out, inverse, prolog, epilog, options, ex
             op = _operands.to_host(op, None)
     x = op.tensor
     direction = 1 if inverse else -1
+    parity = "odd" if lengths[-1] % 2 else "even"
+    if len(stages) == 1 and prolog is None and epilog is None:
+        return _fast(op, axes, _stage_options(kind, options.inplace, parity, options.blocking), executing, stream,
+                     direction if kind == "C2C" else None, scale, out_op)
     for index, (stage_kind, stage_axes) in enumerate(stages):
         first, last = index == 0, index == len(stages) - 1
-        stage_options = FFTOptions(fft_type=stage_kind, inplace=options.inplace and len(stages) == 1,
-                                   last_axis_parity="odd" if lengths[-1] % 2 else "even", blocking=options.blocking)
+        stage_options = _stage_options(stage_kind, options.inplace and len(stages) == 1, parity, options.blocking)
         plan = FFT(x, axes=stage_axes, options=stage_options, execution=executing, stream=stream, _cached=True)
         try:
             plan.plan(prolog=prolog if first else None, epilog=epilog if last else None)
@@ -238,6 +244,33 @@ def _run(kind, a, lengths, axes, norm, out, inverse, prolog, epilog, options, ex
         x = _operands.as_package(x, caller)
         return _finish_out(out_op, x)
     return x
+
+
+_DEFAULT_OPTIONS = FFTOptions()
+_options_memo = {}
+
+
+def _stage_options(kind, inplace, parity, blocking):
+    key = (kind, inplace, parity, blocking)
+    found = _options_memo.get(key)
+    if found is None:
+        found = _options_memo[key] = FFTOptions(fft_type=kind, inplace=inplace, last_axis_parity=parity,
+                                                blocking=blocking)
+    return found
+
+
+def _fast(op, axes, options, execution, stream, direction, scale, out_op):
+    """A single plan without callbacks: what ``with FFT(...) as f: f.plan(); f.execute()`` does, minus the
+    per-call object: the prepared layouts are memoised by signature and the engine is borrowed from the plan cache."""
+    prep = prepare(op, axes, options, execution)
+    if options.inplace and op.package == "numpy" and not op.tensor.flags.writeable:
+        raise ValueError("an in-place FFT needs a writable operand")
+    value = prep.direction(direction)
+    stream = prep.stream_pointer(stream)
+    with plan_cache.borrow(prep.key + (None, None), prep.creator(None, None, stream)) as engine:
+        if prep.on_gpu:
+            return prep.run_gpu(engine, engine_lock(engine), op, value, stream, scale, out_op)
+        return prep.run_cpu(engine, op, op.numpy() if prep.local else None, value, scale, out_op, None)
 
 
 def _finish_out(out_op, result):

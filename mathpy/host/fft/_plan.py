@@ -17,6 +17,7 @@ forward transform returns the input times the transform's size. The stateless fu
 """
 
 import contextlib
+import functools
 import operator
 import threading
 import weakref
@@ -103,6 +104,7 @@ def normalize_axes(axes, ndim):
     return tuple(result)
 
 
+@functools.lru_cache(maxsize=1024)
 def _dense(shape, strides):
     """(permutation, shape in that order, inverse permutation) to allocate a dense array with ``strides``."""
     perm = _layout.dense_permutation(strides)
@@ -129,44 +131,16 @@ def _choose_layouts(kind, precision, shape, in_strides_candidate, out_shape, axe
     return transform
 
 
-class _Resources:
-    """What a live FFT holds: its engine (owned, or borrowed from the plan cache). The weakref.finalize safety net
-    calls :meth:`release`, so it must not refer to the FFT itself."""
+class _Prepared:
+    """Everything about one FFT that depends only on the operand's signature (package, device, shape, strides,
+    dtype), the axes, the options and the execution space: the engine's Transform, the layouts, where data moves.
+    Immutable once made, so the stateless functions share them between calls and threads (see :func:`prepare`)."""
 
-    __slots__ = ("engine", "borrow")
+    __slots__ = ("fft_type", "axes", "transform", "execution", "options", "on_gpu", "local", "copy_input",
+                 "default_direction", "device_package", "device_id", "in_perm", "out_perm", "key", "package",
+                 "op_on_host", "scale_type")
 
-    def __init__(self):
-        self.engine = self.borrow = None
-
-    def release(self):
-        engine, borrow = self.engine, self.borrow
-        self.engine = self.borrow = None
-        if borrow is not None:
-            borrow.__exit__(None, None, None)
-        elif engine is not None:
-            engine.free()
-
-
-class FFT:
-    """A planned FFT of one operand over up to three ``axes`` (all axes by default; the stateless functions decompose
-    more). The operand's dtype picks the transform: complex -> C2C, real -> R2C, or ``options.fft_type="C2R"`` for a
-    complex Hermitian operand.
-
-    operand    NumPy / CuPy / torch array (or anything with ``__dlpack__`` / ``__cuda_array_interface__``).
-    axes       the transform axes; for R2C/C2R the last one is the halved axis.
-    options    :class:`FFTOptions` (or a dict of its fields).
-    execution  None (where the operand lives), "cpu", "cuda", ``ExecutionCPU(num_threads=...)``,
-               ``ExecutionCUDA(device_id=...)``; data moves as needed and results come back where the operand lives.
-    stream     CUDA stream (int handle, CuPy/torch stream, ``__cuda_stream__``); default: the package's current one.
-
-    Lifecycle: ``plan(prolog=, epilog=)`` -> ``execute(direction=)`` (any number of times; ``reset_operand(new)``
-    between them) -> ``free()`` (or use ``with``).
-    """
-
-    def __init__(self, operand, axes=None, options=None, execution=None, stream=None, *, _cached=False):
-        op = _operands.wrap_operand(operand)
-        options = check_or_create_options(FFTOptions, options, "options")
-        execution = resolve_execution(execution, op.device_id)
+    def __init__(self, op, axes, options, execution):
         fft_type, precision = _resolve_type(op.dtype, options.fft_type)
         axes = normalize_axes(axes, op.ndim)
         if len(axes) > 3:
@@ -212,72 +186,240 @@ class FFT:
             if _layout.engine_layout(shape, op.strides, engine_axes) != op.strides:
                 raise UnsupportedLayoutError(f"an in-place FFT needs a layout the library addresses directly; shape "
                                              f"{shape} with strides {op.strides} over axes {axes} is not one")
-            if op.package == "numpy" and not op.tensor.flags.writeable:
-                raise ValueError("an in-place FFT needs a writable operand")
             transform = _layout.Transform(fft_type, precision, shape, op.strides, out_shape, op.strides, engine_axes)
         else:
             transform = _choose_layouts(fft_type, precision, shape, candidate, out_shape, engine_axes)
 
-        self._op, self._options, self._execution = op, options, execution
-        self._fft_type, self._axes, self._transform = fft_type, axes, transform
-        self._on_gpu, self._local, self._cached = on_gpu, local, _cached
-        self._copy_input = not (use_operand and transform.input_strides == op.strides)
-        self._default_direction = 1 if fft_type == "C2R" else -1
-        self._device_package = None
-        self._stream = None
+        self.fft_type, self.axes, self.transform, self.execution, self.options = (fft_type, axes, transform,
+                                                                                   execution, options)
+        self.on_gpu, self.local = on_gpu, local
+        self.copy_input = not (use_operand and transform.input_strides == op.strides)
+        self.default_direction = 1 if fft_type == "C2R" else -1
+        self.device_id = execution.device_id if on_gpu else None
+        self.device_package = None
         if on_gpu:
-            self._device_package = op.package if not op.on_host else _operands.gpu_array_package()
-            self._stream = stream_pointer(stream, self._device_package, execution.device_id)
-        self._in_perm = _dense(shape, transform.input_strides)
-        self._out_perm = _dense(out_shape, transform.output_strides)
-        self._staging = None
-        if not on_gpu and self._copy_input:  # reused: the CPU runs synchronously
-            self._staging = self._dense_host(shape, transform.input_strides, transform.input_dtype)
-        self._host_view = op.numpy() if (op.on_host and not on_gpu) else None
+            self.device_package = op.package if not op.on_host else _operands.gpu_array_package()
+        self.in_perm = _dense(shape, transform.input_strides)
+        self.out_perm = _dense(out_shape, transform.output_strides)
+        self.key = (transform, execution, self.device_id)
+        self.package, self.op_on_host = op.package, op.on_host
+        self.scale_type = np.dtype(precision).type
+
+    def stream_pointer(self, stream):
+        return stream_pointer(stream, self.device_package, self.device_id) if self.on_gpu else None
+
+    def creator(self, prolog, epilog, stream):
+        transform, execution, package = self.transform, self.execution, self.device_package
+
+        def create():
+            engine = _make_engine(transform, execution, prolog, epilog, package, stream)
+            return engine, engine.workspace_bytes
+        return create
+
+    def direction(self, direction):
+        if direction is None:
+            return self.default_direction
+        try:
+            value = _DIRECTIONS[direction]
+        except (KeyError, TypeError):
+            raise ValueError(f"direction {direction!r} is not supported; allowed are 'forward', 'inverse', -1, 1") \
+                from None
+        if self.fft_type != "C2C" and value != self.default_direction:
+            raise ValueError(f"a {self.fft_type} FFT runs only {'forward' if self.default_direction == -1 else 'inverse'}")
+        return value
+
+    def new_staging(self):
+        t = self.transform
+        return _dense_host(t.input_shape, t.input_strides, t.input_dtype)
+
+    # --- execution: the one code path of FFT.execute and the stateless functions -----------------------------------
+    def run_cpu(self, engine, op, host_view, direction, scale, out, staging):
+        t = self.transform
+        x = host_view if self.local else _operands.to_host(op, None).tensor
+        if self.copy_input:
+            if staging is None:
+                staging = self.new_staging()
+            np.copyto(staging, x, casting="no")
+            x = staging
+        inplace = self.options.inplace
+        if inplace:
+            result = x
+        elif out is not None and out.package == "numpy" and out.strides == t.output_strides and \
+                out.dtype == t.output_dtype and not np.may_share_memory(out.tensor, x):
+            result = out.tensor
+        else:
+            result = _dense_host(t.output_shape, t.output_strides, t.output_dtype)
+        engine.execute(x, result, direction, None)
+        if scale is not None:
+            result *= self.scale_type(scale)
+        if inplace:
+            return op.tensor
+        if out is not None:
+            if result is not out.tensor:
+                _copy_to_out(out, result, None)
+            return out.tensor
+        if op.package == "numpy" and op.on_host:
+            return result
+        return _operands.as_package(result, op, None)
+
+    def run_gpu(self, engine, lock, op, direction, stream, scale, out):
+        t = self.transform
+        package, device_id = self.device_package, self.device_id
+        if not self.copy_input:
+            x, x_ptr = op.tensor, op.data_ptr
+        else:
+            x = self.dense_device(t.input_shape, t.input_strides, t.input_dtype, stream)
+            if op.on_host:
+                _upload(x, op.numpy(), self.in_perm, package, stream)
+            else:
+                _device_copy(x, op.tensor, package, device_id, stream)
+            x_ptr = _operands.wrap_operand(x).data_ptr
+        inplace = self.options.inplace
+        if inplace:
+            result, result_ptr = x, x_ptr
+        else:
+            result = self.dense_device(t.output_shape, t.output_strides, t.output_dtype, stream)
+            result_ptr = _operands.wrap_operand(result).data_ptr
+        with lock:
+            engine.execute(x_ptr, result_ptr, direction, stream)
+        if scale is not None:
+            _scale_device(result, scale, self.scale_type, package, device_id, stream)
+        if inplace:
+            return op.tensor
+        if out is not None:
+            _copy_to_out(out, result, stream)
+            return out.tensor
+        if op.on_host:
+            return _operands.as_package(result, op, stream)
+        return result
+
+    def dense_device(self, shape, strides, dtype, stream):
+        perm, dense_shape, inverse = _dense(shape, strides)
+        array = _operands.empty(self.device_package, dense_shape, dtype, self.device_id, stream)
+        if perm == tuple(range(len(perm))):
+            return array
+        return array.permute(inverse) if self.device_package == "torch" else array.transpose(inverse)
+
+
+_prepared = {}  # signature -> _Prepared, bounded: cleared when it grows past _PREPARED_MAX
+_PREPARED_MAX = 512
+
+
+def prepare(op, axes, options, execution):
+    """The :class:`_Prepared` for an operand signature, memoised (the stateless functions' fast path)."""
+    signature = (op.package, op.device_id, op.shape, op.strides, op.dtype, axes, options, execution)
+    found = _prepared.get(signature)
+    if found is None:
+        found = _Prepared(op, axes, options, execution)
+        if len(_prepared) >= _PREPARED_MAX:
+            _prepared.clear()
+        _prepared[signature] = found
+    return found
+
+
+def engine_lock(engine):
+    """The lock that serialises cufftSetStream + cufftExec on one GPU engine shared through the plan cache."""
+    lock = _engine_locks.get(engine)
+    if lock is None:
+        with _engine_locks_guard:
+            lock = _engine_locks.setdefault(engine, threading.Lock())
+    return lock
+
+
+def _dense_host(shape, strides, dtype):
+    perm, dense_shape, inverse = _dense(shape, strides)
+    return np.empty(dense_shape, dtype).transpose(inverse)
+
+
+class _Resources:
+    """What a live FFT holds: its engine (owned, or borrowed from the plan cache). The weakref.finalize safety net
+    calls :meth:`release`, so it must not refer to the FFT itself."""
+
+    __slots__ = ("engine", "borrow")
+
+    def __init__(self):
+        self.engine = self.borrow = None
+
+    def release(self):
+        engine, borrow = self.engine, self.borrow
+        self.engine = self.borrow = None
+        if borrow is not None:
+            borrow.__exit__(None, None, None)
+        elif engine is not None:
+            engine.free()
+
+
+class FFT:
+    """A planned FFT of one operand over up to three ``axes`` (all axes by default; the stateless functions decompose
+    more). The operand's dtype picks the transform: complex -> C2C, real -> R2C, or ``options.fft_type="C2R"`` for a
+    complex Hermitian operand.
+
+    operand    NumPy / CuPy / torch array (or anything with ``__dlpack__`` / ``__cuda_array_interface__``).
+    axes       the transform axes; for R2C/C2R the last one is the halved axis.
+    options    :class:`FFTOptions` (or a dict of its fields).
+    execution  None (where the operand lives), "cpu", "cuda", ``ExecutionCPU(num_threads=...)``,
+               ``ExecutionCUDA(device_id=...)``; data moves as needed and results come back where the operand lives.
+    stream     CUDA stream (int handle, CuPy/torch stream, ``__cuda_stream__``); default: the package's current one.
+
+    Lifecycle: ``plan(prolog=, epilog=)`` -> ``execute(direction=)`` (any number of times; ``reset_operand(new)``
+    between them) -> ``free()`` (or use ``with``).
+    """
+
+    def __init__(self, operand, axes=None, options=None, execution=None, stream=None, *, _cached=False):
+        op = _operands.wrap_operand(operand)
+        options = check_or_create_options(FFTOptions, options, "options")
+        execution = resolve_execution(execution, op.device_id)
+        prep = prepare(op, None if axes is None else normalize_axes(axes, op.ndim), options, execution)
+        if options.inplace and op.package == "numpy" and not op.tensor.flags.writeable:
+            raise ValueError("an in-place FFT needs a writable operand")
+        self._prep, self._op, self._cached = prep, op, _cached
+        self._stream = prep.stream_pointer(stream)
+        self._staging = prep.new_staging() if (not prep.on_gpu and prep.copy_input) else None  # CPU: reused
+        self._host_view = op.numpy() if (op.on_host and not prep.on_gpu) else None
         self._resources = _Resources()
         self._finalizer = weakref.finalize(self, self._resources.release)
         self._freed = False
         self._lock = None
         self._prolog = self._epilog = None
-        logger.debug("FFT %s over axes %s of %r on %s (copy input: %s)", fft_type, axes, op, execution,
-                     self._copy_input)
+        logger.debug("FFT %s over axes %s of %r on %s (copy input: %s)", prep.fft_type, prep.axes, op,
+                     prep.execution, prep.copy_input)
 
     # --- properties ------------------------------------------------------------------------------------------------
     @property
     def fft_type(self):
         """"C2C", "R2C" or "C2R"."""
-        return self._fft_type
+        return self._prep.fft_type
 
     @property
     def axes(self):
-        return self._axes
+        return self._prep.axes
 
     @property
     def execution(self):
-        return self._execution
+        return self._prep.execution
 
     @property
     def options(self):
-        return self._options
+        return self._prep.options
 
     @property
     def transform(self):
         """The engine's :class:`~mathpy.host.fft._layout.Transform`."""
-        return self._transform
+        return self._prep.transform
 
     @property
     def input_layout(self):
         """(shape, strides) in elements of the input as the prolog sees it: ``offset`` indexes this layout."""
-        return self._transform.input_shape, self._transform.input_strides
+        return self._prep.transform.input_shape, self._prep.transform.input_strides
 
     @property
     def output_layout(self):
         """(shape, strides) in elements of the output as the epilog sees it."""
-        return self._transform.output_shape, self._transform.output_strides
+        return self._prep.transform.output_shape, self._prep.transform.output_strides
 
     @property
     def output_dtype(self):
-        return self._transform.output_dtype
+        return self._prep.transform.output_dtype
 
     # --- lifecycle ---------------------------------------------------------------------------------------------------
     def _check_live(self):
@@ -291,21 +433,17 @@ class FFT:
         Planning again replaces the previous plan. Errors (bad callbacks, bad user data, library failures) leave the
         FFT as it was."""
         self._check_live()
-        t, execution = self._transform, self._execution
+        prep = self._prep
+        t, execution = prep.transform, prep.execution
         bound_prolog = bind_callback(as_callback(prolog, "prolog"), "prolog", t.kind, t.precision, t.input_shape,
                                      t.input_strides, execution)
         bound_epilog = bind_callback(as_callback(epilog, "epilog"), "epilog", t.kind, t.precision, t.output_shape,
                                      t.output_strides, execution)
-        device_id = execution.device_id if self._on_gpu else None
-
-        def create():
-            engine = _make_engine(t, execution, bound_prolog, bound_epilog, self._device_package, self._stream)
-            return engine, engine.workspace_bytes
-
+        create = prep.creator(bound_prolog, bound_epilog, self._stream)
         resources = _Resources()
         if self._cached:
-            key = (t, execution, device_id, None if bound_prolog is None else bound_prolog.key,
-                   None if bound_epilog is None else bound_epilog.key)
+            key = prep.key + (None if bound_prolog is None else bound_prolog.key,
+                              None if bound_epilog is None else bound_epilog.key)
             borrow = plan_cache.borrow(key, create)
             resources.engine, resources.borrow = borrow.__enter__(), borrow
         else:
@@ -314,11 +452,9 @@ class FFT:
         self._finalizer.detach()
         self._resources = resources
         self._finalizer = weakref.finalize(self, resources.release)
-        self._engine = resources.engine
         self._prolog, self._epilog = bound_prolog, bound_epilog
-        if self._on_gpu:
-            with _engine_locks_guard:
-                self._lock = _engine_locks.setdefault(self._engine, threading.Lock())
+        if prep.on_gpu:
+            self._lock = engine_lock(resources.engine)
 
     def free(self):
         """Release the plan and its workspace now; idempotent. The FFT cannot be used afterwards."""
@@ -327,7 +463,6 @@ class FFT:
         self._freed = True
         self._finalizer.detach()
         self._resources.release()
-        self._engine = None
         self._op = self._host_view = self._staging = None
         self._prolog = self._epilog = None
 
@@ -347,10 +482,10 @@ class FFT:
             if getattr(new, what) != getattr(old, what):
                 raise ValueError(f"reset_operand: the new operand's {what} {getattr(new, what)!r} differs from the "
                                  f"planned {getattr(old, what)!r}; create a new FFT for it")
-        if self._options.inplace and new.package == "numpy" and not new.tensor.flags.writeable:
+        if self._prep.options.inplace and new.package == "numpy" and not new.tensor.flags.writeable:
             raise ValueError("reset_operand: an in-place FFT needs a writable operand")
         self._op = new
-        self._host_view = new.numpy() if (new.on_host and not self._on_gpu) else None
+        self._host_view = new.numpy() if (new.on_host and not self._prep.on_gpu) else None
 
     # --- execution ---------------------------------------------------------------------------------------------------
     def execute(self, direction=None, stream=None):
@@ -359,106 +494,22 @@ class FFT:
         C2R inverse). Unnormalised."""
         return self._execute(direction, stream, None, None)
 
-    def _direction(self, direction):
-        if direction is None:
-            return self._default_direction
-        try:
-            value = _DIRECTIONS[direction]
-        except (KeyError, TypeError):
-            raise ValueError(f"direction {direction!r} is not supported; allowed are 'forward', 'inverse', -1, 1") \
-                from None
-        if self._fft_type != "C2C" and value != self._default_direction:
-            raise ValueError(f"a {self._fft_type} FFT runs only {'forward' if value == 1 else 'inverse'}")
-        return value
-
     def _execute(self, direction, stream, scale, out):
         if self._freed:
             raise InvalidPlanStateError("this FFT was freed; create a new one")
         engine = self._resources.engine
         if engine is None:
             raise InvalidPlanStateError("execute() before plan(): call plan() first")
-        value = self._direction(direction)
-        if self._on_gpu:
-            return self._execute_gpu(engine, value, stream, scale, out)
-        return self._execute_cpu(engine, value, scale, out)
-
-    @staticmethod
-    def _dense_host(shape, strides, dtype):
-        perm, dense_shape, inverse = _dense(shape, strides)
-        return np.empty(dense_shape, dtype).transpose(inverse)
-
-    def _execute_cpu(self, engine, direction, scale, out):
-        op, t = self._op, self._transform
-        if self._local:
-            x = self._host_view
-        else:
-            x = _operands.to_host(op, None).tensor
-        if self._copy_input:
-            np.copyto(self._staging, x, casting="no")
-            x = self._staging
-        if self._options.inplace:
-            result = x
-        elif out is not None and out.package == "numpy" and out.strides == t.output_strides and \
-                not np.may_share_memory(out.tensor, x):
-            result = out.tensor
-        else:
-            result = self._dense_host(t.output_shape, t.output_strides, t.output_dtype)
-        engine.execute(x, result, direction, None)
-        if scale is not None:
-            result *= result.dtype.type(scale) if result.dtype.kind == "f" else np.dtype(t.precision).type(scale)
-        if self._options.inplace:
-            return op.tensor
-        if out is not None:
-            if result is not out.tensor:
-                _copy_to_out(out, result, None)
-            return out.tensor
-        if op.package == "numpy" and op.on_host:
-            return result
-        return _operands.as_package(result, op, None)
-
-    def _execute_gpu(self, engine, direction, stream, scale, out):
-        op, t = self._op, self._transform
-        stream = self._stream if stream is None else stream_pointer(stream, self._device_package,
-                                                                    self._execution.device_id)
-        device_id = self._execution.device_id
-        package = self._device_package
-        if not self._copy_input:
-            x, x_ptr = op.tensor, op.data_ptr
-        else:
-            x = self._dense_device(t.input_shape, t.input_strides, t.input_dtype, stream)
-            if op.on_host:
-                _upload(x, op.numpy(), self._in_perm, package, stream)
-            else:
-                _device_copy(x, op.tensor, package, device_id, stream)
-            x_ptr = _operands.wrap_operand(x).data_ptr
-        if self._options.inplace:
-            result, result_ptr = x, x_ptr
-        else:
-            result = self._dense_device(t.output_shape, t.output_strides, t.output_dtype, stream)
-            result_ptr = _operands.wrap_operand(result).data_ptr
-        with self._lock:
-            engine.execute(x_ptr, result_ptr, direction, stream)
-        if scale is not None:
-            _scale_device(result, scale, np.dtype(t.precision), package, device_id, stream)
-        if self._options.inplace:
-            return op.tensor
-        if out is not None:
-            _copy_to_out(out, result, stream)
-            return out.tensor
-        if op.on_host:
-            return _operands.as_package(result, op, stream)
-        return result
-
-    def _dense_device(self, shape, strides, dtype, stream):
-        perm, dense_shape, inverse = _dense(shape, strides)
-        array = _operands.empty(self._device_package, dense_shape, dtype, self._execution.device_id, stream)
-        if perm == tuple(range(len(perm))):
-            return array
-        return array.permute(inverse) if self._device_package == "torch" else array.transpose(inverse)
+        prep = self._prep
+        value = prep.direction(direction)
+        if prep.on_gpu:
+            stream = self._stream if stream is None else prep.stream_pointer(stream)
+            return prep.run_gpu(engine, self._lock, self._op, value, stream, scale, out)
+        return prep.run_cpu(engine, self._op, self._host_view, value, scale, out, self._staging)
 
     def __repr__(self):
         state = "freed" if self._freed else ("planned" if self._resources.engine is not None else "not planned")
-        return f"FFT({self._fft_type}, axes={self._axes}, {self._execution}, {state})"
+        return f"FFT({self.fft_type}, axes={self.axes}, {self.execution}, {state})"
 
 
 def _make_engine(transform, execution, prolog, epilog, package, stream):
@@ -471,30 +522,42 @@ def _make_engine(transform, execution, prolog, epilog, package, stream):
 
 # --- data movement on the GPU, in the operand package's own terms (stream-ordered) ------------------------------------
 
+def _cupy_stream(stream):
+    import cupy
+    return cupy.cuda.ExternalStream(stream) if stream else cupy.cuda.Stream.null
+
+
+def _torch_stream(stream, device_id):
+    import torch
+    if not stream:
+        return torch.cuda.default_stream(device_id)
+    return torch.cuda.ExternalStream(stream, device=f"cuda:{device_id}")
+
+
 @contextlib.contextmanager
 def _on_stream(package, device_id, stream):
+    """Make ``stream`` (a raw handle; 0 = the legacy default stream) current for ``package`` on ``device_id``."""
     if package == "cupy":
         import cupy
-        with cupy.cuda.Device(device_id), cupy.cuda.ExternalStream(stream):
+        with cupy.cuda.Device(device_id), _cupy_stream(stream):
             yield
     else:
         import torch
-        with torch.cuda.device(device_id), torch.cuda.stream(torch.cuda.ExternalStream(stream,
-                                                                                       device=f"cuda:{device_id}")):
+        with torch.cuda.device(device_id), torch.cuda.stream(_torch_stream(stream, device_id)):
             yield
 
 
 def _upload(device_view, host, perm, package, stream):
-    """Copy host array ``host`` into the dense device array ``device_view`` (a permuted view of a contiguous buffer)."""
-    dense = np.ascontiguousarray(host.transpose(perm[0]))
+    """Copy host array ``host`` into the dense device array ``device_view`` (``perm`` = (permutation, ...) from
+    :func:`_dense`: the view transposed by it is a contiguous buffer)."""
+    order = perm[0]
+    dense = np.ascontiguousarray(host.transpose(order))
     if package == "cupy":
-        import cupy
-        base = device_view.transpose(perm[0])  # contiguous again
-        base.set(dense, stream=cupy.cuda.ExternalStream(stream))
+        base = device_view.transpose(order)
+        base.set(dense, stream=_cupy_stream(stream))
     else:
-        import torch
-        base = device_view.permute(perm[0])
-        with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=base.device)):
+        base = device_view.permute(order)
+        with _on_stream(package, base.device.index, stream):
             base.copy_(_operands._Torch._from_numpy_host(dense), non_blocking=False)
 
 
