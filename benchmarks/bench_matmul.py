@@ -1,0 +1,354 @@
+"""mathpy matmul vs torch and nvmath-python on one GPU, side by side in one process.
+
+    python benchmarks/bench_matmul.py            # about 1-2 minutes on an H200
+    python benchmarks/bench_matmul.py --quick    # fewer repetitions
+
+What it measures (random non-zero data, warm-up first, medians of several rounds; every result checked against torch):
+
+1. GEMM throughput: 8192^3 bf16 and fp16, 4096^3 fp32, 16384 x 16384 x 256 bf16, 64 x 8192 x 8192 bf16. Each
+   library runs a stateful, planned product (mathpy ``Matmul``, nvmath ``Matmul``, torch ``matmul(out=)``). Time is
+   GPU time: CUDA events around ``reps`` calls queued behind a long sleep kernel, so the host's per-call cost cannot
+   hide in it. Ratio = mathpy's speed / the faster of torch and nvmath (target >= 0.98).
+2. Fused RELU_BIAS (bias per row of the result): mathpy vs nvmath (both fused in cuBLASLt) vs torch ``relu(addmm)``.
+3. Host overhead of the stateful execute on 128^3 fp16: wall time per call over 2000 asynchronous calls (GPU time is
+   ~3 us, so this is the Python + launch cost): mathpy ``Matmul.execute``, mathpy's engine alone, mathpy ``matmul()``
+   stateless, nvmath ``Matmul.execute``, ``torch.matmul``.
+
+Writes benchmarks/results/bench_matmul.md (the table), .json and .png. Needs torch with CUDA; nvmath-python is used
+when importable. When ``mathpy.Matmul`` is not importable it falls back to the cuBLASLt engine directly.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+if not hasattr(np, "row_stack"):  # numba-cuda (under nvmath) still references np.row_stack on NumPy >= 2.5
+    np.row_stack = np.vstack
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))  # run from a checkout without installing
+
+try:
+    import torch
+except ImportError:
+    sys.exit("bench_matmul needs torch with CUDA")
+if not torch.cuda.is_available():
+    sys.exit("bench_matmul needs a CUDA GPU (torch.cuda.is_available() is False)")
+
+import mathpy  # noqa: E402
+
+try:
+    from mathpy._compat import patch_numpy_for_numba_cuda
+    patch_numpy_for_numba_cuda()
+except Exception:
+    pass
+
+try:
+    import nvmath
+    from nvmath.linalg.advanced import Matmul as NvMatmul
+    from nvmath.linalg.advanced import MatmulEpilog as NvEpilog
+except Exception as e:  # not installed or broken: compare with torch alone
+    print(f"(nvmath-python not available: {e.__class__.__name__}: {e})")
+    nvmath = None
+
+SHAPES = [(8192, 8192, 8192, torch.bfloat16), (8192, 8192, 8192, torch.float16), (4096, 4096, 4096, torch.float32),
+          (16384, 16384, 256, torch.bfloat16), (64, 8192, 8192, torch.bfloat16)]
+RESULTS = os.path.join(HERE, "results")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# mathpy, through the public API (or the engine when the API is missing)
+
+
+def _mathpy_api():
+    if hasattr(mathpy, "Matmul") and hasattr(mathpy, "MatmulEpilog"):
+        return mathpy.Matmul, mathpy.MatmulEpilog, getattr(mathpy, "matmul", None)
+    try:
+        from mathpy.host.matmul import Matmul, MatmulEpilog, matmul
+        return Matmul, MatmulEpilog, matmul
+    except ImportError as e:
+        print(f"(mathpy.Matmul not importable ({e}); timing the cuBLASLt engine directly)")
+        return None, None, None
+
+
+MpMatmul, MpEpilog, mp_matmul = _mathpy_api()
+
+
+class EngineMatmul:
+    """The cuBLASLt engine behind a Matmul-like face (fallback when the API is absent): torch CUDA tensors, 2-D."""
+
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+    def plan(self, epilog=None, epilog_inputs=None):
+        from mathpy._execution import ExecutionCUDA
+        from mathpy._operands import wrap_operand
+        from mathpy.host.matmul._cublaslt import CublasLtEngine
+        from mathpy.host.matmul._epilog import MatmulEpilog
+        from mathpy.host.matmul._options import MatmulOptions, resolve_types
+        from mathpy.host.matmul._problem import MatmulProblem, MatrixLayout, col_major
+
+        a, b = wrap_operand(self.a), wrap_operand(self.b)
+        (m, k), n = a.shape, b.shape[1]
+        d_dtype, compute, scale = resolve_types(a.dtype, b.dtype, None, MatmulOptions())
+        inputs = ()
+        if epilog is not None:
+            epilog = MatmulEpilog[epilog] if isinstance(epilog, str) else MatmulEpilog(int(epilog))
+            self.bias = epilog_inputs["bias"].reshape(-1)
+            inputs = (("bias", MatrixLayout(m, 1, 1, m, 1, m, d_dtype)),)
+        problem = MatmulProblem(m, n, k, 1, (), MatrixLayout(m, k, a.strides[0], a.strides[1], 1, 0, a.dtype),
+                                MatrixLayout(k, n, b.strides[0], b.strides[1], 1, 0, b.dtype), None,
+                                col_major(m, n, 1, d_dtype), compute, scale, epilog, inputs, ())
+        self.engine = CublasLtEngine(problem, execution=ExecutionCUDA(self.a.device.index or 0), package="torch")
+        self.m, self.n = m, n
+        self.inputs = {"bias": self.bias.data_ptr()} if epilog is not None else {}
+        return self.engine.algorithms
+
+    def execute(self):
+        d = torch.empty((self.n, self.m), dtype=self.a.dtype, device=self.a.device).T
+        self.engine.execute(self.a.data_ptr(), self.b.data_ptr(), None, d.data_ptr(), self.inputs, {}, 1.0, 0.0,
+                            torch.cuda.current_stream().cuda_stream)
+        return d
+
+    def free(self):
+        self.engine.free()
+
+
+def mathpy_matmul(a, b):
+    return MpMatmul(a, b) if MpMatmul is not None else EngineMatmul(a, b)
+
+
+def mathpy_relu_bias():
+    return MpEpilog.RELU_BIAS if MpEpilog is not None else "RELU_BIAS"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Timing
+
+
+def gpu_ms(fn, reps, rounds=5):
+    """Median over ``rounds`` of GPU ms per call: ``reps`` calls queued behind a sleep kernel, timed by events."""
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    per_call = []
+    for _ in range(rounds):
+        torch.cuda._sleep(20_000_000)  # ~10 ms: the host queues every call before the GPU reaches them
+        start.record()
+        for _ in range(reps):
+            fn()
+        end.record()
+        end.synchronize()
+        per_call.append(start.elapsed_time(end) / reps)
+    return statistics.median(per_call)
+
+
+def host_us(fn, reps=2000, rounds=3):
+    """Median wall microseconds per asynchronous call (the host's cost when the GPU work is tiny)."""
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    per_call = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+        per_call.append((time.perf_counter() - t0) / reps * 1e6)
+    return statistics.median(per_call)
+
+
+def check(name, got, ref, tol):
+    got, ref = got.float(), ref.float()
+    error = (got - ref).abs().max().item()
+    scale = max(1.0, ref.abs().max().item())
+    if not error <= tol * scale:
+        raise AssertionError(f"{name}: wrong result (max error {error:.3g}, scale {scale:.3g}, tolerance {tol})")
+
+
+TOL = {torch.bfloat16: 2e-2, torch.float16: 5e-3, torch.float32: 1e-3}
+
+
+def randn(shape, dtype, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(shape, generator=g, device="cuda", dtype=torch.float32)
+    x[x == 0] = 0.5
+    return x.to(dtype)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def bench_gemm(quick):
+    rows = []
+    for m, n, k, dtype in SHAPES:
+        a, b = randn((m, k), dtype, 1), randn((k, n), dtype, 2)
+        bias = randn((m, 1), dtype, 3)
+        flop = 2.0 * m * n * k
+        reps = max(3, min(50, int(2e13 / flop))) // (2 if quick else 1) or 1
+        row = {"shape": f"{m}x{n}x{k}", "dtype": str(dtype).replace("torch.", "")}
+
+        ref = a @ b
+        out = torch.empty_like(ref)
+        row["torch_ms"] = gpu_ms(lambda: torch.matmul(a, b, out=out), reps)
+        ref_relu = torch.relu(torch.addmm(bias, a, b))
+        row["torch_relu_bias_ms"] = gpu_ms(lambda: torch.relu(torch.addmm(bias, a, b)), reps)
+
+        mm = mathpy_matmul(a, b)
+        mm.plan()
+        check(f"mathpy {row['shape']} {row['dtype']}", mm.execute(), ref, TOL[dtype])  # first call may self-autotune
+        row["mathpy_ms"] = gpu_ms(mm.execute, reps)
+        mm.free()
+        mme = mathpy_matmul(a, b)
+        mme.plan(epilog=mathpy_relu_bias(), epilog_inputs={"bias": bias})
+        result = mme.execute()
+        check(f"mathpy RELU_BIAS {row['shape']}", result[0] if isinstance(result, tuple) else result, ref_relu,
+              TOL[dtype])
+        row["mathpy_relu_bias_ms"] = gpu_ms(mme.execute, reps)
+        mme.free()
+
+        if nvmath is not None:
+            nv = NvMatmul(a, b)
+            nv.plan()
+            check(f"nvmath {row['shape']}", nv.execute(), ref, TOL[dtype])
+            row["nvmath_ms"] = gpu_ms(nv.execute, reps)
+            nv.free()
+            nve = NvMatmul(a, b)
+            nve.plan(epilog=NvEpilog.RELU_BIAS, epilog_inputs={"bias": bias})
+            check(f"nvmath RELU_BIAS {row['shape']}", nve.execute(), ref_relu, TOL[dtype])
+            row["nvmath_relu_bias_ms"] = gpu_ms(nve.execute, reps)
+            nve.free()
+
+        for lib in ("mathpy", "torch", "nvmath"):
+            if f"{lib}_ms" in row:
+                row[f"{lib}_tflops"] = flop / row[f"{lib}_ms"] / 1e9
+        best = min(row["torch_ms"], row.get("nvmath_ms", float("inf")))
+        row["ratio"] = best / row["mathpy_ms"]
+        best_fused = row.get("nvmath_relu_bias_ms", row["torch_relu_bias_ms"])
+        row["relu_bias_ratio"] = best_fused / row["mathpy_relu_bias_ms"]
+        rows.append(row)
+        print(f"  {row['shape']:>17} {row['dtype']:9} mathpy {row['mathpy_ms']:.3f} ms "
+              f"({row['mathpy_tflops']:.0f} TF)  torch {row['torch_ms']:.3f}  nvmath "
+              f"{row.get('nvmath_ms', float('nan')):.3f}  ratio {row['ratio']:.3f} | RELU_BIAS mathpy "
+              f"{row['mathpy_relu_bias_ms']:.3f} nvmath {row.get('nvmath_relu_bias_ms', float('nan')):.3f} "
+              f"torch {row['torch_relu_bias_ms']:.3f}", flush=True)
+        torch.cuda.empty_cache()
+    return rows
+
+
+def bench_overhead(quick):
+    reps = 500 if quick else 2000
+    a, b = randn((128, 128), torch.float16, 4), randn((128, 128), torch.float16, 5)
+    ref = a @ b
+    rows = {}
+    mm = mathpy_matmul(a, b)
+    mm.plan()
+    check("mathpy 128^3", mm.execute(), ref, TOL[torch.float16])
+    rows["mathpy Matmul.execute"] = host_us(mm.execute, reps)
+    engine = getattr(mm, "_engine", None) or getattr(mm, "engine", None)
+    if engine is not None:  # the engine alone, with the operands' pointers precomputed
+        d = torch.empty((128, 128), dtype=torch.float16, device="cuda").T
+        pa, pb, pd = a.data_ptr(), b.data_ptr(), d.data_ptr()
+        stream = torch.cuda.current_stream().cuda_stream
+        run = engine.execute
+        rows["mathpy engine.execute"] = host_us(lambda: run(pa, pb, None, pd, {}, {}, 1.0, 0.0, stream), reps)
+        check("mathpy engine 128^3", d, ref, TOL[torch.float16])
+    mm.free()
+    if mp_matmul is not None:
+        check("mathpy matmul() 128^3", mp_matmul(a, b), ref, TOL[torch.float16])
+        rows["mathpy matmul() stateless"] = host_us(lambda: mp_matmul(a, b), max(200, reps // 10))
+    if nvmath is not None:
+        nv = NvMatmul(a, b)
+        nv.plan()
+        rows["nvmath Matmul.execute"] = host_us(nv.execute, reps)
+        nv.free()
+    rows["torch.matmul"] = host_us(lambda: torch.matmul(a, b), reps)
+    for name, us in rows.items():
+        print(f"  {name:28} {us:7.1f} us/call", flush=True)
+    return rows
+
+
+def write(gemm, overhead, device):
+    os.makedirs(RESULTS, exist_ok=True)
+    lines = [f"# mathpy matmul benchmark ({device}; torch {torch.__version__}"
+             f"{', nvmath ' + nvmath.__version__ if nvmath is not None else ', no nvmath'})", "",
+             "GPU time per call (ms, median), TFLOP/s; ratio = faster of torch/nvmath over mathpy (>= 0.98 wanted).", "",
+             "| M x N x K | dtype | mathpy ms (TF/s) | torch ms (TF/s) | nvmath ms (TF/s) | ratio | RELU_BIAS mathpy "
+             "| nvmath | torch relu(addmm) | fused ratio |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in gemm:
+        nv = f"{r['nvmath_ms']:.3f} ({r['nvmath_tflops']:.0f})" if "nvmath_ms" in r else "-"
+        nve = f"{r['nvmath_relu_bias_ms']:.3f}" if "nvmath_relu_bias_ms" in r else "-"
+        lines.append(f"| {r['shape']} | {r['dtype']} | {r['mathpy_ms']:.3f} ({r['mathpy_tflops']:.0f}) | "
+                     f"{r['torch_ms']:.3f} ({r['torch_tflops']:.0f}) | {nv} | {r['ratio']:.3f} | "
+                     f"{r['mathpy_relu_bias_ms']:.3f} | {nve} | {r['torch_relu_bias_ms']:.3f} | "
+                     f"{r['relu_bias_ratio']:.3f} |")
+    lines += ["", "Host cost per call, 128^3 fp16, asynchronous (us):", "", "| call | us |", "|---|---|"]
+    lines += [f"| {name} | {us:.1f} |" for name, us in overhead.items()]
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(RESULTS, "bench_matmul.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(RESULTS, "bench_matmul.json"), "w") as f:
+        json.dump({"device": device, "gemm": gemm, "overhead_us": overhead}, f, indent=1)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(17, 4.8), gridspec_kw={"width_ratios": [3, 2, 2]})
+        labels = [f"{r['shape']}\n{r['dtype']}" for r in gemm]
+        x = np.arange(len(gemm))
+        libs = [lib for lib in ("mathpy", "torch", "nvmath") if f"{lib}_tflops" in gemm[0]]
+        for i, lib in enumerate(libs):
+            ax1.bar(x + (i - (len(libs) - 1) / 2) * 0.27, [r[f"{lib}_tflops"] for r in gemm], 0.27, label=lib)
+        ax1.set_xticks(x, labels, fontsize=7)
+        ax1.set_ylabel("TFLOP/s")
+        ax1.set_title("GEMM throughput")
+        ax1.legend()
+        fused = [("mathpy", "mathpy_relu_bias_ms"), ("nvmath", "nvmath_relu_bias_ms"),
+                 ("torch relu(addmm)", "torch_relu_bias_ms")]
+        fused = [(name, key) for name, key in fused if key in gemm[0]]
+        for i, (name, key) in enumerate(fused):
+            ax2.bar(x + (i - (len(fused) - 1) / 2) * 0.27, [r[key] / r["torch_relu_bias_ms"] for r in gemm], 0.27,
+                    label=name)
+        ax2.set_xticks(x, [r["shape"] for r in gemm], fontsize=6, rotation=20)
+        ax2.set_ylabel("time / torch relu(addmm)")
+        ax2.set_title("RELU_BIAS (lower is better)")
+        ax2.legend(fontsize=7)
+        names = list(overhead)
+        ax3.barh(names, [overhead[n] for n in names])
+        ax3.set_xlabel("us per call")
+        ax3.set_title("host cost, 128^3 fp16")
+        ax3.tick_params(axis="y", labelsize=7)
+        fig.tight_layout()
+        fig.savefig(os.path.join(RESULTS, "bench_matmul.png"), dpi=120)
+    except Exception as e:  # the table is what matters
+        print(f"(no plot: {e})")
+    return text
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    args = parser.parse_args()
+    device = torch.cuda.get_device_name()
+    print(f"== {device}; mathpy {'API' if MpMatmul is not None else 'engine'}; torch {torch.__version__}; nvmath "
+          f"{nvmath.__version__ if nvmath is not None else '-'}")
+    started = time.perf_counter()
+    print("== GEMM (GPU time per call)")
+    gemm = bench_gemm(args.quick)
+    print("== host cost per call, 128^3 fp16")
+    overhead = bench_overhead(args.quick)
+    print()
+    print(write(gemm, overhead, device))
+    print(f"(took {time.perf_counter() - started:.0f} s; results in {RESULTS})")
+    worst = min(r["ratio"] for r in gemm)
+    if worst < 0.98:
+        print(f"NOTE: slowest ratio {worst:.3f} < 0.98 target")
+
+
+if __name__ == "__main__":
+    main()
