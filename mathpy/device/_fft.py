@@ -410,19 +410,31 @@ def _generate(d):
     src.append("def execute(thread_data, shared_mem):\n" + "\n".join(em.lines) + "\n")
 
     # ---------------- load / store ----------------
+    vector_c64 = d.complex_dtype == np.complex64 and not simulator_enabled()
+    if vector_c64:
+        from ._intrinsics import load_c64, store_c64
+
+        ns["LOADC"], ns["STOREC"] = load_c64, store_c64
+
+    def ld(arr, idx):
+        return f"LOADC({arr}, ub, {idx})" if vector_c64 else f"{arr}[ub, {idx}]"
+
+    def st(arr, idx, value):
+        return f"STOREC({arr}, ub, {idx}, {value})" if vector_c64 else f"{arr}[ub, {idx}] = {value}"
+
     lines = ["def load(x, thread_data, batch):", "    t = UINT(cuda.threadIdx.x)", "    if batch < x.shape[0]:", "        ub = UINT(batch)"]
     for i in range(ept):
         idx = f"t + {ucon(i * T)}"
         if d.fft_type == "c2c":
-            lines.append(f"        thread_data[{i}] = x[ub, {idx}]")
+            lines.append(f"        thread_data[{i}] = {ld('x', idx)}")
         elif d.fft_type == "r2c":
             lines.append(f"        thread_data[{i}] = complex(x[ub, {idx}], ZERO)")
         else:  # c2r: only k <= size/2 exists in the input
             if (i + 1) * T - 1 <= half:
-                lines.append(f"        thread_data[{i}] = x[ub, {idx}]")
+                lines.append(f"        thread_data[{i}] = {ld('x', idx)}")
             elif i * T <= half:
                 lines.append(f"        if {idx} <= {ucon(half)}:")
-                lines.append(f"            thread_data[{i}] = x[ub, {idx}]")
+                lines.append(f"            thread_data[{i}] = {ld('x', idx)}")
                 lines.append("        else:")
                 lines.append(f"            thread_data[{i}] = ZEROC")
             else:
@@ -436,15 +448,15 @@ def _generate(d):
     for i in range(ept):
         idx = f"t + {ucon(i * T)}"
         if d.fft_type == "c2c":
-            lines.append(f"        y[ub, {idx}] = thread_data[{i}]")
+            lines.append(f"        {st('y', idx, f'thread_data[{i}]')}")
         elif d.fft_type == "c2r":
             lines.append(f"        y[ub, {idx}] = thread_data[{i}].real")
         else:
             if (i + 1) * T - 1 <= half:
-                lines.append(f"        y[ub, {idx}] = thread_data[{i}]")
+                lines.append(f"        {st('y', idx, f'thread_data[{i}]')}")
             elif i * T <= half:
                 lines.append(f"        if {idx} <= {ucon(half)}:")
-                lines.append(f"            y[ub, {idx}] = thread_data[{i}]")
+                lines.append(f"            {st('y', idx, f'thread_data[{i}]')}")
     src.append("\n".join(lines) + "\n")
 
     lines = ["def multiply(thread_data, f):", "    t = UINT(cuda.threadIdx.x)"]
