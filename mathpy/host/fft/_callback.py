@@ -23,7 +23,6 @@ Normalization: callbacks see the unnormalised transform (a prolog the input, an 
 
 import dataclasses
 import hashlib
-import math
 
 import numpy as np
 
@@ -180,8 +179,20 @@ def _prepare_data(data, layout_shape, layout_strides, execution, function_name):
         host = np.ascontiguousarray(host).reshape(-1)
     key = ("copy", _digest(host), host.shape, dtype.str)
     if on_gpu:
-        return _operands.to_device(_operands.wrap_operand(host), execution.device_id, None), key
+        device = _operands.to_device(_operands.wrap_operand(host), execution.device_id, None)
+        _synchronize(device)  # the plan may run on another stream than the copy's
+        return device, key
     return _operands.wrap_operand(host), key
+
+
+def _synchronize(op):
+    if op.package == "cupy":
+        import cupy
+        with cupy.cuda.Device(op.device_id):
+            cupy.cuda.get_current_stream().synchronize()
+    else:
+        import torch
+        torch.cuda.current_stream(op.device_id).synchronize()
 
 
 def _function_key(py, kind, element, info):

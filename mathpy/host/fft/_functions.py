@@ -21,6 +21,7 @@ from the plan cache (:func:`plan_cache_info`). More than three transform axes ar
 True
 """
 
+import contextlib
 import math
 import operator
 
@@ -110,6 +111,14 @@ def _resize(op, sizes):
     return _operands.wrap_operand(result)
 
 
+def _ordered_on(op, stream):
+    if op.on_host or stream is None:
+        return contextlib.nullcontext()
+    from ..._streams import stream_pointer
+    from ._plan import _on_stream
+    return _on_stream(op.package, op.device_id, stream_pointer(stream, op.package, op.device_id))
+
+
 def _empty_result(op, shape, dtype):
     return _operands.empty(op.package, shape, dtype, op.device_id)
 
@@ -183,12 +192,14 @@ def _run(kind, a, lengths, axes, norm, out, inverse, prolog, epilog, options, ex
     norm = _check_norm(norm)
     options = _DEFAULT_OPTIONS if options is None else check_or_create_options(FFTOptions, options, "options")
     dtype = _promoted(op.dtype, kind != "R2C")
-    op = _astype(op, dtype)
-    # Pad or crop to the logical lengths (C2R: the halved last axis holds n//2+1).
+    # Promote, then pad or crop to the logical lengths (C2R: the halved last axis holds n//2+1); on a GPU these
+    # copies are ordered on the caller's stream, before the transform.
     sizes = dict(zip(axes, lengths))
     if kind == "C2R":
         sizes[axes[-1]] = lengths[-1] // 2 + 1
-    op = _resize(op, sizes)
+    if op.dtype != dtype or any(op.shape[a] != n for a, n in sizes.items()):
+        with _ordered_on(op, stream):
+            op = _resize(_astype(op, dtype), sizes)
     result_dtype = np.dtype(np.float32 if dtype in (np.float32, np.complex64) else np.float64) if kind == "C2R" \
         else np.result_type(dtype, np.complex64)
     result_shape = list(op.shape)

@@ -273,13 +273,13 @@ class _Prepared:
                 _upload(x, op.numpy(), self.in_perm, package, stream)
             else:
                 _device_copy(x, op.tensor, package, device_id, stream)
-            x_ptr = _operands.wrap_operand(x).data_ptr
+            x_ptr = _pointer(x)
         inplace = self.options.inplace
         if inplace:
             result, result_ptr = x, x_ptr
         else:
             result = self.dense_device(t.output_shape, t.output_strides, t.output_dtype, stream)
-            result_ptr = _operands.wrap_operand(result).data_ptr
+            result_ptr = _pointer(result)
         with lock:
             engine.execute(x_ptr, result_ptr, direction, stream)
         if scale is not None:
@@ -295,10 +295,43 @@ class _Prepared:
 
     def dense_device(self, shape, strides, dtype, stream):
         perm, dense_shape, inverse = _dense(shape, strides)
-        array = _operands.empty(self.device_package, dense_shape, dtype, self.device_id, stream)
+        array = _device_allocator(self.device_package, self.device_id, stream)(dense_shape, dtype)
         if perm == tuple(range(len(perm))):
             return array
         return array.permute(inverse) if self.device_package == "torch" else array.transpose(inverse)
+
+
+@functools.lru_cache(maxsize=64)
+def _device_allocator(package, device_id, stream):
+    """A function ``(shape, numpy dtype) -> new device array`` allocating in ``package``'s pool in the order of raw
+    ``stream``; the stream and device objects are made once (the per-call cost is one context switch or none)."""
+    if package == "cupy":
+        import cupy
+        device, stream_object, empty = cupy.cuda.Device(device_id), _cupy_stream(stream), cupy.empty
+
+        def allocate(shape, dtype):
+            with device, stream_object:
+                return empty(shape, dtype)
+        return allocate
+    import torch
+    torch_dtypes = _operands._torch_dtypes()[1]
+    target = torch.device("cuda", device_id)
+    stream_object = _torch_stream(stream, device_id)
+    current = torch.cuda.current_stream
+
+    def allocate(shape, dtype):
+        if current(device_id).cuda_stream == stream:  # the common case: no stream switch needed
+            return torch.empty(shape, dtype=torch_dtypes[dtype], device=target)
+        with torch.cuda.stream(stream_object):
+            return torch.empty(shape, dtype=torch_dtypes[dtype], device=target)
+    return allocate
+
+
+def _pointer(array):
+    """Device address of a CuPy array or torch tensor's first element."""
+    data = getattr(array, "data", None)
+    ptr = getattr(data, "ptr", None)  # CuPy: MemoryPointer.ptr (offset included)
+    return ptr if ptr is not None else array.data_ptr()
 
 
 _prepared = {}  # signature -> _Prepared, bounded: cleared when it grows past _PREPARED_MAX
@@ -570,10 +603,11 @@ def _device_copy(destination, source, package, device_id, stream):
             destination.copy_(source)
 
 
-def _scale_device(array, scale, precision, package, device_id, stream):
+def _scale_device(array, scale, scalar_type, package, device_id, stream):
+    """``array *= scale`` in the array's package, ordered on ``stream``; ``scalar_type`` keeps single precision."""
     with _on_stream(package, device_id, stream):
         if package == "cupy":
-            array *= precision.type(scale)
+            array *= scalar_type(scale)
         else:
             array.mul_(float(scale))
 
