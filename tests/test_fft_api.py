@@ -279,3 +279,15 @@ def test_freq_and_shift(xp):
     np.testing.assert_array_equal(xp.to_numpy(mfft.ifftshift(xp.asarray(x), axes=1)), np.fft.ifftshift(x, axes=1))
     like = mfft.fftfreq(4, like=xp.asarray(x))
     assert xp.is_native(like)
+
+
+def test_scipy_backend_positional_arguments():
+    x = rand((4, 16), np.float64)
+    with scipy.fft.set_backend(mfft.scipy_backend, only=True):
+        np.testing.assert_allclose(scipy.fft.fft(x, None, -1, None, False, 2), np.fft.fft(x))
+
+
+def test_fftfreq_device():
+    np.testing.assert_allclose(mfft.fftfreq(4, device="cpu"), np.fft.fftfreq(4))
+    with pytest.raises(ValueError, match="device"):
+        mfft.fftfreq(4, device="cuda")

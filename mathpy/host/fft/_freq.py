@@ -31,22 +31,25 @@ def _check_n(n):
     return n
 
 
-def _like(result, like):
+def _like(result, like, device):
+    if device not in (None, "cpu"):
+        raise ValueError(f"device {device!r} is not supported; NumPy results live on 'cpu' (use like= for a GPU array)")
     if like is None:
         return result
     return _operands.as_package(result, _operands.wrap_operand(like, "like"))
 
 
-def fftfreq(n, d=1.0, *, like=None):
+def fftfreq(n, d=1.0, *, device=None, like=None):
     """The sample frequencies of an ``n``-point FFT with sample spacing ``d`` (as ``numpy.fft.fftfreq``).
 
-    ``like``: an array whose package and device the result takes (default: a NumPy array)."""
-    return _like(np.fft.fftfreq(_check_n(n), d), like)
+    ``like``: an array whose package and device the result takes (default: a NumPy array); ``device``: NumPy 2's
+    argument, None or "cpu"."""
+    return _like(np.fft.fftfreq(_check_n(n), d), like, device)
 
 
-def rfftfreq(n, d=1.0, *, like=None):
+def rfftfreq(n, d=1.0, *, device=None, like=None):
     """The non-negative sample frequencies of an ``n``-point real FFT (as ``numpy.fft.rfftfreq``)."""
-    return _like(np.fft.rfftfreq(_check_n(n), d), like)
+    return _like(np.fft.rfftfreq(_check_n(n), d), like, device)
 
 
 def _shift(x, axes, inverse):

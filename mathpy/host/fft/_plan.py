@@ -284,6 +284,8 @@ class _Prepared:
             engine.execute(x_ptr, result_ptr, direction, stream)
         if scale is not None:
             _scale_device(result, scale, self.scale_type, package, device_id, stream)
+        if self.options.blocking is True:
+            _synchronize(package, device_id, stream)
         if inplace:
             return op.tensor
         if out is not None:
@@ -578,6 +580,13 @@ def _on_stream(package, device_id, stream):
         import torch
         with torch.cuda.device(device_id), torch.cuda.stream(_torch_stream(stream, device_id)):
             yield
+
+
+def _synchronize(package, device_id, stream):
+    if package == "cupy":
+        _cupy_stream(stream).synchronize()
+    else:
+        _torch_stream(stream, device_id).synchronize()
 
 
 def _upload(device_view, host, perm, package, stream):

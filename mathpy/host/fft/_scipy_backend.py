@@ -30,6 +30,12 @@ def __ua_function__(method, args, kwargs):
     if name not in _NAMES:
         return NotImplemented
     kwargs = dict(kwargs)
+    if len(args) > 4:  # SciPy's positional order: (x, n|s, axis|axes, norm, overwrite_x, workers)
+        extra = dict(zip(("overwrite_x", "workers", "plan"), args[4:]))
+        if set(extra) & set(kwargs):
+            return NotImplemented
+        kwargs.update(extra)
+        args = args[:4]
     if kwargs.pop("plan", None) is not None:
         return NotImplemented
     kwargs.pop("overwrite_x", None)
