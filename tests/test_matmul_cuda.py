@@ -449,6 +449,39 @@ class TestEnginePlanning:
                 mocked_engine(make_problem(row_major(16, 16, 1, E4M3), row_major(16, 16, 1, E4M3),
                                            col_major(16, 16, 1, BF16), a_scale=1.0, b_scale=1.0, d_scale=1.0))
 
+    def test_self_autotune_times_a_wider_pool_and_keeps_limit(self, mocked_engine):
+        from mathpy.host.matmul._options import MatmulPlanPreferences
+
+        def heuristics(handle, desc, la, lb, lc, ld, preference, count):
+            return _fake_heuristics((0,) * 5)(handle, desc, la, lb, lc, ld, preference, count)
+
+        class Events:  # "times" each algorithm by its id: id 4 is the fastest
+            def __init__(self, device_id):
+                pass
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                pass
+
+            def record_start(self, stream):
+                pass
+
+            def elapsed_after(self, stream):
+                return {4: 1.0}.get(engine._algo.data[0], 2.0 + engine._algo.data[0])
+
+        big = make_problem(row_major(64, 8192, 1, BF16), row_major(8192, 8192, 1, BF16), col_major(64, 8192, 1, BF16))
+        with mock.patch.object(engine_module.lt, "heuristics", side_effect=heuristics), \
+                mock.patch.object(engine_module, "_EventPair", Events):
+            engine = mocked_engine(big, preferences=MatmulPlanPreferences(limit=2))
+            assert [alg.algo.data[0] for alg in engine.algorithms] == [1, 2]
+            assert len(engine._pool) == 5 and engine._autotune_pending
+            engine.execute(0x1000, 0x2000, None, 0x3000, {}, {}, 1.0, 0.0, 0)
+        assert [alg.algo.data[0] for alg in engine.algorithms] == [4, 1]  # the winner, and still `limit` long
+        assert engine._algo.data[0] == 4 and not engine._autotune_pending
+        assert len(engine.recorded) == 5 * (1 + 2 * 3) + 1  # each: warm-up + 2 rounds of 3; then the call itself
+
     def test_self_autotune_flag(self, mocked_engine):
         big = make_problem(row_major(64, 8192, 1, BF16), row_major(8192, 8192, 1, BF16), col_major(64, 8192, 1, BF16))
         assert mocked_engine(big)._autotune_pending

@@ -24,7 +24,10 @@ every candidate with CUDA events on the real operands and moves the fastest to t
 **Skinny problems.** cuBLASLt's first heuristic answer is often not the fastest when M or N is small or K is small
 (measured: 64 x 8192 x 8192 bf16 runs 1.7x slower with it than torch's choice). For such problems (see
 :func:`needs_autotune`) the engine autotunes by itself on the first :meth:`~CublasLtEngine.execute`, on that call's
-operands, and then keeps the winner: the stateless ``mathpy.matmul`` pays this once per cached plan.
+operands: it times a wider pool of :data:`SELF_AUTOTUNE_POOL` heuristic candidates (the fastest kernel for a skinny
+product is often further down the list), puts the winner first and keeps it; the plan's ``algorithms`` stay at most
+``limit`` long. The stateless ``mathpy.matmul`` pays this (a few ms) once per cached plan; pass
+``autotune_first_execute=False`` to keep the heuristic's order.
 
 **The hot path.** :meth:`~CublasLtEngine.execute` calls the cached ``cublasLtMatmul`` function object with a prebuilt
 argument list of plain ints (descriptor handles, addresses of the host alpha/beta buffers and of the algorithm); per
@@ -59,6 +62,8 @@ Operation = lt.Operation
 #: Pointer alignment the heuristic is told to assume by default (cuBLASLt's own default); smaller alignments found at
 #: execute() time make the engine ask again with the smaller one.
 DEFAULT_ALIGNMENT = 256
+#: How many heuristic candidates the self-autotune of skinny products times (the plan keeps ``limit`` of them).
+SELF_AUTOTUNE_POOL = 16
 #: A stand-in for epilog pointers while planning: cuBLASLt's heuristic reads only their alignment.
 _PLACEHOLDER_POINTER = 1 << 20
 
@@ -287,6 +292,18 @@ class CublasLtEngine:
             autotune_first_execute = needs_autotune(problem.m, problem.n, problem.k, problem.batch,
                                                     len(self.algorithms))
         self._autotune_pending = bool(autotune_first_execute) and len(self.algorithms) > 1
+        self._pool = None
+        if self._autotune_pending and self._limit < SELF_AUTOTUNE_POOL:
+            # The first execute times a wider pool than the plan's candidates: the fastest one for a skinny product
+            # is often further down cuBLASLt's list. algorithms stays at most `limit` long.
+            la, lb, lc, ld = self._layouts
+            try:
+                found = lt.heuristics(self._handle, res.desc, la, lb, lc, ld, res.preference, SELF_AUTOTUNE_POOL)
+            except Exception as e:
+                logger.debug("cuBLASLt: wider heuristic query failed (%s); autotuning the plan's candidates", e)
+                found = []
+            extra = [CublasLtAlgorithm(result, rank) for rank, result in enumerate(found)]
+            self._pool = list(self.algorithms) + [alg for alg in extra if alg not in self.algorithms]
 
     # -- planning -------------------------------------------------------------------------------------------------------
 
@@ -512,8 +529,7 @@ class CublasLtEngine:
         if pointers & self._alignment_mask:
             self._realign(pointers)
         if self._autotune_pending:
-            self._autotune_pending = False
-            self._time_candidates(lambda: self._matmul(*args), stream, iterations=3, rounds=2)
+            self._self_autotune(stream)
         if self._switch_device:
             with _cuda.device_scope(self.device_id):
                 self._matmul(*args)
@@ -534,6 +550,18 @@ class CublasLtEngine:
 
     # -- autotuning -----------------------------------------------------------------------------------------------------
 
+    def _self_autotune(self, stream):
+        """First execute of a skinny product: time the candidate pool on this call's operands, keep the fastest.
+        A failure here only logs: the call then runs the heuristic's choice."""
+        self._autotune_pending = False
+        args = self._args
+        try:
+            self._time_candidates(lambda: self._matmul(*args), stream, iterations=3, rounds=2, pool=self._pool)
+        except Exception as e:
+            logger.warning("cuBLASLt self-autotune failed (%s); using the heuristic's first choice", e)
+            self._use(self.algorithms[0])
+        self._pool = None
+
     def autotune(self, operands, stream=None, iterations=3):
         """Time every candidate on ``operands`` (the keyword arguments of :meth:`execute`) with CUDA events on
         ``stream``, keep the fastest (it becomes ``algorithms[0]``) and return ``[(algorithm, seconds), ...]``
@@ -546,10 +574,8 @@ class CublasLtEngine:
         args = self._args
         return self._time_candidates(lambda: self._matmul(*args), stream, iterations, rounds=3)
 
-    def _time_candidates(self, run, stream, iterations, rounds):
-        candidates = list(self.algorithms)
-        if len(candidates) < 2 and iterations <= 0:
-            return [(candidates[0], float("nan"))]
+    def _time_candidates(self, run, stream, iterations, rounds, pool=None):
+        candidates = list(pool or self.algorithms)
         self._ensure_workspace(max(alg.workspace_bytes for alg in candidates))
         timings = []
         with _EventPair(self.device_id) as events, _cuda_scope(self.device_id, self._switch_device):
@@ -572,8 +598,10 @@ class CublasLtEngine:
             raise RuntimeError("cuBLASLt autotune: no candidate algorithm ran")
         timings.sort(key=lambda pair: pair[1])
         best = timings[0][0]
-        reordered = [best] + [alg for alg in candidates if alg is not best]
-        list.__setitem__(self.algorithms, slice(None), reordered)
+        kept = [alg for alg in self.algorithms if alg != best]
+        if pool is not None and best not in self.algorithms:
+            kept = kept[:max(len(self.algorithms) - 1, 0)]
+        list.__setitem__(self.algorithms, slice(None), [best] + kept)
         self._use(best)
         logger.debug("cuBLASLt autotune %sx%sx%s: %s", self.problem.m, self.problem.n, self.problem.k,
                      [(alg.rank, f"{seconds * 1e6:.1f} us") for alg, seconds in timings])
