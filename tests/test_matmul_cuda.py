@@ -233,6 +233,7 @@ def mocked_engine():
             mock.patch.object(engine_module, "get_handle", return_value=0), \
             mock.patch.object(engine_module.lt, "heuristics", side_effect=_fake_heuristics(calls=calls)):
         def build(problem, **kwargs):
+            kwargs.setdefault("stream", 0)
             engine = CublasLtEngine(problem, execution=ExecutionCUDA(0), package="torch", **kwargs)
             engine.recorded = []
             engine._matmul = lambda *args: engine.recorded.append(args)
@@ -423,6 +424,22 @@ class TestEnginePlanning:
             engine.execute(1, 2, None, 3, {}, {}, 1.0, 0.0, 0)
         with pytest.raises(InvalidPlanStateError):
             engine.autotune({})
+
+    def test_workspace_used_on_another_stream_is_waited_for(self, mocked_engine):
+        with mock.patch.object(engine_module.lt, "heuristics", side_effect=_fake_heuristics((512, 0, 0))), \
+                mock.patch.object(engine_module._operands, "empty", side_effect=lambda p, shape, *a: np.empty(shape)), \
+                mock.patch.object(engine_module._operands, "wrap_operand", side_effect=lambda x: mock.Mock(data_ptr=0x9000)):
+            engine = mocked_engine(make_problem(row_major(8, 8, 1, np.float32), row_major(8, 8, 1, np.float32),
+                                                col_major(8, 8, 1, np.float32)))
+        engine.execute(0x1000, 0x2000, None, 0x3000, {}, {}, 1.0, 0.0, 0)     # the allocation's stream
+        assert engine._resources.foreign_streams == set()
+        engine.execute(0x1000, 0x2000, None, 0x3000, {}, {}, 1.0, 0.0, 1234)  # another one
+        assert engine._resources.foreign_streams == {1234}
+        from cuda.bindings import runtime
+        with mock.patch.object(runtime, "cudaStreamSynchronize") as synchronize:
+            engine.free()
+        synchronize.assert_called_once_with(1234)
+        assert engine._resources.workspace is None
 
     def test_failed_plan_releases_everything(self, mocked_engine):
         created = []

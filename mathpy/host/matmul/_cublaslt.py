@@ -48,7 +48,7 @@ import weakref
 
 import numpy as np
 
-from ... import _cuda, _operands
+from ... import _cuda, _operands, _streams
 from ..._errors import InvalidPlanStateError, UnsupportedLayoutError
 from ..._log import logger
 from ...bindings import cublaslt as lt
@@ -239,6 +239,22 @@ class _Resources:
     def __init__(self):
         self.desc, self.preference, self.layouts = None, None, []
         self.workspace, self.scales, self.alignment_preferences = None, None, []
+        self.foreign_streams = set()  # streams other than the allocation's that used the workspace
+
+    def drop_allocations(self, keep_scales=False):
+        """Let go of the workspace (and the float8 scales). They were allocated in stream order on the plan's stream,
+        so work queued there is safe; work queued on other streams is waited for first."""
+        if self.foreign_streams and (self.workspace is not None or (self.scales is not None and not keep_scales)):
+            try:
+                from cuda.bindings import runtime
+                for stream in self.foreign_streams:
+                    runtime.cudaStreamSynchronize(stream)
+            except Exception as e:  # at interpreter exit the runtime may be gone
+                logger.debug("cuBLASLt plan release: stream synchronisation failed: %s", e)
+            self.foreign_streams.clear()
+        self.workspace = None
+        if not keep_scales:
+            self.scales = None
 
     def release(self):
         errors = []
@@ -257,7 +273,7 @@ class _Resources:
                     destroy(handle)
                 except Exception as e:
                     errors.append(e)
-        self.workspace = self.scales = None  # stream-ordered allocations: freed in order after queued work
+        self.drop_allocations()
         if errors:
             logger.warning("cuBLASLt plan release: %s", errors[0])
 
@@ -425,6 +441,7 @@ class CublasLtEngine:
         self._beta_buffer = np.zeros(1, dtype=problem.scale_type)
         self._alpha = self._beta = None
         self._stream = stream
+        self._alloc_stream = _streams.stream_pointer(stream, self._package, self.device_id)
         self._algo = lt.MatmulAlgo()
         self._args = [self._handle, desc, self._alpha_buffer.ctypes.data, 0, la, 0, lb,
                       self._beta_buffer.ctypes.data, 0, lc, 0, ld, ctypes.addressof(self._algo), 0, 0, 0]
@@ -477,7 +494,7 @@ class CublasLtEngine:
         if nbytes == self.workspace_bytes or (not exact and nbytes < self.workspace_bytes):
             return
         res = self._resources
-        res.workspace = None
+        res.drop_allocations(keep_scales=True)
         if nbytes:
             res.workspace = _operands.empty(self._package, (nbytes,), np.uint8, self.device_id, self._stream)
             pointer = _operands.wrap_operand(res.workspace).data_ptr
@@ -517,6 +534,8 @@ class CublasLtEngine:
         if c is None:
             c, beta = d, 0
         args[8], args[10], args[15] = c, d, stream
+        if stream != self._alloc_stream:
+            self._resources.foreign_streams.add(stream)
         if alpha != self._alpha:
             self._alpha = alpha
             self._alpha_buffer[0] = alpha * self._alpha_factor
