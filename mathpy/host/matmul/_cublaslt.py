@@ -49,7 +49,7 @@ import weakref
 import numpy as np
 
 from ... import _cuda, _operands, _streams
-from ..._errors import InvalidPlanStateError, UnsupportedLayoutError
+from ..._errors import CUDALibraryError, InvalidPlanStateError, UnsupportedLayoutError
 from ..._log import logger
 from ...bindings import cublaslt as lt
 from ._epilog import MatmulEpilog
@@ -430,7 +430,10 @@ class CublasLtEngine:
         self._layouts = (la, lb, lc, ld)
         self._limit = preferences.limit
         self._max_workspace = preferences.max_workspace_bytes
-        found = lt.heuristics(self._handle, desc, la, lb, lc, ld, res.preference, preferences.limit)
+        try:
+            found = lt.heuristics(self._handle, desc, la, lb, lc, ld, res.preference, preferences.limit)
+        except CUDALibraryError as e:  # e.g. CUBLAS_STATUS_INVALID_VALUE for a combination it rejects outright
+            raise ValueError(f"{self._no_algorithm_message(op_a, op_b, float8)} ({e})") from e
         if not found:
             raise ValueError(self._no_algorithm_message(op_a, op_b, float8))
         self.algorithms = _Candidates((CublasLtAlgorithm(result, rank) for rank, result in enumerate(found)), self._use)
