@@ -429,9 +429,10 @@ class Matmul:
         self._check_planned("autotune")
         if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
             raise ValueError(f"iterations must be a positive int, not {iterations!r}")
-        args, _ = self._engine_args()
+        args, scratch = self._engine_args()  # scratch (result, outputs, copies) lives until the runs are enqueued
         with self._locked():
             timings = self._engine.autotune(args, self._stream, iterations)
+        del scratch
         logger.debug("Matmul autotune: %s", timings)
         return timings
 
@@ -467,9 +468,10 @@ class Matmul:
                                          out_args, self._alpha, self._beta, stream_ptr)
             return self._finish(d, outputs, stream_ptr)
         with _stream_scope(self._package if self._on_gpu else None, stream_ptr, self._device_id):
-            args, (d, outputs) = self._engine_args(stream_ptr)
+            args, (d, outputs, keep) = self._engine_args(stream_ptr)
         with self._locked():
             self._engine.execute(**args, stream=stream_ptr)
+        del keep
         return self._finish(d, outputs, stream_ptr)
 
     def reset_operands(self, a=None, b=None, c=None, epilog_inputs=None):
@@ -677,9 +679,12 @@ class Matmul:
     def _engine_args(self, stream=None):
         stream = self._stream if stream is None else stream
         values = dict(self._fixed)
+        keep = []  # copies stay alive until the library call is enqueued (their memory is stream-ordered after)
         for name, s in (*self._staged.items(), *self._inputs.items()):
             if name not in values:
-                values[name] = self._engine_operand(s, self._stage(s, stream))
+                staged = self._stage(s, stream)
+                keep.append(staged)
+                values[name] = self._engine_operand(s, staged)
         package, device_id = self._package, self._device_id
         d = empty(package, self._d_alloc, self._d_dtype, device_id, stream)
         if not self._d_row_major:
@@ -693,7 +698,7 @@ class Matmul:
         args = {"a": values["a"], "b": values["b"], "c": values.get("c"), "d": self._output_arg("d", p.d, d),
                 "epilog_inputs": {name: values[name] for name in self._inputs}, "epilog_outputs": out_args,
                 "alpha": self._alpha, "beta": self._beta}
-        return args, (d, outputs)
+        return args, (d, outputs, keep)
 
     def _output_arg(self, name, layout, tensor):
         op = wrap_operand(tensor)
