@@ -383,3 +383,20 @@ def test_callbacks_refuse_looped_layouts():
     t = Transform("C2C", np.float32, (4, 48, 5), (240, 5, 1), (4, 48, 5), (240, 5, 1), (1,))
     with pytest.raises(UnsupportedLayoutError, match="callbacks"):
         engine(t, epilog=bound(epilog_times_two, "epilog", "complex64"))
+
+
+def test_workspace_from_torch_allocator():
+    torch = pytest.importorskip("torch")
+    from mathpy.host.fft._cufft import CUFFTEngine
+    stream = torch.cuda.current_stream().cuda_stream
+    x = torch.randn(4, 2003, dtype=torch.complex64, device="cuda")   # prime length: needs a workspace
+    out = torch.empty_like(x)
+    before = torch.cuda.memory_allocated()
+    t = Transform("C2C", np.float32, (4, 2003), (2003, 1), (4, 2003), (2003, 1), (1,))
+    plan = CUFFTEngine(t, execution=CUDA, package="torch", stream=stream)
+    assert plan.workspace_bytes > 0 and torch.cuda.memory_allocated() >= before + plan.workspace_bytes
+    plan.execute(x.data_ptr(), out.data_ptr(), -1, stream)
+    torch.cuda.synchronize()
+    plan.free()
+    assert torch.cuda.memory_allocated() == before
+    assert relative_error(out.cpu().numpy(), np.fft.fft(x.cpu().numpy(), axis=1)) < 2e-5
