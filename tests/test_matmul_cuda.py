@@ -503,6 +503,9 @@ class TestEnginePlanning:
         big = make_problem(row_major(64, 8192, 1, BF16), row_major(8192, 8192, 1, BF16), col_major(64, 8192, 1, BF16))
         assert mocked_engine(big)._autotune_pending
         assert not mocked_engine(big, autotune_first_execute=False)._autotune_pending
+        chosen = mocked_engine(big)
+        chosen.algorithms[:] = [chosen.algorithms[1]]  # plan(algorithms=...) in the API: the caller's choice stands
+        assert not chosen._autotune_pending and chosen._algo.data[0] == 2
         small = make_problem(row_major(8, 8, 1, BF16), row_major(8, 8, 1, BF16), col_major(8, 8, 1, BF16))
         assert not mocked_engine(small)._autotune_pending
 

@@ -436,7 +436,8 @@ class CublasLtEngine:
             raise ValueError(f"{self._no_algorithm_message(op_a, op_b, float8)} ({e})") from e
         if not found:
             raise ValueError(self._no_algorithm_message(op_a, op_b, float8))
-        self.algorithms = _Candidates((CublasLtAlgorithm(result, rank) for rank, result in enumerate(found)), self._use)
+        self.algorithms = _Candidates((CublasLtAlgorithm(result, rank) for rank, result in enumerate(found)),
+                                      self._chosen_by_caller)
         self._alignment_mask = DEFAULT_ALIGNMENT - 1
 
         # Host alpha/beta of the scale type, and the argument list of cublasLtMatmul (ints only).
@@ -488,6 +489,11 @@ class CublasLtEngine:
                      "row-major array, e.g. b = bt.T)")
         return what
 
+    def _chosen_by_caller(self, algorithm):
+        """The caller changed ``algorithms``: use its first one, and no longer autotune on its own."""
+        self._autotune_pending, self._pool = False, None
+        self._use(algorithm)
+
     def _use(self, algorithm):
         """Make ``algorithm`` the one execute() runs, growing or shrinking the workspace to what it needs."""
         ctypes.memmove(ctypes.addressof(self._algo), ctypes.addressof(algorithm.algo), ctypes.sizeof(self._algo))
@@ -519,7 +525,8 @@ class CublasLtEngine:
             raise ValueError(f"cuBLASLt has no algorithm for operands aligned to {alignment} bytes; pass arrays "
                              f"aligned to at least 16 bytes")
         logger.debug("cuBLASLt: operands aligned to %d bytes only; replanned (%d candidates)", alignment, len(found))
-        candidates = _Candidates((CublasLtAlgorithm(result, rank) for rank, result in enumerate(found)), self._use)
+        candidates = _Candidates((CublasLtAlgorithm(result, rank) for rank, result in enumerate(found)),
+                                 self._chosen_by_caller)
         self.algorithms = candidates
         self._alignment_mask = alignment - 1
         self._use(candidates[0])
