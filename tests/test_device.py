@@ -41,6 +41,13 @@ def test_fft_real_transform_shapes(fft_type, n_in, n_out, in_dtype, out_dtype):
     assert (FFT.input_dtype, FFT.output_dtype) == (np.dtype(in_dtype), np.dtype(out_dtype))
 
 
+def test_fft_mixed_radix_sizes():
+    assert md.fft(size=384).radices == [12, 4, 4, 2]
+    assert md.fft(size=1000).radices == [10, 10, 10]
+    assert md.fft(size=7).block_dim[0] == 1 and md.fft(size=7).radices == [7]
+    assert md.fft(size=64).elements_per_thread == 8  # powers of two keep their tuned defaults
+
+
 def test_fft_large_sizes_fit_shared_memory():
     d64 = md.fft(size=4096, precision=np.float64)
     assert d64.shared_layout == "split" and d64.shared_memory_size <= 48 * 1024
@@ -49,7 +56,8 @@ def test_fft_large_sizes_fit_shared_memory():
 
 
 @pytest.mark.parametrize("kwargs, words", [
-    ({"size": 48}, ["size=48", "powers of two", "4096"]),
+    ({"size": 22}, ["size=22", "prime factors", "4096"]),
+    ({"size": 17 * 64}, ["size=1088", "2, 3, 5, 7"]),
     ({"size": 1}, ["size=1", "allowed"]),
     ({"size": 16384}, ["size=16384", "8192"]),
     ({"size": 2.0}, ["size=2.0", "integer"]),
@@ -59,6 +67,7 @@ def test_fft_large_sizes_fit_shared_memory():
     ({"size": 64, "fft_type": "r2c", "direction": "inverse"}, ["'inverse'", "'forward'"]),
     ({"size": 64, "fft_type": "c2r", "direction": "forward"}, ["'forward'", "'inverse'"]),
     ({"size": 64, "elements_per_thread": 3}, ["elements_per_thread=3", "[2, 4, 8, 16]"]),
+    ({"size": 96, "elements_per_thread": 16}, ["elements_per_thread=16", "[6, 12]"]),
     ({"size": 4, "elements_per_thread": 8}, ["elements_per_thread=8", "[2, 4]"]),
     ({"size": 4096, "elements_per_thread": 2}, ["elements_per_thread=2", "[4, 8, 16]"]),
     ({"size": 1024, "ffts_per_block": 17}, ["ffts_per_block=17", "1 to 16"]),

@@ -25,6 +25,12 @@ def _fft_cases():
             cases.append((n, prec, "c2c", "inverse", {}))
             cases.append((n, prec, "r2c", None, {}))
             cases.append((n, prec, "c2r", None, {}))
+    # mixed-radix sizes
+    for n in (3, 5, 6, 7, 12, 15, 48, 80, 96, 100, 343, 384, 1000, 1536, 2000, 3072):
+        cases.append((n, "float32", "c2c", "forward", {}))
+        cases.append((n, "float64", "c2c", "inverse", {}))
+        cases.append((n, "float32", "r2c", None, {}))
+        cases.append((n, "float32", "c2r", None, {}))
     # non-default block configurations
     cases += [
         (256, "float32", "c2c", "forward", {"elements_per_thread": 4, "ffts_per_block": 3}),

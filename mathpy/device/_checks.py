@@ -175,6 +175,14 @@ SIM_FFT_CASES = (
         (4096, "float32", "c2c", "forward", {}),
         (4096, "float64", "c2c", "inverse", {}),  # split exchange
         (8192, "float32", "c2c", "forward", {}),  # split exchange, 512 threads
+        (6, "float32", "c2c", "forward", {}),
+        (15, "float64", "c2c", "inverse", {}),
+        (48, "float32", "c2c", "forward", {}),
+        (100, "float32", "c2c", "inverse", {}),
+        (1000, "float32", "c2c", "forward", {}),
+        (343, "float64", "c2c", "forward", {}),
+        (12, "float32", "r2c", None, {}),
+        (96, "float32", "c2r", None, {}),
         (16, "float32", "r2c", None, {}),
         (64, "float32", "r2c", None, {"elements_per_thread": 4, "ffts_per_block": 1}),
         (256, "float64", "r2c", None, {"ffts_per_block": 1}),

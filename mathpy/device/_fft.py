@@ -21,7 +21,8 @@ __all__ = ["fft", "FFTDescription"]
 MAX_SHARED_MEMORY = 48 * 1024  # bytes of dynamic shared memory a kernel gets without an opt-in attribute
 MAX_THREADS_PER_BLOCK = 1024
 MIN_SIZE, MAX_SIZE = 2, 8192
-ALLOWED_ELEMENTS_PER_THREAD = (1, 2, 4, 8, 16)
+MAX_ELEMENTS_PER_THREAD = 16
+PRIME_FACTORS = (2, 3, 5, 7)
 ALLOWED_DIRECTIONS = ("forward", "inverse")
 ALLOWED_FFT_TYPES = ("c2c", "r2c", "c2r")
 _PRECISION_NAMES = {"float32": np.float32, "float64": np.float64, "complex64": np.float32, "complex128": np.float64}
@@ -48,12 +49,34 @@ def _is_pow2(n):
     return n >= 1 and n & (n - 1) == 0
 
 
+def _smooth(n):
+    for p in PRIME_FACTORS:
+        while n % p == 0:
+            n //= p
+    return n == 1
+
+
+def _valid_elements_per_thread(size):
+    """Values of elements_per_thread that can run *size*: every stage radix must divide it (see _radices) and the
+    FFT needs at most 1024 threads."""
+    return [
+        e
+        for e in range(2, min(size, MAX_ELEMENTS_PER_THREAD) + 1)
+        if size % e == 0 and size // e <= MAX_THREADS_PER_BLOCK and _radices(size, e) is not None
+    ]
+
+
 def _default_elements_per_thread(size):
+    valid = _valid_elements_per_thread(size)
+    if not valid:
+        return None
     if size <= 16:
         return size
-    if size < 1024:
-        return 8
-    return 16
+    if _is_pow2(size):
+        return 8 if size < 1024 else 16
+    # mixed radix: fewest stages (shared-memory exchanges) first, then closest to 8-16 values per thread
+    target = 8 if size < 1024 else 16
+    return min(valid, key=lambda e: (len(_radices(size, e)), abs(math.log2(e / target)), -e))
 
 
 class _Emitter:
@@ -116,10 +139,22 @@ class _Emitter:
         return self.mul(a, w)
 
     def dft(self, xs, sign):
-        """Straight-line radix-2 decimation-in-time DFT of the (re, im) name pairs *xs* (length a power of two)."""
+        """Straight-line decimation-in-time DFT of the (re, im) name pairs *xs*: radix-2 splits, then the
+        smallest odd prime factor p (p sub-DFTs combined with constant twiddles; a prime length is a direct DFT)."""
         n = len(xs)
         if n == 1:
             return list(xs)
+        if n % 2:
+            p = next(f for f in range(3, n + 1) if n % f == 0)
+            m = n // p
+            subs = [self.dft(xs[j::p], sign) for j in range(p)] if m > 1 else [[x] for x in xs]
+            out = []
+            for k in range(n):
+                acc = subs[0][k % m]
+                for j in range(1, p):
+                    acc = self.add(acc, self.mul_const_twiddle(subs[j][k % m], j * k, n, sign))
+                out.append(acc)
+            return out
         even = self.dft(xs[0::2], sign)
         odd = self.dft(xs[1::2], sign)
         out = [None] * n
@@ -224,13 +259,15 @@ _FUNCTIONS = ("execute", "load", "store", "multiply", "batch_index")
 
 
 def _radices(size, ept):
-    m = int(math.log2(size))
-    e = int(math.log2(ept))
-    if e == 0:
-        return [2] * m  # unused: validation rejects ept=1 with size > 1
-    radices = [ept] * (m // e)
-    if m % e:
-        radices.append(1 << (m % e))
+    """Stage radices for *size* with *ept* elements per thread: each divides ept (so a thread runs ept // R
+    butterflies per stage), largest first. None when size has a factor that no divisor of ept covers."""
+    radices, rest = [], size
+    while rest > 1:
+        r = math.gcd(rest, ept)
+        if r == 1:
+            return None
+        radices.append(r)
+        rest //= r
     return radices
 
 
@@ -258,6 +295,10 @@ def _generate(d):
 
     em = _Emitter(consts)
     src = []
+    pow2 = _is_pow2(n)
+
+    def kmod(expr, m):
+        return f"({expr}) & {m - 1}" if _is_pow2(m) else f"({expr}) % {m}"
     ns["UINT"] = np.uint64
 
     def ucon(value):
@@ -327,7 +368,7 @@ def _generate(d):
             else:
                 ins = loaded[s]
             if ns_prod > 1:
-                em.emit(f"k = (t + {s * T}) & {ns_prod - 1}")
+                em.emit(f"k = {kmod(f't + {s * T}', ns_prod)}")
                 em.emit(f"kf = REAL(k)")
                 # w_r = exp(sign 2 pi i k r / (Ns R)): w_1 and w_4 from sincospi, the others by at most 3 products
                 ws = {}
@@ -362,6 +403,18 @@ def _generate(d):
         off_im = 0 if split else d._plane
         for pi in passes:
             for s in range(B):
+                if not pow2:
+                    # general sizes: pad each position at run time
+                    em.emit(f"k = {kmod(f't + {s * T}', ns_prod)}")
+                    em.emit(f"a = (t + {s * T} - k) * {R} + k")
+                    for r in range(R):
+                        em.emit(f"q = a + {r * ns_prod}")
+                        em.emit("qb = UINT(base + q + (q >> 5))")
+                        if pi in (None, 0):
+                            em.emit(f"shared_mem[qb] = {outs[s][r][0]}")
+                        if pi in (None, 1):
+                            em.emit(f"shared_mem[qb + {ucon(off_im)}] = {outs[s][r][1]}")
+                    continue
                 if ns_prod == 1:
                     em.emit(f"a = (t + {s * T}) * {R}")
                     em.emit("qb = UINT(base + a + (a >> 5))")
@@ -495,13 +548,14 @@ def fft(
     """Describe a block-level FFT and get its device functions.
 
     Args:
-        size: transform length, a power of two from 2 to 8192 (limited further by shared memory).
+        size: transform length from 2 to 8192 made of the prime factors 2, 3, 5, 7 (powers of two are the fast
+            path; limited further by shared memory and 1024 threads).
         precision: ``np.float32`` or ``np.float64`` (``np.complex64``/``np.complex128`` mean the same).
         direction: ``"forward"`` or ``"inverse"``; defaults to forward for c2c/r2c and inverse for c2r.
         fft_type: ``"c2c"``, ``"r2c"`` (forward only) or ``"c2r"`` (inverse only).
         ffts_per_block: FFTs computed by one block (the block's ``threadIdx.y``); default aims at 256 threads.
-        elements_per_thread: values each thread holds in registers, a power of two up to 16 dividing ``size``;
-            default 16 for size >= 1024, 8 from 32 to 512, ``size`` below.
+        elements_per_thread: values each thread holds in registers, 2 to 16, dividing ``size`` so that every stage
+            radix divides it; default 16 for size >= 1024, 8 from 32 to 512 (powers of two), ``size`` up to 16.
 
     Returns:
         An :class:`FFTDescription` (cached: equal arguments return the same object, so kernels reuse compiled code).
@@ -513,10 +567,12 @@ def fft(
         ((32, 8, 1), 8, 8, 16832)
     """
     size = _int_arg("size", size)
-    if not (_is_pow2(size) and MIN_SIZE <= size <= MAX_SIZE):
+    if not (MIN_SIZE <= size <= MAX_SIZE and _smooth(size) and _valid_elements_per_thread(size)):
         raise ValueError(
-            f"size={size} is not supported by the block FFT; allowed: powers of two from {MIN_SIZE} to {MAX_SIZE} "
-            f"({', '.join(str(1 << e) for e in range(1, 14))})"
+            f"size={size} is not supported by the block FFT; allowed: {MIN_SIZE} to {MAX_SIZE} with prime factors "
+            f"2, 3, 5, 7 only, e.g. the powers of two {', '.join(str(1 << e) for e in range(1, 14))} "
+            "or 3, 5, 6, 7, 10, 12, 48, 80, 96, 100, 384, 1000, ... (sizes above 16 need a factorization into "
+            "radices dividing one elements_per_thread <= 16 with at most 1024 threads)"
         )
     precision = _normalize_precision(precision)
     _check_choice("fft_type", fft_type, ALLOWED_FFT_TYPES)
@@ -530,7 +586,7 @@ def fft(
     if elements_per_thread is None:
         elements_per_thread = _default_elements_per_thread(size)
     elements_per_thread = _int_arg("elements_per_thread", elements_per_thread)
-    allowed_ept = [e for e in ALLOWED_ELEMENTS_PER_THREAD if e <= size and e >= 2 and size // e <= MAX_THREADS_PER_BLOCK]
+    allowed_ept = _valid_elements_per_thread(size)
     if elements_per_thread not in allowed_ept:
         raise ValueError(
             f"elements_per_thread={elements_per_thread} is not supported for size={size}; allowed: {allowed_ept}"
