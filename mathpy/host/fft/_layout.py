@@ -11,7 +11,8 @@ cuFFT addresses element ``(b, x0, x1, x2)`` of a batched rank-3 transform at ::
 - the batch axes (every other axis with extent > 1) fold into one ``(batch, dist)`` pair: consecutive batch axes
   ``a < b`` fold when ``stride[a] == stride[b] * extent[b]``, in the input and the output alike.
 
-Transform axes of extent 1 are identities: they are treated as batch axes of extent 1 (dropped), except the last one.
+Transform axes of extent 1 are identities: they are treated as batch axes of extent 1 (dropped), except the last one
+(the halved axis of R2C/C2R; for C2C it is dropped too when another transform axis remains).
 Batch axes left over in several groups are not one plan; without callbacks :class:`CUFFTEngine` loops over all groups
 but the largest with pointer offsets (at most ``MAX_LOOPED_EXECUTES`` executes per call); with callbacks it must not,
 because prolog/epilog offsets would then restart for every execute.
@@ -140,9 +141,12 @@ def c_strides(shape):
 
 # --- one layout --------------------------------------------------------------------------------------------------
 
-def _effective_axes(shape, axes):
-    """(transform axes cuFFT sees, batch axes): extent-1 transform axes other than the last become batch axes."""
+def _effective_axes(shape, axes, kind=None):
+    """(transform axes cuFFT sees, batch axes): extent-1 transform axes other than the last (the halved one of
+    R2C/C2R) become batch axes; for C2C (``kind`` known) so does the last one, as long as one axis remains."""
     transform = [a for a in axes[:-1] if shape[a] > 1] + [axes[-1]]
+    if kind == "C2C" and len(transform) > 1 and shape[axes[-1]] == 1:
+        transform.pop()
     batch = [a for a in range(len(shape)) if a not in transform]
     return transform, batch
 
@@ -280,7 +284,7 @@ def cufft_params(transform, *, allow_loops=True):
     """The :class:`CufftParams` of ``transform``; UnsupportedLayoutError when one plan (with at most
     ``MAX_LOOPED_EXECUTES`` looped executes when ``allow_loops``) cannot address both its input and output layouts."""
     t = transform
-    transform_axes, batch = _effective_axes(t.input_shape, t.axes)
+    transform_axes, batch = _effective_axes(t.input_shape, t.axes, t.kind)
     inner_in = _transform_embed(t.input_shape, t.input_strides, transform_axes)
     inner_out = _transform_embed(t.output_shape, t.output_strides, transform_axes)
     if inner_in is None or inner_out is None:
