@@ -8,7 +8,9 @@ What it measures (random non-zero data, warm-up first, medians of several rounds
 1. GEMM throughput: 8192^3 bf16 and fp16, 4096^3 fp32, 16384 x 16384 x 256 bf16, 64 x 8192 x 8192 bf16. Each
    library runs a stateful, planned product (mathpy ``Matmul``, nvmath ``Matmul``, torch ``matmul(out=)``). Time is
    GPU time: CUDA events around ``reps`` calls queued behind a long sleep kernel, so the host's per-call cost cannot
-   hide in it. Ratio = mathpy's speed / the faster of torch and nvmath (target >= 0.98).
+   hide in it. Ratio = mathpy's speed / the faster of torch and nvmath (target >= 0.98). An extra column times the
+   cuBLASLt engine alone with a row-major result (the swapped NN form nvmath uses for row-major operands), to show
+   whether the API's column-major result convention (TT form for row-major operands) costs anything.
 2. Fused RELU_BIAS (bias per row of the result): mathpy vs nvmath (both fused in cuBLASLt) vs torch ``relu(addmm)``.
 3. Host overhead of the stateful execute on 128^3 fp16: wall time per call over 2000 asynchronous calls (GPU time is
    ~3 us, so this is the Python + launch cost): mathpy ``Matmul.execute``, mathpy's engine alone, mathpy ``matmul()``
@@ -82,8 +84,8 @@ MpMatmul, MpEpilog, mp_matmul = _mathpy_api()
 class EngineMatmul:
     """The cuBLASLt engine behind a Matmul-like face (fallback when the API is absent): torch CUDA tensors, 2-D."""
 
-    def __init__(self, a, b):
-        self.a, self.b = a, b
+    def __init__(self, a, b, row_major_result=False):
+        self.a, self.b, self.row_major_result = a, b, row_major_result
 
     def plan(self, epilog=None, epilog_inputs=None):
         from mathpy._execution import ExecutionCUDA
@@ -91,7 +93,7 @@ class EngineMatmul:
         from mathpy.host.matmul._cublaslt import CublasLtEngine
         from mathpy.host.matmul._epilog import MatmulEpilog
         from mathpy.host.matmul._options import MatmulOptions, resolve_types
-        from mathpy.host.matmul._problem import MatmulProblem, MatrixLayout, col_major
+        from mathpy.host.matmul._problem import MatmulProblem, MatrixLayout, col_major, row_major
 
         a, b = wrap_operand(self.a), wrap_operand(self.b)
         (m, k), n = a.shape, b.shape[1]
@@ -103,14 +105,18 @@ class EngineMatmul:
             inputs = (("bias", MatrixLayout(m, 1, 1, m, 1, m, d_dtype)),)
         problem = MatmulProblem(m, n, k, 1, (), MatrixLayout(m, k, a.strides[0], a.strides[1], 1, 0, a.dtype),
                                 MatrixLayout(k, n, b.strides[0], b.strides[1], 1, 0, b.dtype), None,
-                                col_major(m, n, 1, d_dtype), compute, scale, epilog, inputs, ())
+                                (row_major if self.row_major_result else col_major)(m, n, 1, d_dtype), compute, scale,
+                                epilog, inputs, ())
         self.engine = CublasLtEngine(problem, execution=ExecutionCUDA(self.a.device.index or 0), package="torch")
         self.m, self.n = m, n
         self.inputs = {"bias": self.bias.data_ptr()} if epilog is not None else {}
         return self.engine.algorithms
 
     def execute(self):
-        d = torch.empty((self.n, self.m), dtype=self.a.dtype, device=self.a.device).T
+        if self.row_major_result:
+            d = torch.empty((self.m, self.n), dtype=self.a.dtype, device=self.a.device)
+        else:
+            d = torch.empty((self.n, self.m), dtype=self.a.dtype, device=self.a.device).T
         self.engine.execute(self.a.data_ptr(), self.b.data_ptr(), None, d.data_ptr(), self.inputs, {}, 1.0, 0.0,
                             torch.cuda.current_stream().cuda_stream)
         return d
@@ -204,6 +210,13 @@ def bench_gemm(quick):
         check(f"mathpy {row['shape']} {row['dtype']}", mm.execute(), ref, TOL[dtype])  # first call may self-autotune
         row["mathpy_ms"] = gpu_ms(mm.execute, reps)
         mm.free()
+        # The engine alone with a row-major result: cuBLASLt then runs the swapped (NN) form, as nvmath does for
+        # row-major operands without an epilog; the API's column-major result runs the TT form.
+        rm = EngineMatmul(a, b, row_major_result=True)
+        rm.plan()
+        check(f"engine row-major D {row['shape']}", rm.execute(), ref, TOL[dtype])
+        row["engine_row_major_d_ms"] = gpu_ms(rm.execute, reps)
+        rm.free()
         mme = mathpy_matmul(a, b)
         mme.plan(epilog=mathpy_relu_bias(), epilog_inputs={"bias": bias})
         result = mme.execute()
@@ -236,7 +249,8 @@ def bench_gemm(quick):
               f"({row['mathpy_tflops']:.0f} TF)  torch {row['torch_ms']:.3f}  nvmath "
               f"{row.get('nvmath_ms', float('nan')):.3f}  ratio {row['ratio']:.3f} | RELU_BIAS mathpy "
               f"{row['mathpy_relu_bias_ms']:.3f} nvmath {row.get('nvmath_relu_bias_ms', float('nan')):.3f} "
-              f"torch {row['torch_relu_bias_ms']:.3f}", flush=True)
+              f"torch {row['torch_relu_bias_ms']:.3f} | engine, row-major D {row['engine_row_major_d_ms']:.3f}",
+              flush=True)
         torch.cuda.empty_cache()
     return rows
 
@@ -277,16 +291,18 @@ def write(gemm, overhead, device):
     os.makedirs(RESULTS, exist_ok=True)
     lines = [f"# mathpy matmul benchmark ({device}; torch {torch.__version__}"
              f"{', nvmath ' + nvmath.__version__ if nvmath is not None else ', no nvmath'})", "",
-             "GPU time per call (ms, median), TFLOP/s; ratio = faster of torch/nvmath over mathpy (>= 0.98 wanted).", "",
+             "GPU time per call (ms, median), TFLOP/s; ratio = faster of torch/nvmath over mathpy (>= 0.98 wanted).",
+             "",
              "| M x N x K | dtype | mathpy ms (TF/s) | torch ms (TF/s) | nvmath ms (TF/s) | ratio | RELU_BIAS mathpy "
-             "| nvmath | torch relu(addmm) | fused ratio |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| nvmath | torch relu(addmm) | fused ratio | engine, row-major D |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in gemm:
         nv = f"{r['nvmath_ms']:.3f} ({r['nvmath_tflops']:.0f})" if "nvmath_ms" in r else "-"
         nve = f"{r['nvmath_relu_bias_ms']:.3f}" if "nvmath_relu_bias_ms" in r else "-"
         lines.append(f"| {r['shape']} | {r['dtype']} | {r['mathpy_ms']:.3f} ({r['mathpy_tflops']:.0f}) | "
                      f"{r['torch_ms']:.3f} ({r['torch_tflops']:.0f}) | {nv} | {r['ratio']:.3f} | "
                      f"{r['mathpy_relu_bias_ms']:.3f} | {nve} | {r['torch_relu_bias_ms']:.3f} | "
-                     f"{r['relu_bias_ratio']:.3f} |")
+                     f"{r['relu_bias_ratio']:.3f} | {r['engine_row_major_d_ms']:.3f} |")
     lines += ["", "Host cost per call, 128^3 fp16, asynchronous (us):", "", "| call | us |", "|---|---|"]
     lines += [f"| {name} | {us:.1f} |" for name, us in overhead.items()]
     text = "\n".join(lines) + "\n"

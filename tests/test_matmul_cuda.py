@@ -428,7 +428,8 @@ class TestEnginePlanning:
     def test_workspace_used_on_another_stream_is_waited_for(self, mocked_engine):
         with mock.patch.object(engine_module.lt, "heuristics", side_effect=_fake_heuristics((512, 0, 0))), \
                 mock.patch.object(engine_module._operands, "empty", side_effect=lambda p, shape, *a: np.empty(shape)), \
-                mock.patch.object(engine_module._operands, "wrap_operand", side_effect=lambda x: mock.Mock(data_ptr=0x9000)):
+                mock.patch.object(engine_module._operands, "wrap_operand",
+                                  side_effect=lambda x: mock.Mock(data_ptr=0x9000)):
             engine = mocked_engine(make_problem(row_major(8, 8, 1, np.float32), row_major(8, 8, 1, np.float32),
                                                 col_major(8, 8, 1, np.float32)))
         engine.execute(0x1000, 0x2000, None, 0x3000, {}, {}, 1.0, 0.0, 0)     # the allocation's stream

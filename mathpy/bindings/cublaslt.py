@@ -260,7 +260,8 @@ library.declare({
     "cublasLtDestroy": (STATUS, [_HANDLE]),
     "cublasLtGetVersion": (c_size_t, []),
     "cublasLtGetCudartVersion": (c_size_t, []),
-    "cublasLtMatmulDescCreate": (STATUS, [POINTER(_HANDLE), c_int, c_int]),  # (desc*, cublasComputeType_t, cudaDataType_t)
+    # (desc*, cublasComputeType_t, cudaDataType_t scaleType)
+    "cublasLtMatmulDescCreate": (STATUS, [POINTER(_HANDLE), c_int, c_int]),
     "cublasLtMatmulDescDestroy": (STATUS, [_HANDLE]),
     "cublasLtMatmulDescSetAttribute": (STATUS, [_HANDLE, c_int, c_void_p, c_size_t]),
     "cublasLtMatmulDescGetAttribute": (STATUS, [_HANDLE, c_int, c_void_p, c_size_t, POINTER(c_size_t)]),

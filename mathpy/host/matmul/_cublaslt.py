@@ -321,7 +321,7 @@ class CublasLtEngine:
             extra = [CublasLtAlgorithm(result, rank) for rank, result in enumerate(found)]
             self._pool = list(self.algorithms) + [alg for alg in extra if alg not in self.algorithms]
 
-    # -- planning -------------------------------------------------------------------------------------------------------
+    # -- planning ------------------------------------------------------------------------------------------------------
 
     def _build(self, problem, preferences, stream):
         _cuda.require_device(self.device_id)
@@ -531,7 +531,7 @@ class CublasLtEngine:
         self._alignment_mask = alignment - 1
         self._use(candidates[0])
 
-    # -- execution ------------------------------------------------------------------------------------------------------
+    # -- execution -----------------------------------------------------------------------------------------------------
 
     def execute(self, a, b, c, d, epilog_inputs, epilog_outputs, alpha, beta, stream):
         """Run the product on device pointers ``a``, ``b``, ``c`` (None: no C), ``d``, epilog pointers by name, host
@@ -577,7 +577,7 @@ class CublasLtEngine:
             pointers |= pointer
         return pointers
 
-    # -- autotuning -----------------------------------------------------------------------------------------------------
+    # -- autotuning ----------------------------------------------------------------------------------------------------
 
     def _self_autotune(self, stream):
         """First execute of a skinny product: time the candidate pool on this call's operands, keep the fastest.
@@ -636,7 +636,7 @@ class CublasLtEngine:
                      [(alg.rank, f"{seconds * 1e6:.1f} us") for alg, seconds in timings])
         return timings
 
-    # -- lifetime -------------------------------------------------------------------------------------------------------
+    # -- lifetime ------------------------------------------------------------------------------------------------------
 
     def free(self):
         """Release the descriptors, preference and workspace (the per-device handle stays cached). Idempotent."""
