@@ -5,19 +5,20 @@ The API resolves numpy.matmul's rules (batch broadcasting, 1-D operands) into a 
 gives the engine every operand's strides (transposed and strided operands are not copied) and copies only what one
 batch stride and one unit matrix stride cannot express. Results come back in the caller's package and on its device.
 
->>> import numpy as np, mathpy
+>>> import numpy as np
+>>> from mathpy.host.matmul import Matmul, matmul   # public as mathpy.matmul / mathpy.Matmul
 >>> a = np.arange(6, dtype=np.float32).reshape(2, 3)
->>> mathpy.matmul(a, a.T)                       # a transposed operand: no copy, the engine gets its strides
+>>> matmul(a, a.T)                       # a transposed operand: no copy, the engine gets its strides
 array([[ 5., 14.],
        [14., 50.]], dtype=float32)
->>> d, aux = mathpy.matmul(a, a.T, epilog="relu_aux")
+>>> d, aux = matmul(a, a.T, epilog="relu_aux")
 >>> aux["relu_aux"].shape                        # bitmask: ceil(2 / 8) rounded up to 16 bytes, per column
 (16, 2)
->>> with mathpy.Matmul(a, a.T) as mm:
+>>> with Matmul(a, a.T) as mm:
 ...     algorithms = mm.plan(epilog="bias", epilog_inputs={"bias": np.array([1, -1], np.float32)})
-...     mm.execute()
-array([[ 6., 13.],
-       [15., 49.]], dtype=float32)
+...     mm.execute()                            # one bias value per row of the result
+array([[ 6., 15.],
+       [13., 49.]], dtype=float32)
 """
 
 import contextlib
@@ -400,7 +401,8 @@ class Matmul:
 
         if self._cache is not None:
             stack = contextlib.ExitStack()
-            shared = stack.enter_context(self._cache.borrow((problem.key, execution, preferences), create))
+            key = (problem.key, execution, options, preferences)
+            shared = stack.enter_context(self._cache.borrow(key, create))
             self._engine, self._lock, self._exit = shared.engine, shared.lock, stack.close
         else:
             self._engine, self._lock = create()[0].engine, None

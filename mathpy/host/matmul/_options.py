@@ -81,6 +81,8 @@ class MatmulOptions:
     a_scale, b_scale, d_scale: float8 scale factors (None = 1).
     blocking: True waits for the GPU before returning; "auto" (default) waits only when the result goes back to
         host memory.
+    fast_accumulation: float8 only: let cuBLASLt accumulate in lower precision (CUBLASLT_MATMUL_DESC_FAST_ACCUM);
+        faster, less accurate. Ignored on the CPU.
     """
 
     compute_type: str | None = None
@@ -91,6 +93,7 @@ class MatmulOptions:
     b_scale: float | None = None
     d_scale: float | None = None
     blocking: object = "auto"
+    fast_accumulation: bool = False
 
     def __post_init__(self):
         if self.compute_type is not None and self.compute_type not in COMPUTE_TYPES:
@@ -104,6 +107,8 @@ class MatmulOptions:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float, np.floating))):
                 raise TypeError(f"MatmulOptions.{name} must be None or a real number, not {value!r}")
+        if not isinstance(self.fast_accumulation, bool):
+            raise TypeError(f"MatmulOptions.fast_accumulation must be a bool, not {self.fast_accumulation!r}")
         if self.blocking not in (True, "auto"):
             raise ValueError(f"MatmulOptions.blocking must be True or 'auto', not {self.blocking!r}")
 
