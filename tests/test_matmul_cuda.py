@@ -412,6 +412,19 @@ class TestEnginePlanning:
             engine.algorithms[:] = [engine.algorithms[2]]
             assert engine.workspace_bytes == 0 and engine._args[13:15] == [0, 0]
 
+    def test_self_autotune_holds_the_largest_workspace_until_it_chose(self, mocked_engine):
+        with mock.patch.object(engine_module.lt, "heuristics", side_effect=_fake_heuristics((256, 4096, 0))), \
+                mock.patch.object(engine_module._operands, "empty", side_effect=lambda p, shape, *a: np.empty(shape)), \
+                mock.patch.object(engine_module._operands, "wrap_operand",
+                                  side_effect=lambda x: mock.Mock(data_ptr=0x5000 + x.size)):
+            big = make_problem(row_major(64, 8192, 1, BF16), row_major(8192, 8192, 1, BF16),
+                               col_major(64, 8192, 1, BF16))
+            engine = mocked_engine(big)
+            assert engine._autotune_pending and engine.workspace_bytes == 4096  # what a plan cache will account
+            engine._self_autotune = lambda stream: engine._chosen_by_caller(engine.algorithms[2])
+            engine.execute(0x1000, 0x2000, None, 0x3000, {}, {}, 1.0, 0.0, 0)
+            assert engine.workspace_bytes == 0
+
     def test_free_is_idempotent_and_final(self, mocked_engine):
         engine = mocked_engine(make_problem(row_major(8, 8, 1, np.float32), row_major(8, 8, 1, np.float32),
                                             col_major(8, 8, 1, np.float32)))

@@ -320,6 +320,10 @@ class CublasLtEngine:
                 found = []
             extra = [CublasLtAlgorithm(result, rank) for rank, result in enumerate(found)]
             self._pool = list(self.algorithms) + [alg for alg in extra if alg not in self.algorithms]
+        if self._autotune_pending:
+            # Hold the largest workspace any timed candidate needs from the start, so that workspace_bytes (what a
+            # plan cache accounts for) is never exceeded; the first execute shrinks it to the winner's.
+            self._ensure_workspace(max(alg.workspace_bytes for alg in (self._pool or self.algorithms)))
 
     # -- planning ------------------------------------------------------------------------------------------------------
 
