@@ -352,3 +352,26 @@ def test_row_major_c_with_an_epilog_is_given_in_the_results_order():
         mm.plan()  # no epilog: D takes c's row-major order, c is used as it is
         assert mm._staged["c"].mode is None
         np.testing.assert_allclose(mm.execute(), a @ b + 0.5 * c2, rtol=1e-12)
+
+
+def test_cuda_execution_without_a_gpu_is_a_clear_error():
+    from mathpy import NoDeviceError, _cuda
+    if _cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(NoDeviceError, match="needs an NVIDIA GPU"):
+        matmul(rand(2, 2), rand(2, 2), execution="cuda")
+    np.testing.assert_allclose(matmul(rand(2, 2) * 0 + 1, np.eye(2), execution={"name": "cpu", "num_threads": 1}),
+                               np.ones((2, 2)))
+
+
+@pytest.mark.parametrize("options,error,match", [
+    ({"allow_tf32": 1}, TypeError, "allow_tf32 must be a bool"),
+    ({"blocking": False}, ValueError, "blocking must be True or 'auto'"),
+    ({"fast_accumulation": "yes"}, TypeError, "fast_accumulation must be a bool"),
+    ({"result_type": "int8"}, ValueError, "result_type 'int8' is not supported; allowed are"),
+    ({"compute_type": "8I"}, ValueError, "compute_type '8I' is not supported; allowed are"),
+    ({"a_scale": 2.0}, ValueError, "apply to float8 operands only"),
+])
+def test_option_errors(options, error, match):
+    with pytest.raises(error, match=match):
+        matmul(rand(2, 2), rand(2, 2), options=options)
