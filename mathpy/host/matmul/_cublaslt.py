@@ -300,10 +300,14 @@ class CublasLtEngine:
         self._freed = False
         try:
             self._build(problem, preferences, stream)
+            self._prepare_self_autotune(autotune_first_execute)
         except BaseException:
             self._finalizer()  # a failed plan leaves nothing allocated
             self._freed = True
             raise
+
+    def _prepare_self_autotune(self, autotune_first_execute):
+        problem, res = self.problem, self._resources
         if autotune_first_execute is None:
             autotune_first_execute = needs_autotune(problem.m, problem.n, problem.k, problem.batch,
                                                     len(self.algorithms))
