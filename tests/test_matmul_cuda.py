@@ -731,7 +731,9 @@ class TestEngineOnGPU:
             ref = x * gelu_grad(pre)
         else:
             ref = x
-        tol = TOLERANCE[dtype] * (4 if activation in ("gelu", "dgelu") else 1)
+        tol = TOLERANCE[dtype]
+        if activation in ("gelu", "dgelu"):  # cuBLASLt may evaluate tanh with a fast approximation
+            tol = max(4 * tol, 2e-3)
         _assert_close(_to_numpy(d), ref, dtype, "D", tol)
         if "relu_aux" in outputs:
             got = unpack_bits(_to_numpy(outputs["relu_aux"]), m)
