@@ -113,8 +113,9 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(_matmul, "stream_pointer", lambda stream, package, device_id: 7)
     monkeypatch.setattr(_matmul, "gpu_array_package", lambda: "torch")
     monkeypatch.setattr(_matmul, "_cublaslt_engine", lambda: PointerEngine)
+    real_allocator = _matmul._allocator
     monkeypatch.setattr(_matmul, "_allocator", lambda package, device_id, stream, explicit:
-                        lambda shape, dtype: _operands.empty("torch", shape, dtype, None))
+                        real_allocator("torch", None, stream, False))
     monkeypatch.setattr(_matmul, "_stream_scope", lambda *args: _nullcontext())
     PointerEngine.instances.clear()
     _matmul.matmul_plan_cache.clear()

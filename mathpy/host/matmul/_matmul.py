@@ -450,15 +450,12 @@ class Matmul:
         else:
             stream_ptr = stream_pointer(stream, self._package, self._device_id) if self._on_gpu else None
         fast = self._fast
-        if fast is not None and stream is None:  # GPU, nothing to copy: a few allocations and the library call
-            alloc, pointer, fixed, swap_d = fast
-            d = alloc(self._d_alloc, self._d_dtype)
-            if swap_d:
-                d = d.transpose(-1, -2) if self._package == "torch" else d.swapaxes(-1, -2)
+        if fast is not None and stream is None:  # GPU, nothing to copy: allocations and the library call only
+            make_d, makers, pointer, fixed = fast
+            d = make_d()
             outputs, out_args = {}, {}
-            for name, layout, shape, swap in self._out_allocs:
-                tensor = alloc(shape, layout.dtype)
-                outputs[name] = _swap_last(tensor, self._package) if swap else tensor
+            for name, make in makers:
+                outputs[name] = tensor = make()
                 out_args[name] = pointer(tensor)
             lock = self._lock
             if lock is None:
@@ -642,8 +639,10 @@ class Matmul:
         if self._on_gpu and len(self._fixed) == len(self._staged) + len(self._inputs):
             fixed = {name: self._fixed[name] for name in self._staged}
             fixed["inputs"] = {name: self._fixed[name] for name in self._inputs}
-            self._fast = (_allocator(self._package, self._device_id, self._stream, self._user_stream is not None),
-                          _pointer_of(self._package), fixed, not self._d_row_major)
+            alloc = _allocator(self._package, self._device_id, self._stream, self._user_stream is not None)
+            make_d = alloc(self._d_alloc, self._d_dtype, not self._d_row_major)
+            makers = tuple((name, alloc(shape, layout.dtype, swap)) for name, layout, shape, swap in self._out_allocs)
+            self._fast = (make_d, makers, _pointer_of(self._package), fixed)
 
     def _stage(self, s, stream):
         """Bring one input where the engine needs it (copies and moves); returns the operand to use."""
@@ -733,28 +732,49 @@ class Matmul:
 
 
 def _allocator(package, device_id, stream, explicit_stream):
-    """``alloc(shape, dtype)`` on ``device_id`` in ``package``'s stream-ordered allocator, ordered on ``stream``."""
+    """``alloc(shape, dtype, swap) -> make()``: ``make()`` returns a new array of ``shape`` (its last two axes swapped
+    when ``swap``: column-major storage) on ``device_id``, from ``package``'s stream-ordered allocator on ``stream``.
+    Everything but the allocation itself is resolved once."""
     if package == "cupy":
         import cupy
         device = cupy.cuda.Device(device_id)
         stream_obj = cupy.cuda.ExternalStream(stream, device_id)
 
-        def alloc(shape, dtype):
-            with device, stream_obj:
-                return cupy.empty(shape, dtype)
+        def alloc(shape, dtype, swap):
+            dtype = np.dtype(dtype)
+            if swap and len(shape) == 2:
+                final, order = (shape[1], shape[0]), "F"
+            else:
+                final, order = shape, "C"
+
+            def make():
+                with device, stream_obj:
+                    array = cupy.empty(final, dtype, order=order)
+                return array.swapaxes(-1, -2) if swap and order == "C" else array
+            return make
         return alloc
     import torch
 
     from ..._operands import _torch_dtypes
-    to_torch = _torch_dtypes()[1]
-    where = torch.device("cuda", device_id)
-    if not explicit_stream:  # the current stream of torch: its allocator already orders on it
-        return lambda shape, dtype: torch.empty(shape, dtype=to_torch[np.dtype(dtype)], device=where)
-    stream_obj = torch.cuda.ExternalStream(stream, device=where)
+    where = torch.device("cpu") if device_id is None else torch.device("cuda", device_id)  # cpu: for tests
+    stream_obj = torch.cuda.ExternalStream(stream, device=where) if explicit_stream else None
 
-    def alloc(shape, dtype):
-        with torch.cuda.stream(stream_obj):
-            return torch.empty(shape, dtype=to_torch[np.dtype(dtype)], device=where)
+    def alloc(shape, dtype, swap):
+        torch_dtype = _torch_dtypes()[1][np.dtype(dtype)]
+        shape = tuple(shape)
+        if swap:  # storage (..., a, b) seen as (..., b, a)
+            *batch, rows, cols = shape
+            final = (*batch, cols, rows)
+            strides = (*_c_strides(shape)[:-2], 1, cols)
+        else:
+            final, strides = shape, _c_strides(shape)
+        if stream_obj is None:  # torch's current stream: its allocator already orders on it
+            return lambda: torch.empty_strided(final, strides, dtype=torch_dtype, device=where)
+
+        def make():
+            with torch.cuda.stream(stream_obj):
+                return torch.empty_strided(final, strides, dtype=torch_dtype, device=where)
+        return make
     return alloc
 
 
