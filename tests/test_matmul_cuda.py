@@ -166,6 +166,13 @@ class TestBindingTables:
         with pytest.raises(ValueError, match="no cuBLASLt data type"):
             lt.cuda_data_type(np.int64)
 
+    def test_every_api_compute_type_is_a_cublas_one(self):
+        from mathpy.host.matmul._options import COMPUTE_TYPES, SUPPORTED_DTYPES
+        for name in COMPUTE_TYPES:
+            assert lt.ComputeType["COMPUTE_" + name]
+        for dtype in SUPPORTED_DTYPES:
+            lt.cuda_data_type(dtype)
+
     def test_every_attribute_has_a_c_type(self):
         for kind in (lt.MatmulDesc, lt.MatrixLayout, lt.Preference, lt.AlgoConfig):
             for attribute in kind:
