@@ -173,6 +173,26 @@ class TestBindingTables:
         for dtype in SUPPORTED_DTYPES:
             lt.cuda_data_type(dtype)
 
+    def test_heuristics_keeps_successful_results(self):
+        from mathpy._errors import CUDALibraryError
+
+        def fake(handle, desc, a, b, c, d, preference, count, results, returned):
+            for i in range(3):
+                results[i].algo.data[0] = i + 1
+                results[i].workspaceSize = 100 * i
+                results[i].state = 15 if i == 1 else 0
+            ctypes.cast(returned, ctypes.POINTER(ctypes.c_int))[0] = 3
+
+        with mock.patch.dict(lt.library._resolved, {"cublasLtMatmulAlgoGetHeuristic": fake}):
+            found = lt.heuristics(0, 0, 0, 0, 0, 0, 0, 8)
+        assert [(r.algo.data[0], r.workspaceSize) for r in found] == [(1, 0), (3, 200)]
+
+        def unsupported(*args):
+            raise CUDALibraryError("cublasLt", "cublasLtMatmulAlgoGetHeuristic", 15, "CUBLAS_STATUS_NOT_SUPPORTED")
+
+        with mock.patch.dict(lt.library._resolved, {"cublasLtMatmulAlgoGetHeuristic": unsupported}):
+            assert lt.heuristics(0, 0, 0, 0, 0, 0, 0, 8) == []
+
     def test_every_attribute_has_a_c_type(self):
         for kind in (lt.MatmulDesc, lt.MatrixLayout, lt.Preference, lt.AlgoConfig):
             for attribute in kind:
