@@ -113,6 +113,12 @@ class MatmulProblem:
     b_scale: float | None = None
     d_scale: float | None = None
 
+    def __post_init__(self):  # plan caches hash problems on every stateless call: hash once
+        object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self))))
+
+    def __hash__(self):
+        return self._hash
+
     @property
     def key(self):
         """Hashable; equal for problems that can share a plan."""
