@@ -401,7 +401,8 @@ class Matmul:
 
         if self._cache is not None:
             stack = contextlib.ExitStack()
-            key = (problem.key, execution, options, preferences)
+            # the stream too: a plan's workspace must not be shared by products running at once on two streams
+            key = (problem.key, execution, options, preferences, self._stream)
             shared = stack.enter_context(self._cache.borrow(key, create))
             self._engine, self._lock, self._exit = shared.engine, shared.lock, stack.close
         else:
@@ -723,6 +724,8 @@ class Matmul:
         elif self._vector_b:
             d = d[..., 0]
         like = self._like
+        if self._vector_a and self._vector_b and self._package == "numpy" and like.package == "numpy":
+            d = d[()]  # numpy.matmul gives a scalar for 1-D @ 1-D
         if self._moves:
             d = _to_caller(d, like, stream)
             outputs = {name: _to_caller(t, like, stream) for name, t in outputs.items()}
