@@ -20,17 +20,19 @@ SIZES = [1 << e for e in range(1, 14)]  # 2 .. 8192
 def _fft_cases():
     cases = []
     for n in SIZES:
-        for prec in ("float32", "float64"):
-            cases.append((n, prec, "c2c", "forward", {}))
-            cases.append((n, prec, "c2c", "inverse", {}))
-            cases.append((n, prec, "r2c", None, {}))
-            cases.append((n, prec, "c2r", None, {}))
+        cases += [(n, "float32", t, d, {}) for t, d in
+                  (("c2c", "forward"), ("c2c", "inverse"), ("r2c", None), ("c2r", None))]
+        cases.append((n, "float64", "c2c", "forward", {}))
+    for n in (8, 256, 4096):
+        cases += [(n, "float64", "c2c", "inverse", {}), (n, "float64", "r2c", None, {}),
+                  (n, "float64", "c2r", None, {})]
     # mixed-radix sizes
     for n in (3, 5, 6, 7, 12, 15, 48, 80, 96, 100, 343, 384, 1000, 1536, 2000, 3072):
         cases.append((n, "float32", "c2c", "forward", {}))
+    for n in (7, 100, 1000):
         cases.append((n, "float64", "c2c", "inverse", {}))
-        cases.append((n, "float32", "r2c", None, {}))
-        cases.append((n, "float32", "c2r", None, {}))
+    for n in (6, 15, 96, 1000):
+        cases += [(n, "float32", "r2c", None, {}), (n, "float32", "c2r", None, {})]
     # non-default block configurations
     cases += [
         (256, "float32", "c2c", "forward", {"elements_per_thread": 4, "ffts_per_block": 3}),

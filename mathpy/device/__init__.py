@@ -60,7 +60,11 @@ Design
   nearest-even on store.
 """
 
-from ._fft import FFTDescription, fft
-from ._matmul import MatmulDescription, matmul
+from .._compat import patch_numpy_for_numba_cuda
+
+patch_numpy_for_numba_cuda()  # before any numba-cuda compile, also of the user's kernels (NumPy >= 2.5)
+
+from ._fft import FFTDescription, fft  # noqa: E402
+from ._matmul import MatmulDescription, matmul  # noqa: E402
 
 __all__ = ["fft", "FFTDescription", "matmul", "MatmulDescription"]

@@ -331,7 +331,7 @@ def _generate(d):
                         continue
                     em.emit(f"k = t + {i * T}")
                     em.emit(f"if k <= {half}:")
-                    em.emit(f"    q = k + (k >> 5)")
+                    em.emit("    q = k + (k >> 5)")
                     if pi in (None, 0):
                         em.emit(f"    shared_mem[base + q] = {regs[i][0]}")
                     if pi in (None, 1):
@@ -348,7 +348,7 @@ def _generate(d):
                     em.emit(f"k = t + {i * T}")
                     em.emit(f"if k > {half}:")
                     em.emit(f"    m = {n} - k")
-                    em.emit(f"    q = m + (m >> 5)")
+                    em.emit("    q = m + (m >> 5)")
                     if pi in (None, 0):
                         em.emit(f"    {new_re} = shared_mem[base + q]")
                     if pi in (None, 1):
@@ -369,7 +369,7 @@ def _generate(d):
                 ins = loaded[s]
             if ns_prod > 1:
                 em.emit(f"k = {kmod(f't + {s * T}', ns_prod)}")
-                em.emit(f"kf = REAL(k)")
+                em.emit("kf = REAL(k)")
                 # w_r = exp(sign 2 pi i k r / (Ns R)): w_1 and w_4 from sincospi, the others by at most 3 products
                 ws = {}
                 for direct in (1, 4):
@@ -475,7 +475,8 @@ def _generate(d):
     def st(arr, idx, value):
         return f"STOREC({arr}, ub, {idx}, {value})" if vector_c64 else f"{arr}[ub, {idx}] = {value}"
 
-    lines = ["def load(x, thread_data, batch):", "    t = UINT(cuda.threadIdx.x)", "    if batch < x.shape[0]:", "        ub = UINT(batch)"]
+    lines = ["def load(x, thread_data, batch):", "    t = UINT(cuda.threadIdx.x)"]
+    lines += ["    if batch < x.shape[0]:", "        ub = UINT(batch)"]
     for i in range(ept):
         idx = f"t + {ucon(i * T)}"
         if d.fft_type == "c2c":
@@ -497,7 +498,8 @@ def _generate(d):
         lines.append(f"        thread_data[{i}] = ZEROC")
     src.append("\n".join(lines) + "\n")
 
-    lines = ["def store(thread_data, y, batch):", "    t = UINT(cuda.threadIdx.x)", "    if batch < y.shape[0]:", "        ub = UINT(batch)"]
+    lines = ["def store(thread_data, y, batch):", "    t = UINT(cuda.threadIdx.x)"]
+    lines += ["    if batch < y.shape[0]:", "        ub = UINT(batch)"]
     for i in range(ept):
         idx = f"t + {ucon(i * T)}"
         if d.fft_type == "c2c":
