@@ -278,7 +278,7 @@ def _fast(op, axes, options, execution, stream, direction, scale, out_op):
         raise ValueError("an in-place FFT needs a writable operand")
     value = prep.direction(direction)
     stream = prep.stream_pointer(stream)
-    with plan_cache.borrow(prep.key + (None, None), prep.creator(None, None, stream)) as engine:
+    with plan_cache.borrow(prep.key + (stream, None, None), prep.creator(None, None, stream)) as engine:
         if prep.on_gpu:
             return prep.run_gpu(engine, engine_lock(engine), op, value, stream, scale, out_op)
         return prep.run_cpu(engine, op, op.numpy() if prep.local else None, value, scale, out_op, None)

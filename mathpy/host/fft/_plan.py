@@ -37,7 +37,8 @@ from ._options import FFTOptions
 
 __all__ = ["FFT", "plan_cache", "plan_cache_info", "plan_cache_clear", "set_plan_cache_size"]
 
-#: Engines behind the stateless functions, keyed by (Transform, execution, device, prolog key, epilog key).
+#: Engines behind the stateless functions, keyed by (Transform, execution, device, stream, prolog key, epilog key).
+#: The stream is part of the key because a cuFFT plan has one workspace: two streams sharing it could overlap.
 plan_cache = PlanCache("fft", max_plans=64, max_bytes=1 << 30)
 
 
@@ -477,7 +478,7 @@ class FFT:
         create = prep.creator(bound_prolog, bound_epilog, self._stream)
         resources = _Resources()
         if self._cached:
-            key = prep.key + (None if bound_prolog is None else bound_prolog.key,
+            key = prep.key + (self._stream, None if bound_prolog is None else bound_prolog.key,
                               None if bound_epilog is None else bound_epilog.key)
             borrow = plan_cache.borrow(key, create)
             resources.engine, resources.borrow = borrow.__enter__(), borrow
