@@ -12,6 +12,7 @@ from ._errors import *  # noqa: F403
 from ._errors import __all__ as _errors_all
 from ._execution import ExecutionCPU, ExecutionCUDA, execution_space, get_execution_space
 from ._version import __version__
+from .host.matmul import Matmul, MatmulEpilog, MatmulOptions, MatmulPlanPreferences, matmul, matmul_plan_cache
 
 _compat.patch_numpy_for_numba_cuda()
 
@@ -22,5 +23,11 @@ __all__ = [
     "execution_space",
     "get_execution_space",
     "cuda_is_available",
+    "matmul",
+    "Matmul",
+    "MatmulEpilog",
+    "MatmulOptions",
+    "MatmulPlanPreferences",
+    "matmul_plan_cache",
     *_errors_all,
 ]
