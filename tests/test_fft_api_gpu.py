@@ -147,18 +147,18 @@ def test_execution_cpu_on_gpu_operand(gpu):
 def test_streams(gpu):
     x = rand((64, 1024))
     stream = gpu.stream()
-    y = mfft.fft(gpu.asarray(x), stream=stream)
+    operand = gpu.asarray(x)
+    gpu.synchronize()  # the copy to the device ran on the current stream, the FFT runs on `stream`
+    y = mfft.fft(operand, stream=stream)
     stream.synchronize()
     np.testing.assert_allclose(gpu.to_numpy(y), np.fft.fft(x), atol=1e-2)
-    operand = gpu.asarray(x)
-    gpu.synchronize()
     with mfft.FFT(operand, axes=[1], stream=stream) as f:
         f.plan()
         y1 = f.execute()
+        stream.synchronize()  # one plan, one workspace: do not overlap its executions on two streams
         other = gpu.stream()
         y2 = f.execute(stream=other)
         other.synchronize()
-        stream.synchronize()
     np.testing.assert_allclose(gpu.to_numpy(y1), np.fft.fft(x), atol=1e-2)
     np.testing.assert_allclose(gpu.to_numpy(y2), np.fft.fft(x), atol=1e-2)
 
