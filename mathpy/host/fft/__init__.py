@@ -13,6 +13,19 @@ Public as :mod:`mathpy.fft`:
   :func:`set_plan_cache_size`;
 - ``scipy_backend``: ``with scipy.fft.set_backend(mathpy.fft.scipy_backend): scipy.fft.fft(x)``.
 
+Conventions:
+
+- Results have NumPy 2's dtypes and come back in the caller's package and on its device; ``execution=`` may run a
+  transform elsewhere (data is moved both ways). Half precision is GPU-only (and needs complex32 support, not yet
+  there); repeated axes in ``axes`` are rejected (NumPy allows them).
+- :class:`FFT` is unnormalised (like cuFFT); the stateless functions apply ``norm=`` after the epilog, so callbacks
+  always see the unnormalised transform.
+- Callback offsets index :attr:`FFT.input_layout` (prolog) and :attr:`FFT.output_layout` (epilog), identical on the
+  CPU and the GPU (``_layout.engine_layout``); the stateless functions lay out the input C-contiguously after
+  ``n``/``s`` padding or cropping.
+- Plans behind the stateless functions are cached (LRU, bounded by count and workspace bytes), keyed by the layouts,
+  dtypes, axes, execution space, device, stream and the callbacks with their user data.
+
 Engines: ``_cpu.CPUEngine`` (scipy.fft, CPU callbacks through numba) and ``_cufft.CUFFTEngine`` (cuFFT with LTO
 callbacks); both execute a ``_layout.Transform`` unnormalised and see callbacks with the same offsets.
 
