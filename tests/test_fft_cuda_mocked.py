@@ -241,3 +241,19 @@ def test_streams_need_no_ordering_without_a_workspace(fake):
     engine.execute(1, 2, -1, 6)
     assert "order" not in names(fake.calls)
     engine.free()
+
+
+def test_binding_symbols_resolve_where_cufft_is_installed():
+    """Every declared function exists in the installed libcufft (no GPU needed to load it)."""
+    from mathpy._errors import LibraryNotFoundError
+    try:
+        real_cufft.lib.cdll
+    except LibraryNotFoundError:
+        pytest.skip("libcufft is not installed here")
+    version = real_cufft.version()
+    assert version >= 11000
+    jit = "cufftXtSetJITCallback" if version >= 12000 else "cufftXtSetJITCallback_12_7"
+    for name in ("cufftCreate", "cufftDestroy", "cufftSetAutoAllocation", "cufftSetWorkArea", "cufftSetStream",
+                 "cufftGetVersion", "cufftGetProperty", "cufftXtMakePlanMany", "cufftXtExec", jit):
+        assert real_cufft.lib.has(name), name
+    assert real_cufft.unchecked("cufftXtExec").restype is ctypes.c_int
