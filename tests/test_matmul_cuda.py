@@ -538,7 +538,9 @@ class TestEnginePlanning:
             engine.execute(0x1000, 0x2000, None, 0x3000, {}, {}, 1.0, 0.0, 0)
         assert [alg.algo.data[0] for alg in engine.algorithms] == [4, 1]  # the winner, and still `limit` long
         assert engine._algo.data[0] == 4 and not engine._autotune_pending
-        assert len(engine.recorded) == 5 * (1 + 2 * 3) + 1  # each: warm-up + 2 rounds of 3; then the call itself
+        # a calibration pair, then each: warm-up + 2 rounds of 3 (a timed call "takes" >= 1 s: the minimum 3);
+        # then the call itself
+        assert len(engine.recorded) == 2 + 5 * (1 + 2 * 3) + 1
 
     def test_self_autotune_flag(self, mocked_engine):
         big = make_problem(row_major(64, 8192, 1, BF16), row_major(8192, 8192, 1, BF16), col_major(64, 8192, 1, BF16))

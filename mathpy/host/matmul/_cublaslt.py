@@ -593,7 +593,7 @@ class CublasLtEngine:
         self._autotune_pending = False
         args = self._args
         try:
-            self._time_candidates(lambda: self._matmul(*args), stream, iterations=3, rounds=2, pool=self._pool)
+            self._time_candidates(lambda: self._matmul(*args), stream, iterations=None, rounds=2, pool=self._pool)
         except Exception as e:
             logger.warning("cuBLASLt self-autotune failed (%s); using the heuristic's first choice", e)
             self._use(self.algorithms[0])
@@ -616,6 +616,14 @@ class CublasLtEngine:
         self._ensure_workspace(max(alg.workspace_bytes for alg in candidates))
         timings = []
         with _EventPair(self.device_id) as events, _cuda_scope(self.device_id, self._switch_device):
+            if iterations is None:  # enough calls per round for ~0.2 ms of GPU time (event resolution ~0.5 us)
+                ctypes.memmove(ctypes.addressof(self._algo), ctypes.addressof(candidates[0].algo),
+                               ctypes.sizeof(self._algo))
+                run()
+                events.record_start(stream)
+                run()
+                once = events.elapsed_after(stream)
+                iterations = int(min(max(2e-4 / max(once, 1e-7), 3), 50))
             for algorithm in candidates:
                 ctypes.memmove(ctypes.addressof(self._algo), ctypes.addressof(algorithm.algo),
                                ctypes.sizeof(self._algo))
