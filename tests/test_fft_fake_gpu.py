@@ -184,7 +184,8 @@ def _host(bound):
     if bound is None:
         return None
     data = None if bound.data is None else np.asarray(bound.data.tensor).reshape(-1)
-    return types.SimpleNamespace(function=bound.function, user_info=data)
+    return types.SimpleNamespace(function=bound.function, user_info=data, kind=bound.kind,
+                                 element_dtype=bound.element_dtype)
 
 
 @pytest.fixture

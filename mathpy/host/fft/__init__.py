@@ -21,8 +21,8 @@ Conventions:
 - :class:`FFT` is unnormalised (like cuFFT); the stateless functions apply ``norm=`` after the epilog, so callbacks
   always see the unnormalised transform.
 - Callback offsets index :attr:`FFT.input_layout` (prolog) and :attr:`FFT.output_layout` (epilog), identical on the
-  CPU and the GPU (``_layout.engine_layout``); the stateless functions lay out the input C-contiguously after
-  ``n``/``s`` padding or cropping.
+  CPU and the GPU (``_layout.engine_layout``); for the stateless functions that is the layout of the operand after
+  promotion and ``n``/``s`` padding or cropping (a new C-contiguous array whenever either changed it).
 - Plans behind the stateless functions are cached (LRU, bounded by count and workspace bytes), keyed by the layouts,
   dtypes, axes, execution space, device, stream and the callbacks with their user data.
 

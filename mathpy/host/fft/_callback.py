@@ -241,15 +241,13 @@ def bind_callback(callback, kind, fft_type, precision, layout_shape, layout_stri
         return BoundCallback(kind, py, compiled.ltoir, compiled.symbol, compiled.cufft_callback_type, data,
                              0 if data is None else data.data_ptr, (kind, fn_key, element, info, data_key),
                              element, info)
-    bound = BoundCallback(kind, py, None, None, jit.CALLBACK_TYPES[(kind, element)], data,
-                          0 if data is None else data.data_ptr, (kind, _function_key(py, kind, element, info),
-                                                                 element, info, data_key), element, info)
-    _dry_run(bound)
-    return bound
+    return BoundCallback(kind, py, None, None, jit.CALLBACK_TYPES[(kind, element)], data,
+                         0 if data is None else data.data_ptr, (kind, _function_key(py, kind, element, info),
+                                                                element, info, data_key), element, info)
 
 
-def _dry_run(bound):
-    """Compile the CPU loop now (one element), so typing errors surface at plan time, not at execute."""
+def dry_run(bound):
+    """Compile the CPU loop now (one element), so typing errors surface when the CPU engine plans, not at execute."""
     from ...jit import apply_epilog_cpu, apply_prolog_cpu
     buffer = np.zeros(1, bound.element_dtype)
     offsets = np.zeros(1, np.int64)

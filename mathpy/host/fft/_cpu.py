@@ -11,7 +11,7 @@ except ImportError:  # pragma: no cover (a SciPy that moved it)
     import scipy.fft as _pocketfft
 
 from ..._log import logger
-from ._callback import element_offsets, span
+from ._callback import dry_run, element_offsets, span
 
 __all__ = ["CPUEngine"]
 
@@ -31,6 +31,9 @@ class CPUEngine:
         if transform.precision == np.float16:
             raise TypeError("half precision FFTs (float16 / complex32) run only on the GPU (ExecutionCUDA); "
                             "use float32 on the CPU")
+        for bound in (prolog, epilog):
+            if bound is not None:
+                dry_run(bound)  # typing errors in the user's function surface now, at plan time
         self.transform, self.prolog, self.epilog = transform, prolog, epilog
         self.workers = execution.num_threads or -1
         self._freed = False
