@@ -173,3 +173,72 @@ def test_matmul_ptx_keeps_accumulators_in_registers(sm90, precision):
     assert not re.search(r"\b(ld|st)\.local", ptx)
     fma = "fma.rn.f64" if precision == np.float64 else "fma.rn.f32"
     assert len(re.findall(fma, ptx)) >= G.accumulator_size
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size, precision, fft_type", [
+    (256, np.float32, "r2c"), (256, np.float32, "c2r"), (64, np.float64, "r2c"), (96, np.float64, "c2r"),
+    (1000, np.float32, "c2c"), (7, np.float32, "c2c"),
+])
+def test_fft_variants_compile_for_sm90(sm90, size, precision, fft_type):
+    """The GPU code path (vector complex loads/stores, libdevice sincospi) types and compiles for every kind."""
+    import numba
+
+    from mathpy.device._checks import fft_kernel
+
+    FFT = md.fft(size=size, precision=precision, fft_type=fft_type)
+    it, ot = numba.from_dtype(FFT.input_dtype), numba.from_dtype(FFT.output_dtype)
+    ptx = _ptx(fft_kernel(FFT).py_func, (it[:, :], ot[:, :]))
+    assert not re.search(r"\b(ld|st)\.local", ptx)
+    if FFT.complex_dtype == np.complex64:
+        assert "ld.v2.f32" in ptx or "st.v2.f32" in ptx or "ld.global.v2.f32" in ptx
+
+
+@pytest.mark.slow
+def test_fused_convolution_kernel_compiles_for_sm90(sm90):
+    import numba
+    from numba import cuda
+
+    FWD = md.fft(size=1024, precision=np.float32)
+    INV = md.fft(size=1024, precision=np.float32, direction="inverse")
+    storage = FWD.storage_size
+
+    def conv(x, f, y):
+        td = cuda.local.array(storage, numba.complex64)
+        sm = cuda.shared.array(0, numba.float32)
+        b = FWD.batch_index()
+        FWD.load(x, td, b)
+        FWD.execute(td, sm)
+        FWD.multiply(td, f)
+        INV.execute(td, sm)
+        INV.store(td, y, b)
+
+    c64 = numba.complex64
+    ptx = _ptx(conv, (c64[:, :], c64[:], c64[:, :]))
+    assert not re.search(r"\b(ld|st)\.local", ptx) and ".f64" not in ptx
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", [np.float32, np.float16, "bfloat16", np.float64])
+def test_matmul_shared_and_epilogue_compile_for_sm90(sm90, precision):
+    import math
+
+    import numba
+    from numba import cuda
+
+    from mathpy.device._checks import matmul_shared_kernel
+
+    G = md.matmul(32, 32, 16, precision)
+    st = numba.from_dtype(G.storage_dtype)
+    ptx = _ptx(matmul_shared_kernel(G).py_func, (st[:, :, :], st[:, :, :], st[:, :, :], numba.float64, numba.float64))
+    assert not re.search(r"\b(ld|st)\.local", ptx)
+
+    @cuda.jit(device=True)
+    def act(x):
+        return math.tanh(x)
+
+    from mathpy.device._checks import matmul_kernel
+
+    G2 = md.matmul(32, 32, 16, precision, epilogue=act)
+    ptx = _ptx(matmul_kernel(G2, 32).py_func, (st[:, :, :], st[:, :, :], st[:, :, :], numba.float64, numba.float64))
+    assert "tanh" in ptx or "ex2" in ptx  # the epilogue made it into the kernel
