@@ -9,9 +9,11 @@
    CUDA cores while cuBLAS uses tensor cores).
 
 Every result is checked against the reference library before it is timed. Prints a table and saves
-benchmarks/results/bench_device.png.  Usage:  python benchmarks/bench_device.py [--quick]
+benchmarks/results/bench_device.png (and .json).
+Usage:  python benchmarks/bench_device.py [--quick]      (--sweep: time other FFT block configurations instead)
 """
 
+import json
 import os
 import sys
 import time
@@ -224,6 +226,40 @@ def bench_gemm():
                          best_peer / t_m, "report", f"{flops / t_m / 1e9:.0f} GFLOP/s, err {err:.1e}"))
 
 
+def sweep_fft():
+    """--sweep: time other elements_per_thread / ffts_per_block choices, to tune the defaults."""
+    total = 1 << 25
+    print("\nFFT configuration sweep (complex64, ms per call of 2^25 elements; * = default)")
+    for n in (64, 128, 256, 512, 1024, 2048, 4096):
+        batch = total // n
+        x = (cp.random.standard_normal((batch, n), dtype=cp.float32)
+             + 1j * cp.random.standard_normal((batch, n), dtype=cp.float32)).astype(cp.complex64)
+        y = cp.empty_like(x)
+        xn, yn = as_numba(x), as_numba(y)
+        ref = cp.fft.fft(x, axis=-1)
+        default = mathpy.device.fft(size=n)
+        results = []
+        for ept in (4, 8, 16):
+            threads = n // ept
+            if threads > 1024 or threads < 1:
+                continue
+            for fpb in sorted({1, 2, 4, 8, 16, max(1, 128 // threads), max(1, 256 // threads), max(1, 512 // threads)}):
+                try:
+                    FFT = mathpy.device.fft(size=n, elements_per_thread=ept, ffts_per_block=fpb)
+                except ValueError:
+                    continue
+                launch = fft_kernel(FFT)[FFT.grid_dim(batch), FFT.block_dim, 0, FFT.shared_memory_size]
+                launch(xn, yn)
+                cuda.synchronize()
+                if rel_err(y, ref) > 1e-5:
+                    fail(f"sweep n={n} ept={ept} fpb={fpb}: wrong result")
+                t = gpu_time(lambda: launch(xn, yn), min_seconds=0.01)
+                mark = "*" if FFT is default else " "
+                results.append((t, f"{mark}ept={ept:<2} fpb={fpb:<3} {t:.4f} ms"))
+        results.sort()
+        print(f"n={n:<5} " + " | ".join(r[1] for r in results[:6]))
+
+
 def print_table():
     print()
     print(f"{'section':<15} {'problem':<42} {'mathpy ms':>10}  {'peers (ms)':<52} {'ratio':>6}  {'target':<8} note")
@@ -276,11 +312,18 @@ def main():
 
     print(f"device: {dev['name'].decode()}  numba-cuda {version('numba-cuda')}  cupy {cp.__version__}  "
           f"torch {torch.__version__ if torch else 'n/a'}  (cupy.fft caches its cuFFT plans after the first call)")
+    if "--sweep" in sys.argv:
+        sweep_fft()
+        return
     bench_fft()
     bench_convolution()
     bench_gemm()
     print_table()
     plot()
+    os.makedirs(RESULTS, exist_ok=True)
+    with open(os.path.join(RESULTS, "bench_device.json"), "w") as f:
+        json.dump([{"section": r[0], "problem": r[1], "mathpy_ms": r[2], "peers_ms": r[3], "ratio": r[4],
+                    "target": r[5], "note": r[6]} for r in rows], f, indent=1)
     print(f"total {time.perf_counter() - t0:.0f} s")
 
 
