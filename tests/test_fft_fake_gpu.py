@@ -351,3 +351,30 @@ def test_callbacks_bound_for_the_gpu(fake_gpu):
     assert engine._cpu.epilog.user_info.ctypes.data == device_filter.data.ptr  # no copy of device user data
     y = mfft.fft(x, execution="cuda", epilog=mfft.Callback(filter_epilog, data=filt))  # host data: copied
     np.testing.assert_allclose(y, np.fft.fft(x) * filt, atol=1e-3)
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(shape=st.lists(st.integers(1, 6), min_size=1, max_size=4), steps=st.data(),
+       name=st.sampled_from(["fftn", "ifftn", "rfftn", "irfftn"]), dtype=st.sampled_from([np.complex64, np.float64]),
+       norm=st.sampled_from([None, "ortho", "forward"]), data=st.data())
+def test_layouts_property(fake_gpu, shape, steps, name, dtype, norm, data):
+    """Random shapes, strides (negative too), axes and s through the device path, against NumPy."""
+    ndim = len(shape)
+    step = [steps.draw(st.sampled_from([1, 2, -1])) for _ in shape]
+    real = name == "rfftn"
+    base_dtype = (np.float32 if dtype == np.complex64 else np.float64) if real else dtype
+    base = rand(tuple(n * abs(s) for n, s in zip(shape, step)), base_dtype)
+    index = tuple(slice(None, None, s) for s in step)
+    axes = tuple(data.draw(st.permutations(range(ndim)))[:data.draw(st.integers(1, ndim))])
+    s = data.draw(st.one_of(st.none(), st.lists(st.integers(1, 8), min_size=len(axes), max_size=len(axes))))
+    if name == "irfftn" and s is None and base[index].shape[axes[-1]] == 1:
+        s = [base[index].shape[a] for a in axes]
+        s[-1] = 1
+    expected = getattr(np.fft, name)(base[index], s=s, axes=axes, norm=norm)
+    result = getattr(mfft, name)(fake_gpu.asarray(base)[index], s=s, axes=axes, norm=norm)
+    assert isinstance(result, FakeArray) and result.dtype == expected.dtype
+    np.testing.assert_allclose(np.asarray(result), expected, atol=1e-3 * max(1, np.abs(expected).max()))
