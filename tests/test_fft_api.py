@@ -259,7 +259,7 @@ def test_scipy_backend():
     with scipy.fft.set_backend(mfft.scipy_backend, only=True):
         np.testing.assert_allclose(scipy.fft.fft(x), np.fft.fft(x))
         np.testing.assert_allclose(scipy.fft.rfft2(x, workers=2), np.fft.rfft2(x))
-        np.testing.assert_allclose(scipy.fft.irfftn(x, s=(4, 10), axes=(0, 1)), np.fft.irfftn(x, s=(4, 10)))
+        np.testing.assert_allclose(scipy.fft.irfftn(x, s=(4, 10), axes=(0, 1)), np.fft.irfftn(x, s=(4, 10), axes=(0, 1)))
     assert calls() == before + 3  # all three ran through mathpy's plans
     with scipy.fft.set_backend(mfft.scipy_backend):  # dct: not in mathpy, SciPy's own backend answers
         np.testing.assert_allclose(scipy.fft.dct(x), scipy.fft.dct(x))
