@@ -216,6 +216,8 @@ def test_fused_convolution_kernel_compiles_for_sm90(sm90):
     c64 = numba.complex64
     ptx = _ptx(conv, (c64[:, :], c64[:], c64[:, :]))
     assert not re.search(r"\b(ld|st)\.local", ptx) and ".f64" not in ptx
+    assert "ld.global.nc.v2.f32" in ptx  # the filter goes through the read-only cache
+    assert "st.v2.f32" in ptx  # one vector store per complex64 element
 
 
 @pytest.mark.slow

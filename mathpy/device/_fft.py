@@ -181,7 +181,8 @@ class FFTDescription(DescriptionNamespace):
       row ``batch`` of a 2-D array (``(n_batch, input_length)`` / ``(n_batch, output_length)``); rows past the end
       load zeros and store nothing.
     - ``multiply(thread_data, f)``: multiply element ``k`` of the thread data by ``f[k]`` (a 1-D complex array of
-      ``output_length`` elements, e.g. a convolution filter); for ``r2c`` only elements ``k <= size//2`` (the others
+      ``output_length`` elements in global memory, e.g. a convolution filter; complex64 filters are read through the
+      read-only cache, so the kernel must not write ``f``); for ``r2c`` only elements ``k <= size//2`` (the others
       are not part of the result).
     - ``batch_index()``: ``blockIdx.x * ffts_per_block + threadIdx.y``.
 
@@ -465,9 +466,9 @@ def _generate(d):
     # ---------------- load / store ----------------
     vector_c64 = d.complex_dtype == np.complex64 and not simulator_enabled()
     if vector_c64:
-        from ._intrinsics import load_c64, store_c64
+        from ._intrinsics import load_c64, load_c64_readonly, store_c64
 
-        ns["LOADC"], ns["STOREC"] = load_c64, store_c64
+        ns["LOADC"], ns["STOREC"], ns["LOADRO"] = load_c64, store_c64, load_c64_readonly
 
     def ld(arr, idx):
         return f"LOADC({arr}, ub, {idx})" if vector_c64 else f"{arr}[ub, {idx}]"
@@ -517,11 +518,12 @@ def _generate(d):
     lines = ["def multiply(thread_data, f):", "    t = UINT(cuda.threadIdx.x)"]
     for i in range(ept):
         idx = f"t + {ucon(i * T)}"
+        fk = f"LOADRO(f, {idx})" if vector_c64 else f"f[{idx}]"
         if d.fft_type != "r2c" or (i + 1) * T - 1 <= half:
-            lines.append(f"    thread_data[{i}] = thread_data[{i}] * f[{idx}]")
+            lines.append(f"    thread_data[{i}] = thread_data[{i}] * {fk}")
         elif i * T <= half:
             lines.append(f"    if {idx} <= {ucon(half)}:")
-            lines.append(f"        thread_data[{i}] = thread_data[{i}] * f[{idx}]")
+            lines.append(f"        thread_data[{i}] = thread_data[{i}] * {fk}")
     src.append("\n".join(lines) + "\n")
 
     src.append(

@@ -77,3 +77,32 @@ def store_c64(typingctx, arr, row, col, value):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+@intrinsic
+def load_c64_readonly(typingctx, arr, idx):
+    """``arr[idx]`` of a 1-D complex64 array in *global* memory that the kernel never writes (e.g. a filter): one
+    8-byte vector load through the global address space marked ``!invariant.load``, i.e. the read-only-cache
+    ``ld.global.nc.v2.f32``. Not for shared or local arrays."""
+    if not (
+        isinstance(arr, types.Array) and arr.ndim == 1 and arr.dtype == types.complex64
+        and isinstance(idx, types.Integer)
+    ):
+        return None
+    sig = types.complex64(arr, idx)
+
+    def codegen(context, builder, signature, args):
+        arrty, idxty = signature.args
+        arr_v, idx_v = args
+        ptr = _element_pointer(context, builder, arrty, arr_v, (idx_v,), (idxty,))
+        vec_t = ir.VectorType(ir.FloatType(), 2)
+        # numba's array pointers are generic; the read-only path needs the global address space spelled out
+        gptr = builder.addrspacecast(builder.bitcast(ptr, vec_t.as_pointer()), vec_t.as_pointer(1))
+        vec = builder.load(gptr, align=8)
+        vec.set_metadata("invariant.load", builder.module.add_metadata([]))
+        cplx = context.make_complex(builder, types.complex64)
+        cplx.real = builder.extract_element(vec, ir.Constant(ir.IntType(32), 0))
+        cplx.imag = builder.extract_element(vec, ir.Constant(ir.IntType(32), 1))
+        return cplx._getvalue()
+
+    return sig, codegen
