@@ -6,7 +6,7 @@ results in the caller's package and on its device. The same calls run on the CPU
 Block-level device APIs for numba-cuda kernels live in :mod:`mathpy.device`.
 """
 
-from . import _compat
+from . import _compat, fft
 from ._cuda import is_available as cuda_is_available
 from ._errors import *  # noqa: F403
 from ._errors import __all__ as _errors_all
@@ -23,6 +23,7 @@ __all__ = [
     "execution_space",
     "get_execution_space",
     "cuda_is_available",
+    "fft",
     "matmul",
     "Matmul",
     "MatmulEpilog",

@@ -104,6 +104,8 @@ class _CuPy:
     @staticmethod
     def empty(shape, dtype, device_id, stream):
         import cupy
+        if device_id == cupy.cuda.runtime.getDevice() and (not stream or stream == cupy.cuda.get_current_stream().ptr):
+            return cupy.empty(shape, dtype)  # the hot path: no context switches
         with cupy.cuda.Device(device_id), _cupy_stream(stream):
             return cupy.empty(shape, dtype)
 
@@ -119,11 +121,20 @@ class _CuPy:
         return array.get(stream=cupy.cuda.ExternalStream(stream) if stream else None)
 
 
+_external_streams = {}
+
+
 def _cupy_stream(stream):
+    """A context making raw handle ``stream`` CuPy's current stream; the wrapper objects are reused (they own nothing)."""
     import contextlib
 
     import cupy
-    return cupy.cuda.ExternalStream(stream) if stream else contextlib.nullcontext()
+    if not stream:
+        return contextlib.nullcontext()
+    wrapper = _external_streams.get(stream)
+    if wrapper is None:
+        wrapper = _external_streams[stream] = cupy.cuda.ExternalStream(stream)
+    return wrapper
 
 
 @functools.cache
@@ -177,8 +188,11 @@ class _Torch:
         torch_dtype = _torch_dtypes()[1][np.dtype(dtype)]
         if device_id is None:
             return torch.empty(shape, dtype=torch_dtype)
+        device = _torch_device(device_id)
+        if not stream or stream == torch.cuda.current_stream(device).cuda_stream:
+            return torch.empty(shape, dtype=torch_dtype, device=device)  # the hot path: no stream switch
         with _torch_stream(stream, device_id):
-            return torch.empty(shape, dtype=torch_dtype, device=f"cuda:{device_id}")
+            return torch.empty(shape, dtype=torch_dtype, device=device)
 
     @staticmethod
     def from_numpy(array, device_id, stream):
@@ -194,13 +208,22 @@ class _Torch:
             return _Torch.as_numpy(tensor.cpu())
 
 
+@functools.cache
+def _torch_device(device_id):
+    import torch
+    return torch.device("cuda", device_id)
+
+
 def _torch_stream(stream, device_id):
     import contextlib
 
     import torch
     if not stream:
         return contextlib.nullcontext()
-    return torch.cuda.stream(torch.cuda.ExternalStream(stream, device=f"cuda:{device_id}"))
+    wrapper = _external_streams.get(("torch", stream))
+    if wrapper is None:
+        wrapper = _external_streams[("torch", stream)] = torch.cuda.ExternalStream(stream, device=_torch_device(device_id))
+    return torch.cuda.stream(wrapper)
 
 
 _PACKAGES = {"numpy": _NumPy, "cupy": _CuPy, "torch": _Torch}
