@@ -41,6 +41,12 @@ def test_fft_real_transform_shapes(fft_type, n_in, n_out, in_dtype, out_dtype):
     assert (FFT.input_dtype, FFT.output_dtype) == (np.dtype(in_dtype), np.dtype(out_dtype))
 
 
+def test_fft_sync_scope():
+    assert md.fft(size=256).sync_scope == "warp"  # 32 threads per FFT
+    assert md.fft(size=1024).sync_scope == "block"
+    assert md.fft(size=64, ffts_per_block=3).sync_scope == "block"  # 24 threads: a partial warp
+
+
 def test_fft_mixed_radix_sizes():
     assert md.fft(size=384).radices == [12, 4, 4, 2]
     assert md.fft(size=1000).radices == [10, 10, 10]
@@ -157,7 +163,11 @@ def test_fft_ptx_keeps_data_in_registers(sm90, size, precision):
     assert "call.uni" not in ptx and "call " not in ptx, "device functions were not inlined"
     if precision == np.float32:
         assert ".f64" not in ptx, "single-precision FFT promoted to double"
-    assert "bar.sync" in ptx and "ld.shared" in ptx and "st.shared" in ptx
+    assert "ld.shared" in ptx and "st.shared" in ptx
+    if FFT.sync_scope == "warp":  # an FFT inside one warp synchronizes the warp only
+        assert "bar.warp.sync" in ptx and "bar.sync" not in ptx
+    else:
+        assert "bar.sync" in ptx
 
 
 @pytest.mark.slow

@@ -171,8 +171,9 @@ class FFTDescription(DescriptionNamespace):
     Launch with ``block_dim`` threads and ``shared_memory_size`` bytes of dynamic shared memory; a block computes
     ``ffts_per_block`` FFTs, FFT number ``threadIdx.y`` of the block using threads ``threadIdx.x < T``.
 
-    Device functions (call them inside ``@numba.cuda.jit`` kernels; every thread of the block must call ``execute``,
-    which synchronizes the block):
+    Device functions (call them inside ``@numba.cuda.jit`` kernels). Every thread of the block must call
+    ``execute``: it synchronizes the threads of each FFT (``sync_scope``: with ``"warp"`` -- an FFT's threads share a
+    warp -- a ``__syncwarp``, otherwise the whole block), so do not rely on it as a block-wide barrier.
 
     - ``execute(thread_data, shared_mem)``: transform in place. ``thread_data`` is a local complex array of
       ``storage_size`` elements holding elements ``threadIdx.x + i * T``; ``shared_mem`` is the kernel's dynamic shared
@@ -220,6 +221,12 @@ class FFTDescription(DescriptionNamespace):
             self.shared_layout, per_fft = "planar", 2 * plane
         else:
             self.shared_layout, per_fft = "split", plane  # real and imaginary parts exchanged one after the other
+        # The threads of FFT y are the linear ids [y*T, (y+1)*T): inside one warp when T divides 32. Then the
+        # exchanges need only __syncwarp, provided the block holds whole warps (every lane reaches the barrier).
+        if self.threads_per_fft <= 32 and 32 % self.threads_per_fft == 0 and self.block_size % 32 == 0:
+            self.sync_scope = "warp"
+        else:
+            self.sync_scope = "block"
         self._plane = plane
         self._per_fft = per_fft
         self.shared_memory_size = ffts_per_block * per_fft * itemsize
@@ -297,6 +304,9 @@ def _generate(d):
     em = _Emitter(consts)
     src = []
     pow2 = _is_pow2(n)
+    # An FFT whose threads share one warp only needs a warp barrier (the simulator has no syncwarp; there the
+    # block barrier, which orders strictly more, stands in for it).
+    SYNC = "cuda.syncwarp()" if d.sync_scope == "warp" and not simulator_enabled() else "cuda.syncthreads()"
 
     def kmod(expr, m):
         return f"({expr}) & {m - 1}" if _is_pow2(m) else f"({expr}) % {m}"
@@ -337,7 +347,7 @@ def _generate(d):
                         em.emit(f"    shared_mem[base + q] = {regs[i][0]}")
                     if pi in (None, 1):
                         em.emit(f"    shared_mem[base + {0 if split else d._plane} + q] = {regs[i][1]}")
-                em.emit("cuda.syncthreads()")
+                em.emit(SYNC)
                 for i in range(ept // 2, ept):
                     re, im = regs[i]
                     new_re = re if pi == 1 else em.fresh("r")
@@ -355,7 +365,7 @@ def _generate(d):
                     if pi in (None, 1):
                         em.emit(f"    {new_im} = -shared_mem[base + {0 if split else d._plane} + q]")
                     regs[i] = (new_re, new_im)
-                em.emit("cuda.syncthreads()")
+                em.emit(SYNC)
 
     ns_prod = 1
     nstages = len(d.radices)
@@ -434,7 +444,7 @@ def _generate(d):
                         em.emit(f"shared_mem[qb + {ucon(c)}] = {outs[s][r][0]}")
                     if pi in (None, 1):
                         em.emit(f"shared_mem[qb + {ucon(c + off_im)}] = {outs[s][r][1]}")
-            em.emit("cuda.syncthreads()")
+            em.emit(SYNC)
             for s in range(B2):
                 if stride2 % 32 == 0:
                     em.emit(f"q = t + {s * T}")
@@ -451,7 +461,7 @@ def _generate(d):
                         loaded[s][r][0] = em.assign(f"shared_mem[{idx}]", "r")
                     if pi in (None, 1):
                         loaded[s][r][1] = em.assign(f"shared_mem[{idx_im}]", "i")
-            em.emit("cuda.syncthreads()")
+            em.emit(SYNC)
         loaded = [[tuple(x) for x in row] for row in loaded]
         ns_prod *= R
 
