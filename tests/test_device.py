@@ -39,6 +39,11 @@ def test_fft_real_transform_shapes(fft_type, n_in, n_out, in_dtype, out_dtype):
     assert FFT.direction == ("forward" if fft_type == "r2c" else "inverse")
     assert (FFT.input_length, FFT.output_length) == (n_in, n_out)
     assert (FFT.input_dtype, FFT.output_dtype) == (np.dtype(in_dtype), np.dtype(out_dtype))
+    # even sizes run a complex FFT of half the size; the extra slot carries the Nyquist element
+    assert FFT.packed and FFT.threads_per_fft * FFT.elements_per_thread == 128
+    assert FFT.storage_size == FFT.elements_per_thread + 1
+    odd = md.fft(size=15, fft_type=fft_type)
+    assert not odd.packed and odd.storage_size == odd.elements_per_thread == 15
 
 
 def test_fft_sync_scope():
@@ -187,7 +192,7 @@ def test_matmul_ptx_keeps_accumulators_in_registers(sm90, precision):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("size, precision, fft_type", [
-    (256, np.float32, "r2c"), (256, np.float32, "c2r"), (64, np.float64, "r2c"), (96, np.float64, "c2r"),
+    (256, np.float32, "r2c"), (256, np.float32, "c2r"), (64, np.float64, "r2c"), (96, np.float64, "c2r"), (15, np.float32, "c2r"),
     (1000, np.float32, "c2c"), (7, np.float32, "c2c"),
 ])
 def test_fft_variants_compile_for_sm90(sm90, size, precision, fft_type):

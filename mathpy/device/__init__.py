@@ -51,8 +51,8 @@ Design
   and ``s`` stages need ``s-1`` shared-memory exchanges (planar real/imaginary buffers padded every 32 elements;
   for large double-precision sizes the real and imaginary parts are exchanged one after the other to fit 48 KiB).
   Inter-stage twiddles come from ``sincospi`` (two calls per butterfly, the rest by products): no table, no local
-  memory. ``r2c``/``c2r`` run a full complex transform of the real data (simple and exact; half the arithmetic of a
-  dedicated real transform is left on the table).
+  memory. ``r2c``/``c2r`` of even size run a complex FFT of half the size on packed pairs of reals, with one extra
+  shared-memory exchange to split/merge the spectrum (odd sizes run the full-length complex transform).
 - **GEMM.** Each thread owns a ``TM x TN`` tile of C in registers; the k loop reads A (broadcast within a warp, or
   conflict-free when A is stored column-major) and consecutive B columns from shared memory. fp16 and bf16
   accumulate in fp32. bf16: NumPy/numba arrays have no bfloat16 dtype, so bf16 operands are ``uint16``/``int16``

@@ -184,6 +184,11 @@ SIM_FFT_CASES = (
         (12, "float32", "r2c", None, {}),
         (96, "float32", "c2r", None, {}),
         (16, "float32", "r2c", None, {}),
+        (15, "float32", "r2c", None, {}),  # odd: full-length complex transform
+        (25, "float64", "c2r", None, {}),
+        (8192, "float64", "r2c", None, {}),  # packed, split exchange
+        (4096, "float32", "c2r", None, {}),
+        (4, "float32", "c2r", None, {}),
         (64, "float32", "r2c", None, {"elements_per_thread": 4, "ffts_per_block": 1}),
         (256, "float64", "r2c", None, {"ffts_per_block": 1}),
         (8, "float64", "c2r", None, {}),

@@ -49,6 +49,10 @@ def _is_pow2(n):
     return n >= 1 and n & (n - 1) == 0
 
 
+def _is_packed(fft_type, size):
+    return fft_type != "c2c" and size % 2 == 0 and size >= 4
+
+
 def _smooth(n):
     for p in PRIME_FACTORS:
         while n % p == 0:
@@ -187,9 +191,13 @@ class FFTDescription(DescriptionNamespace):
       are not part of the result).
     - ``batch_index()``: ``blockIdx.x * ffts_per_block + threadIdx.y``.
 
-    For ``r2c`` the thread data holds real inputs in the real parts and afterwards the spectrum's first ``size//2+1``
-    elements (what ``store`` writes); for ``c2r`` it holds the half spectrum (elements ``k <= size//2``; ``execute``
-    completes the rest by Hermitian symmetry) and afterwards the real outputs in the real parts.
+    Real transforms of even size (``packed``) run a complex FFT of ``size/2`` points (``elements_per_thread`` and
+    ``T`` refer to it) plus a pre-/post-processing exchange, and ``storage_size`` is ``elements_per_thread + 1``.
+    ``r2c``: before ``execute`` element ``i`` holds the real pair ``(x[2k], x[2k+1])``, ``k = threadIdx.x + i*T``;
+    afterwards ``X[k]``, and slot ``elements_per_thread`` of thread 0 holds ``X[size/2]``. ``c2r``: the reverse
+    (the imaginary parts of ``X[0]`` and ``X[size/2]`` are ignored). Odd sizes run the full-length complex transform
+    with real values in the real parts (``r2c``) / the half spectrum at ``k <= size//2`` (``c2r``). The ``load``,
+    ``store`` and ``multiply`` helpers know these layouts.
     The transforms are unnormalized (like cuFFT and ``numpy.fft`` forward); the inverse is ``size *`` numpy's ifft.
     """
 
@@ -201,8 +209,13 @@ class FFTDescription(DescriptionNamespace):
         self.fft_type = fft_type
         self.elements_per_thread = elements_per_thread
         self.ffts_per_block = ffts_per_block
-        self.storage_size = elements_per_thread
-        self.threads_per_fft = size // elements_per_thread
+        # Real transforms of even size run as a complex FFT of size/2 on packed pairs (x[2j] + i x[2j+1]) plus a
+        # post-/pre-processing step; the extra thread-data slot holds the Nyquist element X[size/2] (thread 0).
+        self.packed = _is_packed(fft_type, size)
+        n_c = size // 2 if self.packed else size
+        self._n_complex = n_c
+        self.storage_size = elements_per_thread + (1 if self.packed else 0)
+        self.threads_per_fft = n_c // elements_per_thread
         self.block_dim = (self.threads_per_fft, ffts_per_block, 1)
         self.block_size = self.threads_per_fft * ffts_per_block
         self.complex_dtype = np.dtype(np.complex64 if precision is np.float32 else np.complex128)
@@ -211,9 +224,9 @@ class FFTDescription(DescriptionNamespace):
         self.output_length = size // 2 + 1 if fft_type == "r2c" else size
         self.input_dtype = self.real_dtype if fft_type == "r2c" else self.complex_dtype
         self.output_dtype = self.real_dtype if fft_type == "c2r" else self.complex_dtype
-        self.radices = _radices(size, elements_per_thread)
-        needs_shared = self.threads_per_fft > 1 and (len(self.radices) > 1 or fft_type == "c2r")
-        plane = _pad(size - 1) + 1
+        self.radices = _radices(n_c, elements_per_thread)
+        needs_shared = self.threads_per_fft > 1 and (len(self.radices) > 1 or fft_type != "c2c")
+        plane = _pad(n_c - 1) + 1
         itemsize = self.real_dtype.itemsize
         if not needs_shared:
             self.shared_layout, per_fft = "none", 0
@@ -282,7 +295,8 @@ def _radices(size, ept):
 def _generate(d):
     rt = np.float32 if d.real_dtype == np.float32 else np.float64
     consts = ConstantPool(rt)
-    n, ept, T = d.size, d.elements_per_thread, d.threads_per_fft
+    n, ept, T = d._n_complex, d.elements_per_thread, d.threads_per_fft
+    packed = d.packed
     sign = -1 if d.direction == "forward" else 1
     half = n // 2
     ns = {
@@ -324,11 +338,87 @@ def _generate(d):
     for i in range(ept):
         v = em.assign(f"thread_data[{i}]", "c")
         re = em.assign(f"{v}.real", "r")
-        im = "ZERO" if d.fft_type == "r2c" else em.assign(f"{v}.imag", "i")
+        im = "ZERO" if d.fft_type == "r2c" and not packed else em.assign(f"{v}.imag", "i")
         regs.append((re, im))
     split = d.shared_layout == "split"
+    off_im = 0 if split else d._plane
 
-    if d.fft_type == "c2r":
+    def mirror_exchange(values, mirror_index, own):
+        """Write each thread's values (element k = t + i*T) to shared memory, then read element mirror_index(i)
+        (a code string, or None when own(i) supplies the value in registers). Returns the mirrored (re, im)."""
+        got = [[None, None] for _ in range(ept)]
+        for pi in ([0, 1] if split else [None]):
+            for i in range(ept):
+                em.emit(f"q = t + {i * T}")
+                em.emit("qb = UINT(base + q + (q >> 5))")
+                if pi in (None, 0):
+                    em.emit(f"shared_mem[qb] = {values[i][0]}")
+                if pi in (None, 1):
+                    em.emit(f"shared_mem[qb + {ucon(off_im)}] = {values[i][1]}")
+            em.emit(SYNC)
+            for i in range(ept):
+                names = [em.fresh("mr"), em.fresh("mi")]
+                special = own(i)
+                if special is not None:
+                    cond, (sr, si) = special
+                    em.emit(f"if {cond}:")
+                    em.emit(f"    {names[0]} = {sr}")
+                    em.emit(f"    {names[1]} = {si}")
+                    em.emit("else:")
+                    ind = "    "
+                else:
+                    ind = ""
+                em.emit(f"{ind}m = {mirror_index(i)}")
+                em.emit(f"{ind}qb = UINT(base + m + (m >> 5))")
+                if pi in (None, 0):
+                    em.emit(f"{ind}{names[0]} = shared_mem[qb]")
+                if pi in (None, 1):
+                    em.emit(f"{ind}{names[1]} = shared_mem[qb + {ucon(off_im)}]")
+                if pi == 0:
+                    got[i][0] = names[0]
+                elif pi == 1:
+                    got[i][1] = names[1]
+                else:
+                    got[i] = names
+            em.emit(SYNC)
+        return [tuple(g) for g in got]
+
+    def twiddle_wk(sign_k):
+        """exp(sign_k * 2 pi i (t + i*T) / size) for each register i: one sincospi per thread, constant steps."""
+        em.emit(f"ws0, wc0 = sincospi(REAL(t) * {consts.add(sign_k * 2.0 / d.size)})")
+        out = []
+        for i in range(ept):
+            step = (consts.add(math.cos(sign_k * 2 * math.pi * i * T / d.size)),
+                    consts.add(math.sin(sign_k * 2 * math.pi * i * T / d.size)))
+            out.append(("wc0", "ws0") if i == 0 else em.mul(("wc0", "ws0"), step))
+        return out
+
+    if packed and d.fft_type == "c2r":
+        # Z[k] = (X[k] + conj X[M-k]) + i W_N^-k (X[k] - conj X[M-k]), k < M = size/2; X[M] is slot ept (thread 0)
+        # The imaginary parts of X[0] and X[M] do not exist in a Hermitian spectrum: ignore them (as numpy and
+        # the full-length transform do).
+        xm = (em.assign(f"thread_data[{ept}].real", "r"), "ZERO")
+        x0i = em.assign(regs[0][1], "i")
+        em.emit("if t == 0:")
+        em.emit(f"    {x0i} = ZERO")
+        regs[0] = (regs[0][0], x0i)
+        if T == 1:
+            mir = [xm if i == 0 else regs[n - i] for i in range(ept)]
+        else:
+            mir = mirror_exchange(
+                regs, lambda i: f"{n} - t - {i * T}", lambda i: ("t == 0", xm) if i == 0 else None
+            )
+        ws = twiddle_wk(+1)
+        new = []
+        for i in range(ept):
+            (xr, xi), (mr, mi) = regs[i], mir[i]
+            a = (em.assign(f"{xr} + {mr}"), em.assign(f"{xi} - {mi}"))
+            b = (em.assign(f"{xr} - {mr}"), em.assign(f"{xi} + {mi}"))
+            c = em.mul(b, ws[i])
+            new.append((em.assign(f"{a[0]} - {c[1]}"), em.assign(f"{a[1]} + {c[0]}")))
+        regs = new
+
+    if d.fft_type == "c2r" and not packed:
         # Hermitian completion: element k > size/2 is conj(element size - k).
         if T == 1:
             for i in range(half + 1, n):
@@ -465,9 +555,27 @@ def _generate(d):
         loaded = [[tuple(x) for x in row] for row in loaded]
         ns_prod *= R
 
+    if packed and d.fft_type == "r2c":
+        # X[k] = (Z[k] + conj Z[M-k]) / 2 - i/2 W_N^k (Z[k] - conj Z[M-k]); X[M] = Re Z[0] - Im Z[0]
+        if T == 1:
+            mir = [regs[(n - i) % n] for i in range(ept)]
+        else:
+            mir = mirror_exchange(regs, lambda i: kmod(f"{n} - t - {i * T}", n), lambda i: None)
+        ws = twiddle_wk(-1)
+        hf = consts.add(0.5)
+        em.emit(f"thread_data[{ept}] = complex({regs[0][0]} - {regs[0][1]}, ZERO)")
+        new = []
+        for i in range(ept):
+            (zr, zi), (mr, mi) = regs[i], mir[i]
+            fe = (em.assign(f"({zr} + {mr}) * {hf}"), em.assign(f"({zi} - {mi}) * {hf}"))
+            fo = (em.assign(f"({zi} + {mi}) * {hf}"), em.assign(f"({mr} - {zr}) * {hf}"))
+            c = em.mul(fo, ws[i])
+            new.append(em.add(fe, c))
+        regs = new
+
     for i in range(ept):
         re, im = regs[i]
-        if d.fft_type == "c2r":
+        if d.fft_type == "c2r" and not packed:
             em.emit(f"thread_data[{i}] = complex({re}, ZERO)")
         else:
             em.emit(f"thread_data[{i}] = complex({re}, {im})")
@@ -490,7 +598,10 @@ def _generate(d):
     lines += ["    if batch < x.shape[0]:", "        ub = UINT(batch)"]
     for i in range(ept):
         idx = f"t + {ucon(i * T)}"
-        if d.fft_type == "c2c":
+        if packed and d.fft_type == "r2c":  # pairs of reals -> one complex
+            j2 = f"(t + {ucon(i * T)}) * {ucon(2)}"
+            lines.append(f"        thread_data[{i}] = complex(x[ub, {j2}], x[ub, {j2} + {ucon(1)}])")
+        elif d.fft_type == "c2c" or packed:
             lines.append(f"        thread_data[{i}] = {ld('x', idx)}")
         elif d.fft_type == "r2c":
             lines.append(f"        thread_data[{i}] = complex(x[ub, {idx}], ZERO)")
@@ -504,8 +615,11 @@ def _generate(d):
                 lines.append(f"            thread_data[{i}] = ZEROC")
             else:
                 lines.append(f"        thread_data[{i}] = ZEROC")
+    if packed:
+        value = ld("x", ucon(n)) if d.fft_type == "c2r" else "ZEROC"
+        lines.append(f"        thread_data[{ept}] = {value}")
     lines.append("    else:")
-    for i in range(ept):
+    for i in range(d.storage_size):
         lines.append(f"        thread_data[{i}] = ZEROC")
     src.append("\n".join(lines) + "\n")
 
@@ -513,7 +627,11 @@ def _generate(d):
     lines += ["    if batch < y.shape[0]:", "        ub = UINT(batch)"]
     for i in range(ept):
         idx = f"t + {ucon(i * T)}"
-        if d.fft_type == "c2c":
+        if packed and d.fft_type == "c2r":  # one complex -> pairs of reals
+            j2 = f"(t + {ucon(i * T)}) * {ucon(2)}"
+            lines.append(f"        y[ub, {j2}] = thread_data[{i}].real")
+            lines.append(f"        y[ub, {j2} + {ucon(1)}] = thread_data[{i}].imag")
+        elif d.fft_type == "c2c" or packed:
             lines.append(f"        {st('y', idx, f'thread_data[{i}]')}")
         elif d.fft_type == "c2r":
             lines.append(f"        y[ub, {idx}] = thread_data[{i}].real")
@@ -523,17 +641,23 @@ def _generate(d):
             elif i * T <= half:
                 lines.append(f"        if {idx} <= {ucon(half)}:")
                 lines.append(f"            {st('y', idx, f'thread_data[{i}]')}")
+    if packed and d.fft_type == "r2c":
+        lines.append(f"        if t == {ucon(0)}:")
+        lines.append(f"            {st('y', ucon(n), f'thread_data[{ept}]')}")
     src.append("\n".join(lines) + "\n")
 
     lines = ["def multiply(thread_data, f):", "    t = UINT(cuda.threadIdx.x)"]
     for i in range(ept):
         idx = f"t + {ucon(i * T)}"
         fk = f"LOADRO(f, {idx})" if vector_c64 else f"f[{idx}]"
-        if d.fft_type != "r2c" or (i + 1) * T - 1 <= half:
+        if d.fft_type != "r2c" or packed or (i + 1) * T - 1 <= half:
             lines.append(f"    thread_data[{i}] = thread_data[{i}] * {fk}")
         elif i * T <= half:
             lines.append(f"    if {idx} <= {ucon(half)}:")
             lines.append(f"        thread_data[{i}] = thread_data[{i}] * {fk}")
+    if packed and d.fft_type == "r2c":
+        fk = f"LOADRO(f, {ucon(n)})" if vector_c64 else f"f[{ucon(n)}]"
+        lines.append(f"    thread_data[{ept}] = thread_data[{ept}] * {fk}")
     src.append("\n".join(lines) + "\n")
 
     src.append(
@@ -597,19 +721,22 @@ def fft(
         raise ValueError(f"direction={direction!r} does not go with fft_type='r2c'; allowed: 'forward'")
     if fft_type == "c2r" and direction != "inverse":
         raise ValueError(f"direction={direction!r} does not go with fft_type='c2r'; allowed: 'inverse'")
+    n_c = size // 2 if _is_packed(fft_type, size) else size  # length of the complex FFT that runs
     if elements_per_thread is None:
-        elements_per_thread = _default_elements_per_thread(size)
+        elements_per_thread = _default_elements_per_thread(n_c)
     elements_per_thread = _int_arg("elements_per_thread", elements_per_thread)
-    allowed_ept = _valid_elements_per_thread(size)
+    allowed_ept = _valid_elements_per_thread(n_c)
     if elements_per_thread not in allowed_ept:
+        what = f" (an {fft_type} of even size runs a complex FFT of size {n_c})" if n_c != size else ""
         raise ValueError(
-            f"elements_per_thread={elements_per_thread} is not supported for size={size}; allowed: {allowed_ept}"
+            f"elements_per_thread={elements_per_thread} is not supported for size={size}{what}; "
+            f"allowed: {allowed_ept}"
         )
-    threads = size // elements_per_thread
+    threads = n_c // elements_per_thread
     if ffts_per_block is None:
         ffts_per_block = max(1, 256 // threads)
         itemsize = np.dtype(precision).itemsize
-        plane = _pad(size - 1) + 1
+        plane = _pad(n_c - 1) + 1
         while ffts_per_block > 1 and ffts_per_block * 2 * plane * itemsize > MAX_SHARED_MEMORY:
             ffts_per_block //= 2
     ffts_per_block = _int_arg("ffts_per_block", ffts_per_block)
