@@ -97,8 +97,9 @@ def test_matmul_description_attributes():
     G = md.matmul(128, 128, 32, np.float32)
     assert G.block_dim == (256, 1, 1)
     assert (G.tile_m, G.tile_n, G.accumulator_size) == (8, 8, 64)
-    assert (G.a_size, G.b_size, G.c_size) == (128 * 32, 32 * 128, 128 * 128)
-    assert G.shared_memory_size_ab == 2 * 128 * 32 * 4
+    assert G.lda == 33 and (G.a_size, G.b_size, G.c_size) == (128 * 33, 32 * 128, 128 * 128)
+    assert G.shared_memory_size_ab == (128 * 33 + 32 * 128) * 4
+    assert md.matmul(128, 128, 32, np.float32, a_arrangement="col_major").lda == 129
     assert G.compute_dtype == np.float32
     h = md.matmul(64, 64, 64, np.float16)
     assert h.storage_dtype == np.float16 and h.compute_dtype == np.float32
@@ -114,7 +115,7 @@ def test_matmul_description_attributes():
     ((8, 8, 8), {"precision": "tf32"}, ["'tf32'", "allowed"]),
     ((64, 64, 8), {"block_size": 100}, ["block_size=100", "allowed", "256"]),
     ((64, 64, 8), {"block_size": 2048}, ["block_size=2048", "allowed"]),
-    ((128, 128, 64), {"precision": np.float32}, ["65536", "49152", "k-slice"]),
+    ((128, 128, 64), {"precision": np.float32}, ["66048", "49152", "k-slice"]),
     ((64, 64, 8), {"a_arrangement": "diagonal"}, ["a_arrangement='diagonal'", "row_major"]),
     ((64, 64, 8), {"epilogue": 3}, ["epilogue=3"]),
 ])

@@ -54,7 +54,8 @@ class MatmulDescription(DescriptionNamespace):
     """A block GEMM configuration and its device functions (build it with :func:`matmul`).
 
     Launch with ``block_dim`` threads (1-D). Operands are flat arrays (shared memory, normally) with fixed leading
-    dimensions: A ``m x k`` (row-major: ``a[i * k + p]``; col-major: ``a[p * m + i]``), B ``k x n`` row-major
+    dimensions: A ``m x k`` with ``lda`` padded by one against bank conflicts (row-major: ``a[i * lda + p]``,
+    ``lda = k + 1``; col-major: ``a[p * lda + i]``, ``lda = m + 1``; ``a_size`` elements), B ``k x n`` row-major
     (``b[p * n + j]``), C ``m x n`` row-major (``c[i * n + j]``), in ``storage_dtype``.
 
     Device functions:
@@ -85,7 +86,11 @@ class MatmulDescription(DescriptionNamespace):
         self.nt_n, self.nt_m = _thread_grid(m, n, block_size)
         self.tile_m, self.tile_n = m // self.nt_m, n // self.nt_n
         self.accumulator_size = self.tile_m * self.tile_n
-        self.a_size, self.b_size, self.c_size = m * k, k * n, m * n
+        # A's leading dimension is padded by one element: rows (row-major) or columns (col-major) then start in
+        # different banks, so neither the copy into shared memory nor the reads of the k loop conflict.
+        self.lda = k + 1 if a_arrangement == "row_major" else m + 1
+        self.a_size = self.lda * (m if a_arrangement == "row_major" else k)
+        self.b_size, self.c_size = k * n, m * n
         itemsize = self.storage_dtype.itemsize
         self.shared_memory_size_ab = (self.a_size + self.b_size) * itemsize
         self.shared_memory_size = (self.a_size + self.b_size + self.c_size) * itemsize
@@ -197,10 +202,11 @@ def _generate(d):
         to_c, from_c = "{}", "{}"
 
     TM, TN, NTM, NTN, BS = d.tile_m, d.tile_n, d.nt_m, d.nt_n, d.block_size
+    LDA = d.lda
     a_row_major = d.a_arrangement == "row_major"
 
     def a_index(ii):
-        return f"(ty + {ii * NTM}) * {K} + p" if a_row_major else f"p * {M} + ty + {ii * NTM}"
+        return f"(ty + {ii * NTM}) * {LDA} + p" if a_row_major else f"p * {LDA} + ty + {ii * NTM}"
 
     def header():
         return ["    tid = cuda.threadIdx.x", f"    tx = tid % {NTN}", f"    ty = tid // {NTN}"]
@@ -271,7 +277,8 @@ def _generate(d):
     ns["UINT"] = np.uint64
     for name, value in (("UM", M), ("UN", N), ("UK", K), ("UBS", BS), ("UMK", M * K), ("UKN", K * N), ("UMN", M * N)):
         ns[name] = np.uint64(value)
-    a_dst = "idx" if a_row_major else "kk * UM + i"
+    ns["ULDA"] = np.uint64(d.lda)
+    a_dst = "i * ULDA + kk" if a_row_major else "kk * ULDA + i"
     src.append(
         "def load_a(a3, batch, k0, smem_a):\n"
         "    if batch < a3.shape[0]:\n"
@@ -332,7 +339,7 @@ def matmul(m, n, k, precision=np.float32, block_size=None, a_arrangement="row_ma
         >>> import numpy as np, mathpy.device
         >>> GEMM = mathpy.device.matmul(64, 64, 32, np.float32)
         >>> GEMM.block_dim, GEMM.accumulator_size, GEMM.shared_memory_size_ab
-        ((256, 1, 1), 16, 16384)
+        ((256, 1, 1), 16, 16640)
     """
     dims = {}
     for name, v in (("m", m), ("n", n), ("k", k)):
