@@ -77,7 +77,8 @@ def _default_elements_per_thread(size):
     if size <= 16:
         return size
     if _is_pow2(size):
-        return 8 if size < 1024 else 16
+        # 512 with 16 per thread is 32 threads: one warp per FFT, warp-level barriers
+        return 8 if size < 512 else 16
     # mixed radix: fewest stages (shared-memory exchanges) first, then closest to 8-16 values per thread
     target = 8 if size < 1024 else 16
     return min(valid, key=lambda e: (len(_radices(size, e)), abs(math.log2(e / target)), -e))
@@ -693,7 +694,7 @@ def fft(
         fft_type: ``"c2c"``, ``"r2c"`` (forward only) or ``"c2r"`` (inverse only).
         ffts_per_block: FFTs computed by one block (the block's ``threadIdx.y``); default aims at 256 threads.
         elements_per_thread: values each thread holds in registers, 2 to 16, dividing ``size`` so that every stage
-            radix divides it; default 16 for size >= 1024, 8 from 32 to 512 (powers of two), ``size`` up to 16.
+            radix divides it; default 16 for size >= 512, 8 from 32 to 256 (powers of two), ``size`` up to 16.
 
     Returns:
         An :class:`FFTDescription` (cached: equal arguments return the same object, so kernels reuse compiled code).
