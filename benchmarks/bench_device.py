@@ -10,7 +10,8 @@
 
 Every result is checked against the reference library before it is timed. Prints a table and saves
 benchmarks/results/bench_device.png (and .json).
-Usage:  python benchmarks/bench_device.py [--quick]      (--sweep: time other FFT block configurations instead)
+Usage:  python benchmarks/bench_device.py [--quick]      (--sweep: time other FFT block configurations instead;
+        --smoke: tiny sizes, to check the script itself)
 """
 
 import json
@@ -32,6 +33,7 @@ import mathpy.device  # noqa: E402
 from mathpy.device._checks import bf16_bits, bf16_to_float32, fft_kernel, matmul_kernel  # noqa: E402
 
 QUICK = "--quick" in sys.argv
+SMOKE = "--smoke" in sys.argv  # tiny sizes: checks the script itself (e.g. under the simulator), not the GPU
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
@@ -86,6 +88,8 @@ def gpu_time(fn, min_seconds=0.03, max_iters=200):
 
 
 def as_numba(x):
+    if numba.config.ENABLE_CUDASIM:  # --smoke under the simulator: host arrays go straight in
+        return x
     return cuda.as_cuda_array(x, sync=False)
 
 
@@ -101,6 +105,8 @@ rows = []  # (section, problem, mathpy_ms, {peer: ms}, ratio, target)
 def bench_fft():
     total = 1 << (23 if QUICK else 25)  # complex64 elements per call (268 MB in + 268 MB out at 2^25)
     sizes = [64, 256, 1024, 4096] if QUICK else [64, 128, 256, 512, 1024, 2048, 4096]
+    if SMOKE:
+        total, sizes = 1 << 9, [64, 256]
     for n in sizes:
         batch = total // n
         FFT = mathpy.device.fft(size=n, precision=np.float32, direction="forward")
@@ -135,6 +141,8 @@ def bench_fft():
 def bench_convolution():
     total = 1 << (23 if QUICK else 25)
     sizes = [256, 1024, 4096] if QUICK else [64, 256, 1024, 2048, 4096]
+    if SMOKE:
+        total, sizes = 1 << 9, [64, 256]
     for n in sizes:
         batch = total // n
         FWD = mathpy.device.fft(size=n, precision=np.float32, direction="forward")
@@ -181,9 +189,12 @@ def bench_gemm():
     precisions = [("float32", 32), ("float16", 64), ("bfloat16", 64), ("float64", 16)]
     if QUICK:
         precisions = precisions[:2]
+    if SMOKE:
+        cases = [(16, 2), (32, 2)]
+        precisions = [("float32", 8), ("float16", 16), ("bfloat16", 16), ("float64", 8)]
     for size, batch in cases:
         for prec, kb in precisions:
-            if size == 128 and prec == "float32":
+            if size == 128 and prec == "float32" and not SMOKE:
                 kb = 32
             G = mathpy.device.matmul(size, size, kb, prec, a_arrangement="col_major")
             kern = matmul_kernel(G, size)
