@@ -13,7 +13,14 @@ import time
 
 import numpy as np
 
-from mathpy._compat import patch_numpy_for_numba_cuda
+try:
+    import mathpy  # noqa: F401
+except ImportError:  # running from a source checkout without installing it
+    import os
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from mathpy._compat import patch_numpy_for_numba_cuda  # noqa: E402
 
 patch_numpy_for_numba_cuda()  # numba-cuda 0.30 needs this on NumPy >= 2.5
 import numba  # noqa: E402
