@@ -38,8 +38,8 @@ class FakeCufft:
             elif name == "cufftXtMakePlanMany":
                 (handle, rank, n, inembed, istride, idist, in_type, onembed, ostride, odist, out_type, batch,
                  work, exec_type) = args
-                self.calls.append((name, handle, rank, tuple(n), tuple(inembed), istride, idist, in_type,
-                                   tuple(onembed), ostride, odist, out_type, batch, exec_type))
+                self.calls.append((name, handle, rank, tuple(n), inembed and tuple(inembed), istride, idist, in_type,
+                                   onembed and tuple(onembed), ostride, odist, out_type, batch, exec_type))
                 self._maybe_fail(name)
                 work._obj.value = self.workspace
                 return
@@ -98,10 +98,61 @@ def test_plan_sequence_and_arguments(fake):
     assert names(fake.calls) == ["cufftCreate", "cufftSetAutoAllocation", "cufftXtMakePlanMany", "cufftSetWorkArea"]
     assert fake.calls[1] == ("cufftSetAutoAllocation", 7, 0)
     plan = fake.calls[2]
-    assert plan == ("cufftXtMakePlanMany", 7, 1, (64,), (64,), 1, 64, real_cufft.CUDA_C_32F, (64,), 1, 64,
+    # a contiguous batch is cuFFT's basic layout: NULL embeds, as torch and CuPy plan it
+    assert plan == ("cufftXtMakePlanMany", 7, 1, (64,), None, 1, 64, real_cufft.CUDA_C_32F, None, 1, 64,
                     real_cufft.CUDA_C_32F, 8, real_cufft.CUDA_C_32F)
     assert fake.allocations == [("cupy", (4096,), np.dtype(np.uint8), 0, 11)]
     assert engine.workspace_bytes == 4096 and fake.calls[3][2] != 0
+    engine.free()
+
+
+@pytest.mark.parametrize("t,basic", [
+    (C2C, True),
+    (Transform("C2C", np.float32, (8, 64), (65, 1), (8, 64), (64, 1), (1,)), False),        # padded rows
+    (Transform("C2C", np.float32, (8, 64), (1, 8), (8, 64), (1, 8), (1,)), False),          # istride 8
+    (Transform("R2C", np.float32, (8, 64), (64, 1), (8, 33), (33, 1), (1,)), True),
+    (Transform("R2C", np.float32, (8, 64), (66, 1), (8, 33), (33, 1), (1,)), False),        # padded real rows
+    (Transform("C2R", np.float32, (4, 8, 33), (264, 33, 1), (4, 8, 64), (512, 64, 1), (1, 2)), True),
+    (Transform("C2C", np.float32, (4, 8, 16), (128, 16, 1), (4, 8, 16), (128, 16, 1), (1, 2)), True),
+    (Transform("C2C", np.float32, (4, 8, 16), (128, 16, 1), (4, 8, 16), (256, 16, 1), (1, 2)), False),
+])
+def test_null_embeds_only_for_the_basic_layout(fake, t, basic):
+    make(t).free()
+    plan = [c for c in fake.calls if c[0] == "cufftXtMakePlanMany"][0]
+    assert (plan[4] is None and plan[8] is None) == basic
+    assert (plan[4] is None) == (plan[8] is None)
+
+
+@pytest.mark.parametrize("kind", ["R2C", "C2R"])
+def test_halved_axis_of_length_one_is_planned_in_two_parts(fake, kind):
+    """cuFFT drops a trailing length-1 dimension of a multi-dimensional R2C/C2R (wrong answers): two plans instead."""
+    real, half = ((3, 1), (1, 1)), ((3, 1), (1, 1))
+    t = Transform(kind, np.float32, *(real + half if kind == "R2C" else half + real), (0, 1))
+    engine = make(t)
+    plans = [c for c in fake.calls if c[0] == "cufftXtMakePlanMany"]
+    assert [p[3] for p in plans] == ([(1,), (3,)] if kind == "R2C" else [(3,), (1,)])
+    fake.calls.clear()
+    engine.execute(1024, 2048, None, 0)
+    execs = [c for c in fake.calls if c[0] == "cufftXtExec"]
+    if kind == "C2R":
+        assert [e[2:] for e in execs] == [(1024, 1024, 1), (1024, 2048, 1)]
+    else:
+        assert [e[2:] for e in execs] == [(1024, 2048, -1), (2048, 2048, -1)]
+    engine.free()
+    assert engine.freed
+    assert names(fake.calls).count("cufftDestroy") == 2
+
+
+def test_misaligned_real_pointer_runs_on_aligned_copies(fake, monkeypatch):
+    copies = []
+    monkeypatch.setattr(_cufft, "_memcpy", lambda dst, src, nbytes, stream: copies.append((dst, src, nbytes)))
+    t = Transform("R2C", np.float32, (16, 64), (130, 2), (16, 33), (33, 1), (1,))
+    engine = make(t)
+    fake.calls.clear()
+    engine.execute(4100, 8192, None, 5)      # the real input 4 bytes past an 8-byte boundary
+    (execute,) = [c for c in fake.calls if c[0] == "cufftXtExec"]
+    assert execute[2] % 8 == 0 and execute[2] != 4100 and execute[3] == 8192
+    assert copies == [(execute[2], 4100, (15 * 130 + 63 * 2 + 1) * 4)]
     engine.free()
 
 

@@ -11,6 +11,7 @@ Signatures (checked against cufft.h / cufftXt.h of CUDA 12.9 and 13.0)::
     cufftResult cufftSetAutoAllocation(cufftHandle plan, int autoAllocate);
     cufftResult cufftSetWorkArea(cufftHandle plan, void *workArea);
     cufftResult cufftSetStream(cufftHandle plan, cudaStream_t stream);
+    cufftResult cufftGetSize(cufftHandle handle, size_t *workSize);
     cufftResult cufftGetVersion(int *version);
     cufftResult cufftGetProperty(libraryPropertyType type, int *value);
     cufftResult cufftXtMakePlanMany(cufftHandle plan, int rank, long long *n, long long *inembed, long long istride,
@@ -70,6 +71,7 @@ _TABLE = {
     "cufftSetAutoAllocation": (STATUS, [cufftHandle, c_int]),
     "cufftSetWorkArea": (STATUS, [cufftHandle, c_void_p]),
     "cufftSetStream": (STATUS, [cufftHandle, c_void_p]),
+    "cufftGetSize": (STATUS, [cufftHandle, POINTER(c_size_t)]),
     "cufftGetVersion": (STATUS, [POINTER(c_int)]),
     "cufftGetProperty": (STATUS, [c_int, POINTER(c_int)]),
     "cufftXtMakePlanMany": (STATUS, [cufftHandle, c_int, POINTER(c_longlong), POINTER(c_longlong), c_longlong,

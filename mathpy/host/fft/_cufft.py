@@ -43,7 +43,14 @@ from ..._log import logger
 from ...bindings import cufft
 from ._layout import Transform, cufft_params
 
-__all__ = ["CUFFTEngine"]
+__all__ = ["CUFFTEngine", "live_handles"]
+
+_live_handles = [0]  # cuFFT handles this process created and has not destroyed yet (leak tests read it)
+
+
+def live_handles():
+    """How many cuFFT handles made by mathpy in this process are alive (created, not yet destroyed)."""
+    return _live_handles[0]
 
 _CALLBACK_TYPES = {("prolog", "complex64"): 0, ("prolog", "complex128"): 1, ("prolog", "float32"): 2,
                    ("prolog", "float64"): 3, ("epilog", "complex64"): 4, ("epilog", "complex128"): 5,
@@ -79,6 +86,7 @@ def _release(resources, warn):
         if handle is not None or workspace is not None:
             with _cuda.device_scope(resources.device_id):
                 if handle is not None:
+                    _live_handles[0] -= 1
                     cufft.lib.cufftDestroy(handle)
                 if event is not None:
                     _runtime_call("cudaEventDestroy", event)
@@ -135,6 +143,12 @@ class CUFFTEngine:
         _check_precision(transform, bool(callbacks))
         for kind, cb in callbacks:
             _check_callback(transform, kind, cb)
+        package = package if package in ("cupy", "torch") else _operands.gpu_array_package()
+        self._package = package
+        parts = _split(transform)
+        if parts is not None:
+            self._init_parts(transform, parts, execution, device_id, prolog, epilog, package, stream)
+            return
         params = cufft_params(transform, allow_loops=not callbacks)  # UnsupportedLayoutError if it cannot
         _check_half_strides(transform, params)
 
@@ -143,13 +157,14 @@ class CUFFTEngine:
         self.transform, self.device_id, self.params = transform, device_id, params
         self.overwrites_input = transform.kind == "C2R"
         self._callbacks = (prolog, epilog)  # keeps user data alive as long as the plan may run
-        package = package if package in ("cupy", "torch") else _operands.gpu_array_package()
+        self._parts = None
         resources = _Resources(device_id)
         start = time.perf_counter()
         with _cuda.device_scope(device_id):
             handle = ctypes.c_int()
             cufft.lib.cufftCreate(ctypes.byref(handle))
             resources.handle = handle.value
+            _live_handles[0] += 1
             try:
                 workspace_bytes = _plan(resources.handle, transform, params, callbacks)
                 if workspace_bytes:
@@ -166,6 +181,9 @@ class CUFFTEngine:
         self._stream = None
         self._scoped = _cuda.device_count() > 1
         self._offsets, self._exec, self._set_stream = offsets, execute, set_stream
+        # cuFFT needs the real side of R2C/C2R aligned to the complex element (else CUFFT_INVALID_VALUE at exec):
+        # misaligned pointers take a staged path; the check costs one AND on the hot path
+        self._align = 2 * transform.precision.itemsize - 1 if transform.kind != "C2C" else 0
         self._finalizer = weakref.finalize(self, _release, resources, True)
         executes = len(self._offsets) if self._offsets else 1
         logger.debug("cuFFT plan %s %s n=%s batch=%d%s on cuda:%d: %.1f ms, workspace %d bytes%s%s", transform.kind,
@@ -184,6 +202,8 @@ class CUFFTEngine:
         handle = self._handle
         if handle is None:
             raise InvalidPlanStateError("this cuFFT plan was freed; create a new one")
+        if (input_ptr | output_ptr) & self._align:
+            return self._execute_misaligned(input_ptr, output_ptr, direction, stream)
         if stream != self._stream:
             self._change_stream(handle, stream)
         if self._offsets is None:
@@ -197,6 +217,8 @@ class CUFFTEngine:
         handle = self._handle
         if handle is None:
             raise InvalidPlanStateError("this cuFFT plan was freed; create a new one")
+        if (input_ptr | output_ptr) & self._align:
+            return self._execute_misaligned(input_ptr, output_ptr, direction, stream)
         if stream != self._stream:
             self._change_stream(handle, stream)
         if self._offsets is None:
@@ -205,6 +227,66 @@ class CUFFTEngine:
                 cufft.check("cufftXtExec", status)
         else:
             self._execute_loop(handle, input_ptr, output_ptr, direction)
+
+    def _execute_misaligned(self, input_ptr, output_ptr, direction, stream):
+        """R2C/C2R with a real pointer not aligned to the complex element size: run on aligned copies of the spans
+        the layouts touch (device-to-device, ordered on ``stream``), then copy the output span back. The output span
+        is copied in first so the bytes between strided elements come back unchanged."""
+        t = self.transform
+        in_span = _span_bytes(t.input_shape, t.input_strides, _element_size(t, "input"))
+        out_span = _span_bytes(t.output_shape, t.output_strides, _element_size(t, "output"))
+        raw_stream = stream or 0
+        keep = []  # the staging buffers live until the copies are queued; the pool frees them in stream order
+
+        def stage(ptr, nbytes):
+            buffer = _operands.empty(self._package, (nbytes,), np.uint8, self.device_id, stream)
+            keep.append(buffer)
+            staged = _operands.wrap_operand(buffer).data_ptr
+            _memcpy(staged, ptr, nbytes, raw_stream)
+            return staged
+
+        if input_ptr == output_ptr:
+            nbytes = max(in_span, out_span)
+            staged = stage(input_ptr, nbytes)
+            self._execute(staged, staged, direction, stream)
+            _memcpy(output_ptr, staged, nbytes, raw_stream)
+            return
+        staged_in = stage(input_ptr, in_span) if input_ptr & self._align else input_ptr
+        staged_out = stage(output_ptr, out_span) if output_ptr & self._align else output_ptr
+        self._execute(staged_in, staged_out, direction, stream)
+        if staged_out != output_ptr:
+            _memcpy(output_ptr, staged_out, out_span, raw_stream)
+
+    def _init_parts(self, transform, parts, execution, device_id, prolog, epilog, package, stream):
+        """A multi-axis R2C/C2R whose halved axis has length 1, as two plans (see :func:`_split`)."""
+        first_t, second_t = parts
+        first = CUFFTEngine(first_t, execution=execution, prolog=prolog, package=package, stream=stream)
+        try:
+            second = CUFFTEngine(second_t, execution=execution, epilog=epilog, package=package, stream=stream)
+        except BaseException:
+            first.free()
+            raise
+        self.transform, self.device_id, self.params = transform, device_id, second.params
+        self.overwrites_input = transform.kind == "C2R"
+        self._callbacks = (prolog, epilog)
+        self._parts = (first, second)
+        self.workspace_bytes = first.workspace_bytes + second.workspace_bytes
+        self._stream = None
+        self._handle = "parts"  # not None while live
+        self.execute = self._execute_parts
+        logger.debug("cuFFT %s with a halved axis of length 1 over axes %s: planned as %s then %s", transform.kind,
+                     transform.axes, first_t.kind, second_t.kind)
+
+    def _execute_parts(self, input_ptr, output_ptr, direction, stream):
+        if self._handle is None:
+            raise InvalidPlanStateError("this cuFFT plan was freed; create a new one")
+        first, second = self._parts
+        if self.transform.kind == "C2R":  # inverse C2C over the other axes in place (C2R may overwrite its input)
+            first.execute(input_ptr, input_ptr, 1, stream)
+            second.execute(input_ptr, output_ptr, 1, stream)
+        else:                             # R2C of length 1, then forward C2C over the other axes in place
+            first.execute(input_ptr, output_ptr, -1, stream)
+            second.execute(output_ptr, output_ptr, -1, stream)
 
     def _change_stream(self, handle, stream):
         previous = self._stream
@@ -226,6 +308,10 @@ class CUFFTEngine:
         if self._handle is None:
             return
         self._handle = None
+        if self._parts is not None:
+            for part in self._parts:
+                part.free()
+            return
         self._finalizer.detach()
         _release(self._resources, warn=False)
 
@@ -237,6 +323,44 @@ class CUFFTEngine:
         t = self.transform
         state = "freed" if self._handle is None else f"workspace {self.workspace_bytes} B"
         return f"CUFFTEngine({t.kind} {t.precision} n={self.params.n} batch={self.params.batch}, cuda:{self.device_id}, {state})"
+
+
+def _split(transform):
+    """None, or the two Transforms that compute an R2C/C2R over several axes whose halved (last) axis has length 1.
+
+    cuFFT 12 drops a trailing length-1 dimension of a multi-dimensional R2C/C2R plan and then halves the dimension
+    before it (measured: C2R n=(3, 1) returned a length-3 Hermitian C2R along the first axis). A real transform of
+    length 1 is exact as: C2R = inverse C2C over the other axes (in place on the input) then a length-1 C2R;
+    R2C = a length-1 R2C, then a forward C2C over the other axes in place on the output."""
+    if transform.kind == "C2C" or transform.n[-1] != 1:
+        return None
+    from ._layout import _effective_axes
+    effective, _ = _effective_axes(transform.input_shape, transform.axes, transform.kind)
+    if len(effective) < 2:
+        return None
+    t, last, others = transform, transform.axes[-1], tuple(transform.axes[:-1])
+    if t.kind == "C2R":
+        return (Transform("C2C", t.precision, t.input_shape, t.input_strides, t.input_shape, t.input_strides, others),
+                Transform("C2R", t.precision, t.input_shape, t.input_strides, t.output_shape, t.output_strides,
+                          (last,)))
+    return (Transform("R2C", t.precision, t.input_shape, t.input_strides, t.output_shape, t.output_strides, (last,)),
+            Transform("C2C", t.precision, t.output_shape, t.output_strides, t.output_shape, t.output_strides, others))
+
+
+def _element_size(transform, side):
+    real = (transform.kind == "R2C") if side == "input" else (transform.kind == "C2R")
+    return transform.precision.itemsize * (1 if real else 2)
+
+
+def _span_bytes(shape, strides, itemsize):
+    """Bytes from the first element of a (positive-stride) layout to the end of its last one."""
+    return (sum((extent - 1) * stride for extent, stride in zip(shape, strides)) + 1) * itemsize
+
+
+def _memcpy(destination, source, nbytes, stream):
+    from cuda.bindings import runtime
+    _runtime_call("cudaMemcpyAsync", destination, source, nbytes, runtime.cudaMemcpyKind.cudaMemcpyDeviceToDevice,
+                  stream)
 
 
 def _check_precision(transform, has_callbacks):
@@ -310,11 +434,29 @@ def _plan(handle, transform, params, callbacks):
     out_type = cufft.data_type(precision, transform.kind != "C2R")
     exec_type = cufft.data_type(precision, True)
     work = ctypes.c_size_t()
-    cufft.lib.cufftXtMakePlanMany(handle, params.rank, LongLongs(*params.n), LongLongs(*params.inembed),
-                                  params.istride, params.idist, in_type, LongLongs(*params.onembed), params.ostride,
-                                  params.odist, out_type, params.batch, ctypes.byref(work), exec_type)
+    if _basic_layout(transform.kind, params):
+        # NULL embeds: cuFFT's basic layout, as torch and CuPy plan contiguous data; cuFFT then picks the kernels of
+        # its plain batched transforms (explicit embeds may select slower strided ones)
+        inembed = onembed = None
+    else:
+        inembed, onembed = LongLongs(*params.inembed), LongLongs(*params.onembed)
+    cufft.lib.cufftXtMakePlanMany(handle, params.rank, LongLongs(*params.n), inembed, params.istride, params.idist,
+                                  in_type, onembed, params.ostride, params.odist, out_type, params.batch,
+                                  ctypes.byref(work), exec_type)
     del alive
     return work.value
+
+
+def _basic_layout(kind, params):
+    """Whether ``params`` describe cuFFT's basic (NULL-embed) layout: unit inner stride, dense rows, and batches
+    ``prod(dims)`` apart, on both sides (for R2C/C2R the complex side's last dimension is n//2+1)."""
+    n = params.n
+    halved = n[:-1] + (n[-1] // 2 + 1,)
+    in_dims = halved if kind == "C2R" else n
+    out_dims = halved if kind == "R2C" else n
+    return (params.istride == 1 and params.ostride == 1 and tuple(params.inembed[1:]) == tuple(in_dims[1:])
+            and tuple(params.onembed[1:]) == tuple(out_dims[1:])
+            and (params.batch == 1 or (params.idist == math.prod(in_dims) and params.odist == math.prod(out_dims))))
 
 
 def _loop_offsets(params, transform):
