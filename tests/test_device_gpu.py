@@ -71,6 +71,20 @@ def test_block_fft_on_gpu(case):
     assert err < TOLERANCE[prec], err
 
 
+CONV_CASES = [(n, prec, real) for n in (64, 256, 1024, 4096, 100) for prec in ("float32", "float64")
+              for real in (False, True)]
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: f"{c[0]}-{c[1]}-{'real' if c[2] else 'complex'}")
+def test_fused_convolution_on_gpu(case):
+    from mathpy.device._checks import run_convolution_case
+
+    n, prec, real = case
+    if not _supported(n, prec, {}):
+        pytest.skip("configuration rejected by validation (shared memory)")
+    assert run_convolution_case(n, prec, real, batch=37) < TOLERANCE[prec]
+
+
 MATMUL_CASES = [
     (m, n, k, prec, k_total, mode, kw)
     for (m, n, k, k_total) in [(64, 64, 32, 64), (128, 128, 16, 128), (32, 32, 32, 96), (16, 48, 8, 24)]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mathpy.device._checks import SIM_FFT_CASES, SIM_MATMUL_CASES, TOLERANCE
+from mathpy.device._checks import SIM_CONV_CASES, SIM_FFT_CASES, SIM_MATMUL_CASES, TOLERANCE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,6 +56,13 @@ def _matmul_id(case):
 def test_block_fft_matches_numpy_in_simulator(sim_results, case):
     r = sim_results[_fft_id(case)]
     assert r["error"] < TOLERANCE[r["precision"]], r
+
+
+@pytest.mark.parametrize("case", SIM_CONV_CASES, ids=lambda c: f"conv-{c[0]}-{c[1]}-{'real' if c[2] else 'complex'}")
+def test_fused_convolution_matches_numpy_in_simulator(sim_results, case):
+    size, prec, real = case
+    r = sim_results[f"conv-{size}-{prec}-{'real' if real else 'complex'}"]
+    assert r["error"] < TOLERANCE[prec], r
 
 
 @pytest.mark.parametrize("case", SIM_MATMUL_CASES, ids=_matmul_id)

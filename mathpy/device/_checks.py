@@ -80,6 +80,48 @@ def run_fft_case(size, precision, fft_type="c2c", direction=None, batch=3, **kw)
     return float(np.abs(y - ref).max() / np.abs(ref).max())
 
 
+def run_convolution_case(size, precision, real, batch=3):
+    """Fused circular convolution (load, FFT, multiply by a filter spectrum, inverse FFT, store) of complex
+    (``real=False``: c2c / c2c) or real signals (r2c / c2r); returns the error relative to NumPy."""
+    from . import fft
+
+    kind = ("r2c", "c2r") if real else ("c2c", "c2c")
+    FWD = fft(size=size, precision=precision, fft_type=kind[0], direction="forward")
+    INV = fft(size=size, precision=precision, fft_type=kind[1], direction="inverse",
+              elements_per_thread=FWD.elements_per_thread, ffts_per_block=FWD.ffts_per_block)
+    storage = FWD.storage_size
+    value_type = numba.from_dtype(FWD.complex_dtype)
+    real_type = numba.from_dtype(FWD.real_dtype)
+
+    @cuda.jit
+    def kernel(x, f, y):
+        thread_data = cuda.local.array(storage, value_type)
+        shared_mem = cuda.shared.array(0, real_type)
+        batch = FWD.batch_index()
+        FWD.load(x, thread_data, batch)
+        FWD.execute(thread_data, shared_mem)
+        FWD.multiply(thread_data, f)
+        INV.execute(thread_data, shared_mem)
+        INV.store(thread_data, y, batch)
+
+    rng = np.random.default_rng(2)
+    taps = rng.standard_normal(size)
+    if real:
+        x = rng.standard_normal((batch, size)).astype(FWD.real_dtype)
+        spectrum = np.fft.rfft(taps) / size
+        expected = np.fft.irfft(np.fft.rfft(x.astype(np.float64)) * np.fft.rfft(taps), n=size)
+    else:
+        x = (rng.standard_normal((batch, size)) + 1j * rng.standard_normal((batch, size))).astype(FWD.complex_dtype)
+        spectrum = np.fft.fft(taps) / size
+        expected = np.fft.ifft(np.fft.fft(x.astype(np.complex128)) * np.fft.fft(taps))
+    f = spectrum.astype(FWD.complex_dtype)
+    y = np.zeros((batch, size), INV.output_dtype)
+    d_x, d_f, d_y = cuda.to_device(x), cuda.to_device(f), cuda.to_device(y)
+    kernel[FWD.grid_dim(batch), FWD.block_dim, 0, FWD.shared_memory_size](d_x, d_f, d_y)
+    y = d_y.copy_to_host()
+    return float(np.abs(y - expected).max() / np.abs(expected).max())
+
+
 def matmul_kernel(GEMM, k_total):
     """A batched kernel ``kernel(a, b, c, alpha, beta)``: one block per batch entry, looping over K in slices of
     ``GEMM.k`` with register accumulators (``mma``), then ``store_accumulator_batched``."""
@@ -197,6 +239,8 @@ SIM_FFT_CASES = (
         (256, "float32", "c2r", None, {"ffts_per_block": 1}),
     ]
 )
+SIM_CONV_CASES = [(64, "float32", False), (256, "float32", True), (12, "float64", True), (15, "float32", True),
+                  (1024, "float64", True)]
 SIM_MATMUL_CASES = [
     (16, 16, 8, "float32", 16, "registers", {}),
     (32, 16, 16, "float64", 32, "registers", {"a_arrangement": "col_major"}),
@@ -221,6 +265,15 @@ def _main(argv):
             err = run_fft_case(size, prec, fft_type, direction, **kw)
             results.append(
                 {"kind": "fft", "case": f"fft-{size}-{prec}-{fft_type}-{direction}-{kw}", "error": err,
+                 "precision": prec, "seconds": time.perf_counter() - t0}
+            )
+            print(json.dumps(results[-1]), flush=True)
+    if which in ("conv", "all"):
+        for size, prec, real in SIM_CONV_CASES:
+            t0 = time.perf_counter()
+            err = run_convolution_case(size, prec, real)
+            results.append(
+                {"kind": "conv", "case": f"conv-{size}-{prec}-{'real' if real else 'complex'}", "error": err,
                  "precision": prec, "seconds": time.perf_counter() - t0}
             )
             print(json.dumps(results[-1]), flush=True)
