@@ -89,13 +89,33 @@ def _op(x):
     return wrap_operand(x)
 
 
-def test_result_is_column_major_and_in_callers_package(xp):
-    a, b = rand(3, 4, 5), rand(5, 6)
-    result = matmul(xp.asarray(a), xp.asarray(b))
-    assert xp.is_native(result)
-    np.testing.assert_allclose(xp.to_numpy(result), a @ b, rtol=1e-12)
-    if xp.name == "numpy":
-        assert result.strides == (4 * 6 * 8, 8, 4 * 8)
+def test_result_order_and_callers_package(xp):
+    """Without a per-row epilog operand the result takes the operands' row-major order (cuBLASLt then runs NN on
+    row-major inputs); with a bias (or aux/bgrad outputs) it is column-major, cuBLASLt's per-row bias convention;
+    with two column-major operands it is column-major."""
+    a, b = rand(3, 4, 5).astype(np.float32), rand(5, 6).astype(np.float32)
+    bias = rand(4).astype(np.float32)
+    row, col = (4 * 6 * 4, 6 * 4, 4), (4 * 6 * 4, 4, 4 * 4)
+    for epilog, inputs, strides in ((None, None, row), ("relu", None, row), ("gelu", None, row),
+                                    ("bias", {"bias": bias}, col)):
+        result = matmul(xp.asarray(a), xp.asarray(b), epilog=epilog,
+                        epilog_inputs=None if inputs is None else {k: xp.asarray(v) for k, v in inputs.items()})
+        assert xp.is_native(result)
+        assert _strides_in_bytes(result) == strides, epilog
+    np.testing.assert_allclose(xp.to_numpy(matmul(xp.asarray(a), xp.asarray(b))), a @ b, rtol=1e-5)
+    at, bt = np.swapaxes(rand(3, 5, 4), -1, -2).astype(np.float32), rand(6, 5).T.astype(np.float32)
+    assert at.strides[-2] == 4 and bt.strides[-2] == 4  # both column-major
+    at_x, bt_x = xp.asarray(at), xp.asarray(bt)
+    both_col = _strides_in_bytes(at_x)[-2] == 4 and _strides_in_bytes(bt_x)[-2] == 4  # a package may copy to C order
+    result = matmul(at_x, bt_x)
+    assert _strides_in_bytes(result) == (col if both_col else row)
+    np.testing.assert_allclose(xp.to_numpy(result), at @ bt, rtol=1e-5)
+
+
+def _strides_in_bytes(array):
+    from mathpy._operands import wrap_operand
+    op = wrap_operand(array)
+    return tuple(s * op.dtype.itemsize for s in op.strides)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -210,10 +230,13 @@ def test_empty_problems():
     (lambda: matmul(rand(3, 4), rand(4, 5), epilog="drelu",
                     epilog_inputs={"relu_aux": np.zeros((3, 5), np.uint8)}), ValueError,
      r"must be one of \[\(16, 5\)\]"),
-    (lambda: matmul(rand(3, 4), rand(4, 5), epilog="dgelu",
-                    epilog_inputs={"gelu_aux": np.zeros((8, 5), np.float32)}), TypeError, "needs float64"),
-    (lambda: matmul(rand(3, 1), rand(1, 5), epilog="dgelu", epilog_inputs={"gelu_aux": rand(8, 5)}), ValueError,
-     "needs K > 1"),
+    (lambda: matmul(rand(3, 4, dtype=np.float32), rand(4, 5, dtype=np.float32), epilog="dgelu",
+                    epilog_inputs={"gelu_aux": np.zeros((8, 5), np.float64)}), TypeError, "needs float32"),
+    (lambda: matmul(rand(3, 1, dtype=np.float32), rand(1, 5, dtype=np.float32), epilog="dgelu",
+                    epilog_inputs={"gelu_aux": rand(8, 5, dtype=np.float32)}), ValueError, "needs K > 1"),
+    (lambda: matmul(rand(3, 4), rand(4, 5), epilog="gelu"), ValueError, "GELU is not supported for float64"),
+    (lambda: matmul(rand(3, 4), rand(4, 5), epilog="dgelu", epilog_inputs={"gelu_aux": rand(8, 5)}), ValueError,
+     "DGELU is not supported for float64"),
 ])
 def test_bad_input_is_refused_before_any_work(call, error, match):
     before = matmul_plan_cache.info()

@@ -69,6 +69,11 @@ def test_every_epilog_matches_the_cpu_engine(gxp, name, dtype, batch):
     a = RNG.standard_normal((*batch, M, K)).astype(dtype)
     b = RNG.standard_normal((K, N)).astype(dtype)
     inputs = epilog_inputs(name, dtype, batch)
+    if "GELU" in name and dtype == np.float64:  # refused identically on both execution spaces, before any work
+        for operands, execution in (((a, b), "cpu"), ((gxp.asarray(a), gxp.asarray(b)), None)):
+            with pytest.raises(ValueError, match="not supported for float64"):
+                matmul(*operands, alpha=0.5, epilog=name, epilog_inputs=inputs or None, execution=execution)
+        return
     want, want_aux = split(matmul(a, b, alpha=0.5, epilog=name, epilog_inputs=inputs or None, execution="cpu"))
     try:
         got, got_aux = split(matmul(gxp.asarray(a), gxp.asarray(b), alpha=0.5, epilog=name,
@@ -121,6 +126,8 @@ def test_tf32_option(gxp):
 @pytest.mark.parametrize("a_dtype,b_dtype", [(E4M3, E4M3), (E4M3, E5M2)])
 def test_float8(gxp, a_dtype, b_dtype):
     from mathpy import _cuda
+    if gxp.name == "cupy":
+        pytest.skip("CuPy arrays have no float8 dtypes (torch's float8 tensors are the GPU float8 operands)")
     a = (RNG.integers(-4, 5, (64, 32)) / 2).astype(a_dtype)
     b = (RNG.integers(-4, 5, (32, 48)) / 2).astype(b_dtype)
     options = {"result_type": np.float32, "a_scale": 0.5, "b_scale": 2.0}

@@ -66,6 +66,8 @@ DEFAULT_ALIGNMENT = 256
 SELF_AUTOTUNE_POOL = 16
 #: A stand-in for epilog pointers while planning: cuBLASLt's heuristic reads only their alignment.
 _PLACEHOLDER_POINTER = 1 << 20
+#: float8 scale factors are float32 values 256 bytes apart in one device buffer (each pointer 256-byte aligned).
+_SCALE_SPACING = 64
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Handles: one per device, for the life of the process (creating one costs milliseconds and some device memory).
@@ -380,6 +382,7 @@ class CublasLtEngine:
 
         # float8 scale factors live on the device (float32, the compute type); D's only for a float8 result.
         alpha_factor = 1.0
+        self._c_stand_in = 0  # C's pointer when the problem has no C (0: D's)
         if float8:
             scales = {lt.MatmulDesc.A_SCALE_POINTER: problem.a_scale, lt.MatmulDesc.B_SCALE_POINTER: problem.b_scale}
             if swap:
@@ -394,13 +397,21 @@ class CublasLtEngine:
                                      f"{epilog.name} it cannot be folded into alpha")
                 alpha_factor = float(d_scale)  # d_scale * (alpha X + beta C) = (d_scale alpha) X + (d_scale beta) C
             scales = {attribute: value for attribute, value in scales.items() if value is not None}
-            if scales:
-                host = np.array(list(scales.values()), dtype=np.float32)
+            # A float8 result without C: C (bfloat16, never read as beta = 0) needs a pointer other than D's, or
+            # cuBLASLt sees an in-place product with C's and D's layouts differing (CUBLAS_STATUS_INVALID_VALUE).
+            stand_in = d_dtype in FLOAT8_DTYPES and c is None
+            if scales or stand_in:
+                # one scale per 256 bytes: cuBLASLt wants each scale pointer aligned (a float32 right after
+                # another one, 4-byte aligned, gave CUBLAS_STATUS_NOT_SUPPORTED at cublasLtMatmul)
+                host = np.zeros(_SCALE_SPACING * (len(scales) + stand_in), dtype=np.float32)
+                host[:_SCALE_SPACING * len(scales):_SCALE_SPACING] = list(scales.values())
                 like = _operands.Operand(None, self._package, (1,), (1,), np.dtype(np.uint8), self.device_id, 0)
                 res.scales = _operands.as_package(host, like, stream)
                 base = _operands.wrap_operand(res.scales).data_ptr
                 for i, attribute in enumerate(scales):
-                    lt.set_attribute(desc, attribute, base + 4 * i)
+                    lt.set_attribute(desc, attribute, base + 4 * _SCALE_SPACING * i)
+                if stand_in:
+                    self._c_stand_in = base + 4 * _SCALE_SPACING * len(scales)
             if getattr(self._options, "fast_accumulation", False):
                 lt.set_attribute(desc, lt.MatmulDesc.FAST_ACCUM, 1)
         self._alpha_factor = alpha_factor
@@ -492,6 +503,10 @@ class CublasLtEngine:
                 f"{p.a.dtype.name} @ {p.b.dtype.name} -> {p.d.dtype.name}, compute {p.compute_type}, "
                 f"op(A)={op_a.name}, op(B)={op_b.name}, epilog {None if p.epilog is None else p.epilog.name}, "
                 f"device {self.device_id} (cc {'.'.join(map(str, _cuda.compute_capability(self.device_id)))})")
+        if p.epilog is MatmulEpilog.BGRADA and op_a is not Operation.N:
+            what += ". BGRADA needs op(A) = N: a column-major A (the matmul API copies A so)"
+        if p.epilog is MatmulEpilog.BGRADB and op_b is not Operation.T:
+            what += ". BGRADB needs op(B) = T: a row-major B (the matmul API copies B so)"
         if float8 and (op_a, op_b) != (Operation.T, Operation.N):
             what += (". float8 needs A row-major and B column-major (cuBLASLt's 'TN' form: pass b as a transposed "
                      "row-major array, e.g. b = bt.T)")
@@ -550,7 +565,7 @@ class CublasLtEngine:
         else:
             args[3], args[5] = a, b
         if c is None:
-            c, beta = d, 0
+            c, beta = self._c_stand_in or d, 0
         args[8], args[10], args[15] = c, d, stream
         if stream != self._alloc_stream:
             self._resources.foreign_streams.add(stream)

@@ -38,7 +38,7 @@ from ..._options import check_or_create_options
 from ..._plan_cache import PlanCache
 from ..._streams import stream_pointer
 from ._cpu import CPUEngine
-from ._epilog import EPILOG_INPUT_NAMES, as_epilog, epilog_spec, gelu_aux_rows, relu_aux_rows
+from ._epilog import EPILOG_INPUT_NAMES, MatmulEpilog, as_epilog, epilog_spec, gelu_aux_rows, relu_aux_rows
 from ._options import BF16, F16, FLOAT8_DTYPES, MatmulOptions, MatmulPlanPreferences, resolve_types
 from ._problem import MatmulProblem, MatrixLayout, epilog_output_layouts, epilog_output_shape
 
@@ -245,6 +245,8 @@ class _SharedEngine:
 
 
 _FREED, _CREATED, _PLANNED = "freed", "created", "planned"
+#: Epilogs that act elementwise with no per-row operand: the result may be stored row- or column-major.
+_ANY_ORDER_EPILOGS = (MatmulEpilog.DEFAULT, MatmulEpilog.RELU, MatmulEpilog.GELU)
 
 
 class Matmul:
@@ -359,6 +361,10 @@ class Matmul:
             if self._d_dtype in FLOAT8_DTYPES:
                 raise ValueError(f"epilog {epilog.name} is not supported for float8 results; use result_type "
                                  f"bfloat16/float16/float32 in MatmulOptions")
+        if spec.activation in ("gelu", "dgelu") and self._d_dtype == np.float64:
+            raise ValueError(f"epilog {epilog.name} is not supported for float64: cuBLASLt's float64 GELU kernels "
+                             f"evaluate the activation to about 1e-8 relative accuracy only (not float64's), so "
+                             f"mathpy rejects it on every execution space; use float32, or apply GELU separately")
         if spec.activation in ("drelu", "dgelu") and self._k == 1:
             raise ValueError(f"epilog {epilog.name} needs K > 1 (cuBLASLt does not support K = 1); K is 1")
         given = {} if epilog_inputs is None else epilog_inputs
@@ -374,6 +380,11 @@ class Matmul:
                              f"{'None' if epilog is None else spec.name}; it takes {allowed} (known inputs: "
                              f"{list(EPILOG_INPUT_NAMES)})")
         inputs = self._stage_epilog_inputs(given, spec)
+        bgrad = spec.bgrad if self._on_gpu and spec.bgrad in ("a", "b") else None
+        if bgrad != getattr(self, "_gpu_bgrad", None):  # BGRADA/BGRADB need their own A/B layouts (_stage_ab)
+            self._gpu_bgrad = bgrad
+            for name in ("a", "b"):
+                self._staged[name] = self._stage_ab(name, self._staged[name].op)
 
         d_layout = self._d_layout(spec)
         self._c_col_major = "c" in self._c_staged and d_layout.is_col_major and \
@@ -432,7 +443,8 @@ class Matmul:
         self._check_planned("autotune")
         if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
             raise ValueError(f"iterations must be a positive int, not {iterations!r}")
-        args, scratch = self._engine_args()  # scratch (result, outputs, copies) lives until the runs are enqueued
+        with _stream_scope(self._package if self._on_gpu else None, self._stream, self._device_id):
+            args, scratch = self._engine_args()  # scratch (result, outputs, copies) lives until the runs are enqueued
         with self._locked():
             timings = self._engine.autotune(args, self._stream, iterations)
         del scratch
@@ -586,23 +598,35 @@ class Matmul:
         return ops
 
     def _stage_ab(self, name, op):
-        """A or B as the engine sees it. float8 on the GPU: cuBLASLt takes only row-major A and column-major B (its
-        "TN" form), so other layouts are copied into those."""
+        """A or B as the engine sees it. On the GPU, layouts cuBLASLt has no kernels for are copied into ones it has:
+        float8 takes only row-major A and column-major B (its "TN" form); BGRADA needs a column-major A (op(A) = N)
+        and BGRADB a row-major B (op(B) = T) (measured with cuBLASLt 13.1 on an H200, every real dtype: the other
+        layouts get no algorithm)."""
         m, n, k, batch_shape, moves = self._m, self._n, self._k, self._batch_shape, self._moves
+        gpu_epilog = getattr(self, "_gpu_bgrad", None)
         if name == "a":
             staged = _stage_matrix("a", op, m, k, "row", batch_shape, moves)
             if self._float8_gpu and m > 1 and not staged.layout.is_row_major:
-                staged = _stage_matrix("a", op, m, k, "row", batch_shape, True)
+                staged = dataclasses.replace(_stage_matrix("a", op, m, k, "row", batch_shape, True), move=moves)
+            elif gpu_epilog == "a" and not staged.layout.is_col_major:
+                staged = self._col_major_staged("a", op, m, k)
             return staged
         staged = _stage_matrix("b", op, k, n, "col", batch_shape, moves)
         if self._float8_gpu and not staged.layout.is_col_major:
             if op.ndim == 1:
-                return _stage_matrix("b", op, k, n, "col", batch_shape, True)
-            batch = math.prod(batch_shape)
-            full = None if op.ndim == 2 else (*batch_shape, k, n)
-            layout = MatrixLayout(k, n, 1, max(k, 1), batch, 0 if full is None else k * n, op.dtype)
-            staged = _Staged("b", op, layout, "colmajor", full, moves)
+                return dataclasses.replace(_stage_matrix("b", op, k, n, "col", batch_shape, True), move=moves)
+            staged = self._col_major_staged("b", op, k, n)
+        elif gpu_epilog == "b" and n > 1 and not staged.layout.is_row_major:
+            staged = dataclasses.replace(_stage_matrix("b", op, k, n, "col", batch_shape, True), move=moves)
         return staged
+
+    def _col_major_staged(self, name, op, rows, cols):
+        """``op`` (2-D or more) copied into column-major matrices with contiguous (or one broadcast) batches."""
+        batch_shape = self._batch_shape
+        batch = math.prod(batch_shape)
+        full = None if op.ndim == 2 else (*batch_shape, rows, cols)
+        layout = MatrixLayout(rows, cols, 1, max(rows, 1), batch, 0 if full is None else rows * cols, op.dtype)
+        return _Staged(name, op, layout, "colmajor", full, self._moves)
 
     def _c_for_plan(self, staged):
         """C in D's order: cuBLASLt reads C as D is stored (a row-major C with a column-major D is copied)."""
@@ -616,7 +640,12 @@ class Matmul:
     def _d_layout(self, spec):
         m, n, batch = self._m, self._n, math.prod(self._batch_shape)
         c = self._c_staged.get("c")
-        row_major = spec.epilog is spec.epilog.DEFAULT and c is not None and c.layout.is_row_major
+        row_major = False
+        if spec.epilog in _ANY_ORDER_EPILOGS:  # no per-row bias semantics: D may take the operands' order
+            if c is not None:
+                row_major = c.layout.is_row_major
+            else:
+                row_major = not (self._staged["a"].layout.is_col_major and self._staged["b"].layout.is_col_major)
         self._d_row_major = row_major
         if row_major:
             return MatrixLayout(m, n, max(n, 1), 1, batch, m * n, self._d_dtype)
@@ -642,7 +671,9 @@ class Matmul:
             fixed["inputs"] = {name: self._fixed[name] for name in self._inputs}
             alloc = _allocator(self._package, self._device_id, self._stream, self._user_stream is not None)
             make_d = alloc(self._d_alloc, self._d_dtype, not self._d_row_major)
-            makers = tuple((name, alloc(shape, layout.dtype, swap)) for name, layout, shape, swap in self._out_allocs)
+            # cuBLASLt leaves a bitmask's padding bits as they were: allocate it zeroed (as the CPU engine writes it)
+            makers = tuple((name, alloc(shape, layout.dtype, swap, name == "relu_aux"))
+                           for name, layout, shape, swap in self._out_allocs)
             self._fast = (make_d, makers, _pointer_of(self._package), fixed)
 
     def _stage(self, s, stream):
@@ -694,6 +725,8 @@ class Matmul:
         outputs, out_args = {}, {}
         for name, layout, alloc, swap in self._out_allocs:
             tensor = empty(package, alloc, layout.dtype, device_id, stream)
+            if name == "relu_aux" and self._on_gpu:  # cuBLASLt leaves the padding bits as they were
+                _zero_fill(tensor, package)
             outputs[name] = _swap_last(tensor, package) if swap else tensor
             out_args[name] = self._output_arg(name, layout, outputs[name])
         p = self._problem
@@ -743,16 +776,17 @@ def _allocator(package, device_id, stream, explicit_stream):
         device = cupy.cuda.Device(device_id)
         stream_obj = cupy.cuda.ExternalStream(stream, device_id)
 
-        def alloc(shape, dtype, swap):
+        def alloc(shape, dtype, swap, zero=False):
             dtype = np.dtype(dtype)
             if swap and len(shape) == 2:
                 final, order = (shape[1], shape[0]), "F"
             else:
                 final, order = shape, "C"
+            create = cupy.zeros if zero else cupy.empty
 
             def make():
                 with device, stream_obj:
-                    array = cupy.empty(final, dtype, order=order)
+                    array = create(final, dtype, order=order)
                 return array.swapaxes(-1, -2) if swap and order == "C" else array
             return make
         return alloc
@@ -762,7 +796,7 @@ def _allocator(package, device_id, stream, explicit_stream):
     where = torch.device("cpu") if device_id is None else torch.device("cuda", device_id)  # cpu: for tests
     stream_obj = torch.cuda.ExternalStream(stream, device=where) if explicit_stream else None
 
-    def alloc(shape, dtype, swap):
+    def alloc(shape, dtype, swap, zero=False):
         torch_dtype = _torch_dtypes()[1][np.dtype(dtype)]
         shape = tuple(shape)
         if swap:  # storage (..., a, b) seen as (..., b, a)
@@ -771,14 +805,28 @@ def _allocator(package, device_id, stream, explicit_stream):
             strides = (*_c_strides(shape)[:-2], 1, cols)
         else:
             final, strides = shape, _c_strides(shape)
+        if zero:
+            def create():
+                return torch.empty_strided(final, strides, dtype=torch_dtype, device=where).zero_()
+        else:
+            def create():
+                return torch.empty_strided(final, strides, dtype=torch_dtype, device=where)
         if stream_obj is None:  # torch's current stream: its allocator already orders on it
-            return lambda: torch.empty_strided(final, strides, dtype=torch_dtype, device=where)
+            return create
 
         def make():
             with torch.cuda.stream(stream_obj):
-                return torch.empty_strided(final, strides, dtype=torch_dtype, device=where)
+                return create()
         return make
     return alloc
+
+
+def _zero_fill(tensor, package):
+    """Zero ``tensor`` on its package's current stream (the caller made the plan's stream current)."""
+    if package == "torch":
+        tensor.zero_()
+    else:
+        tensor.fill(0)
 
 
 def _pointer_of(package):
