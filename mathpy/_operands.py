@@ -138,7 +138,9 @@ def _cupy_stream(stream):
 
 
 @functools.cache
+@functools.lru_cache(maxsize=None)
 def _torch_dtypes():
+    """(torch dtype -> NumPy dtype, NumPy dtype -> torch dtype); built once (hot paths call it)."""
     import torch
     pairs = {torch.bool: np.bool_, torch.int8: np.int8, torch.uint8: np.uint8, torch.int16: np.int16,
              torch.int32: np.int32, torch.int64: np.int64, torch.float16: np.float16, torch.float32: np.float32,

@@ -378,3 +378,50 @@ def test_layouts_property(fake_gpu, shape, steps, name, dtype, norm, data):
     result = getattr(mfft, name)(fake_gpu.asarray(base)[index], s=s, axes=axes, norm=norm)
     assert isinstance(result, FakeArray) and result.dtype == expected.dtype
     np.testing.assert_allclose(np.asarray(result), expected, atol=1e-3 * max(1, np.abs(expected).max()))
+
+
+def test_stateless_fast_path(fake_gpu, monkeypatch):
+    """Repeated plain calls on a device array run a prepared recipe; results, streams, scaling and eviction behave as
+    on the general path."""
+    from mathpy.host.fft import _functions
+    monkeypatch.setattr(_functions, "_single_gpu", True)
+    x = rand((8, 64))
+    device_x = fake_gpu.asarray(x)
+    for _ in range(3):
+        np.testing.assert_allclose(np.asarray(mfft.fft(device_x)), np.fft.fft(x), atol=1e-3)
+        np.testing.assert_allclose(np.asarray(mfft.ifft(device_x, norm="ortho")), np.fft.ifft(x, norm="ortho"),
+                                   atol=1e-4)
+    assert len(_plan._fast_recipes) == 2 and len(FakeCUFFTEngine.instances) == 1  # one engine, both directions
+    engine = FakeCUFFTEngine.instances[0]
+    calls = len(engine.calls)
+    mfft.fft(device_x)
+    assert len(engine.calls) == calls + 1 and engine.calls[-1][0] == device_x.data.ptr
+    with FakeStream(9):  # another current stream: another recipe, output allocated on that stream
+        FakeCupy.events.clear()
+        np.testing.assert_allclose(np.asarray(mfft.fft(device_x)), np.fft.fft(x), atol=1e-3)
+        np.testing.assert_allclose(np.asarray(mfft.fft(device_x)), np.fft.fft(x), atol=1e-3)
+        assert ("alloc", 9) in FakeCupy.events and FakeCUFFTEngine.instances[-1].calls[-1][3] == 9
+    view = fake_gpu.asarray(rand((8, 130)))[:, ::2]  # staged through a copy: the general path each time
+    for _ in range(2):
+        np.testing.assert_allclose(np.asarray(mfft.fft(view)), np.fft.fft(np.asarray(view)), atol=1e-3)
+    mfft.set_plan_cache_size(max_bytes=512)  # every engine evicted and freed: the recipes must not use them
+    try:
+        assert engine.freed
+        np.testing.assert_allclose(np.asarray(mfft.fft(device_x)), np.fft.fft(x), atol=1e-3)
+        assert len(engine.calls) == calls + 1 and len(FakeCUFFTEngine.instances) == 4
+    finally:
+        mfft.set_plan_cache_size(max_bytes=1 << 30)
+
+
+def test_stateful_fast_path_follows_reset_and_free(fake_gpu):
+    x, x2 = rand((4, 32)), rand((4, 32), seed=5)
+    f = mfft.FFT(fake_gpu.asarray(x), axes=[1])
+    with pytest.raises(mathpy.InvalidPlanStateError if hasattr(mathpy, "InvalidPlanStateError") else Exception):
+        f.execute()
+    f.plan()
+    np.testing.assert_allclose(np.asarray(f.execute()), np.fft.fft(x), atol=1e-3)
+    f.reset_operand(fake_gpu.asarray(x2))
+    np.testing.assert_allclose(np.asarray(f.execute()), np.fft.fft(x2), atol=1e-3)
+    f.free()
+    with pytest.raises(Exception, match="freed"):
+        f.execute()

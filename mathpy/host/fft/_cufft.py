@@ -31,6 +31,7 @@ Rules the engine enforces (errors are raised before anything is allocated):
 
 import ctypes
 import math
+import threading
 import time
 import warnings
 import weakref
@@ -145,6 +146,7 @@ class CUFFTEngine:
             _check_callback(transform, kind, cb)
         package = package if package in ("cupy", "torch") else _operands.gpu_array_package()
         self._package = package
+        self.lock = threading.Lock()  # the API serialises executes on it; free() takes it too
         parts = _split(transform)
         if parts is not None:
             self._init_parts(transform, parts, execution, device_id, prolog, epilog, package, stream)
@@ -304,7 +306,12 @@ class CUFFTEngine:
                 cufft.check("cufftXtExec", status)
 
     def free(self):
-        """Destroy the cuFFT handle and drop the workspace now. Idempotent."""
+        """Destroy the cuFFT handle and drop the workspace now. Idempotent. Waits for an execute running on another
+        thread under :attr:`lock` (the plan cache may evict an engine the stateless fast path is executing)."""
+        with self.lock:
+            self._free()
+
+    def _free(self):
         if self._handle is None:
             return
         self._handle = None

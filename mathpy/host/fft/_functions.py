@@ -24,13 +24,15 @@ True
 import contextlib
 import math
 import operator
+import sys
 
 import numpy as np
 
-from ... import _operands
+from ... import _cuda, _execution, _operands
 from ..._execution import ExecutionCUDA, resolve_execution
 from ..._options import check_or_create_options
 from ._options import FFTOptions
+from . import _plan
 from ._plan import FFT, engine_lock, normalize_axes, plan_cache, prepare
 
 __all__ = ["fft", "ifft", "rfft", "irfft", "fft2", "ifft2", "rfft2", "irfft2", "fftn", "ifftn", "rfftn", "irfftn",
@@ -184,6 +186,18 @@ def _scale(norm, inverse, lengths):
 
 def _run(kind, a, lengths, axes, norm, out, inverse, prolog, epilog, options, execution, stream):
     """Transform ``a`` (kind "C2C", "R2C", "C2R") over ``axes`` to logical ``lengths``."""
+    fast_key = None
+    if out is None and prolog is None and epilog is None and options is None and execution is None and \
+            stream is None:
+        signature = _gpu_signature(a)
+        if signature is not None:
+            fast_key = (kind, lengths, axes, norm, inverse) + signature[1:]
+            recipe = _plan._fast_recipes.get(fast_key)
+            if recipe is not None:
+                result = recipe(signature[0])
+                if result is not None:
+                    return result
+                _plan._fast_recipes.pop(fast_key, None)  # its engine was evicted: plan again below
     if out is None:
         op, out_op = _operands.wrap_operand(a, "a"), None
     else:
@@ -198,6 +212,7 @@ def _run(kind, a, lengths, axes, norm, out, inverse, prolog, epilog, options, ex
     if kind == "C2R":
         sizes[axes[-1]] = lengths[-1] // 2 + 1
     if op.dtype != dtype or any(op.shape[a] != n for a, n in sizes.items()):
+        fast_key = None  # the recipe runs on the caller's array as it is
         with _ordered_on(op, stream):
             op = _resize(_astype(op, dtype), sizes)
     result_dtype = np.dtype(np.float32 if dtype in (np.float32, np.complex64) else np.float64) if kind == "C2R" \
@@ -240,7 +255,7 @@ def _run(kind, a, lengths, axes, norm, out, inverse, prolog, epilog, options, ex
     parity = "odd" if lengths[-1] % 2 else "even"
     if len(stages) == 1 and prolog is None and epilog is None:
         return _fast(op, axes, _stage_options(kind, options.inplace, parity, options.blocking), executing, stream,
-                     direction if kind == "C2C" else None, scale, out_op)
+                     direction if kind == "C2C" else None, scale, out_op, fast_key)
     for index, (stage_kind, stage_axes) in enumerate(stages):
         first, last = index == 0, index == len(stages) - 1
         stage_options = _stage_options(stage_kind, options.inplace and len(stages) == 1, parity, options.blocking)
@@ -270,9 +285,11 @@ def _stage_options(kind, inplace, parity, blocking):
     return found
 
 
-def _fast(op, axes, options, execution, stream, direction, scale, out_op):
+def _fast(op, axes, options, execution, stream, direction, scale, out_op, fast_key=None):
     """A single plan without callbacks: what ``with FFT(...) as f: f.plan(); f.execute()`` does, minus the
-    per-call object: the prepared layouts are memoised by signature and the engine is borrowed from the plan cache."""
+    per-call object: the prepared layouts are memoised by signature and the engine is borrowed from the plan cache.
+    With ``fast_key`` (a plain call on a CuPy/torch array, see :func:`_gpu_signature`) it also leaves a recipe that
+    the next call with that key runs directly (:func:`mathpy.host.fft._plan.gpu_recipe`)."""
     prep = prepare(op, axes, options, execution)
     if options.inplace and op.package == "numpy" and not op.tensor.flags.writeable:
         raise ValueError("an in-place FFT needs a writable operand")
@@ -280,8 +297,48 @@ def _fast(op, axes, options, execution, stream, direction, scale, out_op):
     stream = prep.stream_pointer(stream)
     with plan_cache.borrow(prep.key + (stream, None, None), prep.creator(None, None, stream)) as engine:
         if prep.on_gpu:
-            return prep.run_gpu(engine, engine_lock(engine), op, value, stream, scale, out_op)
+            lock = engine_lock(engine)
+            if fast_key is not None and fast_key[-1] == stream:
+                recipe = _plan.gpu_recipe(prep, engine, lock, value, stream, scale)
+                if recipe is not None:
+                    if len(_plan._fast_recipes) >= _plan._FAST_RECIPES_MAX:
+                        _plan._fast_recipes.clear()
+                    _plan._fast_recipes[fast_key] = recipe
+            return prep.run_gpu(engine, lock, op, value, stream, scale, out_op)
         return prep.run_cpu(engine, op, op.numpy() if prep.local else None, value, scale, out_op, None)
+
+
+_single_gpu = None
+_stream_getters = {}
+
+
+def _gpu_signature(a):
+    """(data pointer, type, shape, strides, dtype, current stream) of a CuPy array or CUDA torch tensor on a
+    single-GPU machine with no scoped execution default; None otherwise (the general path decides)."""
+    global _single_gpu
+    kind = type(a)
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and kind is cupy.ndarray:
+        package, pointer, strides = "cupy", a.data.ptr, a.strides
+    else:
+        torch = sys.modules.get("torch")
+        if torch is None or kind is not torch.Tensor or not a.is_cuda:
+            return None
+        package, pointer, strides = "torch", a.data_ptr(), a.stride()
+    if _execution._default.get() is not None:
+        return None
+    if _single_gpu is None:
+        _single_gpu = _cuda.device_count() == 1
+    if not _single_gpu:
+        return None
+    if package == "cupy":
+        stream = cupy.cuda.get_current_stream().ptr
+    else:
+        getter = _stream_getters.get(package)
+        if getter is None:
+            getter = _stream_getters[package] = _plan._current_stream_getter(package)
+        stream = getter(0)
+    return pointer, kind, tuple(a.shape), strides, a.dtype, stream
 
 
 def _finish_out(out_op, result):

@@ -48,6 +48,7 @@ def plan_cache_info():
 
 
 def plan_cache_clear():
+    _fast_recipes.clear()
     """Free every cached FFT plan (plans in use are freed when their call returns)."""
     plan_cache.clear()
 
@@ -308,11 +309,15 @@ class _Prepared:
 def _device_allocator(package, device_id, stream):
     """A function ``(shape, numpy dtype) -> new device array`` allocating in ``package``'s pool in the order of raw
     ``stream``; the stream and device objects are made once (the per-call cost is one context switch or none)."""
+    single = _cuda.device_count() == 1
     if package == "cupy":
         import cupy
         device, stream_object, empty = cupy.cuda.Device(device_id), _cupy_stream(stream), cupy.empty
+        current = cupy.cuda.get_current_stream
 
         def allocate(shape, dtype):
+            if single and current().ptr == stream:  # the common case: no device or stream switch needed
+                return empty(shape, dtype)
             with device, stream_object:
                 return empty(shape, dtype)
         return allocate
@@ -320,14 +325,70 @@ def _device_allocator(package, device_id, stream):
     torch_dtypes = _operands._torch_dtypes()[1]
     target = torch.device("cuda", device_id)
     stream_object = _torch_stream(stream, device_id)
-    current = torch.cuda.current_stream
+    current = _torch_current_stream()
+    torch_empty = torch.empty
 
     def allocate(shape, dtype):
-        if current(device_id).cuda_stream == stream:  # the common case: no stream switch needed
-            return torch.empty(shape, dtype=torch_dtypes[dtype], device=target)
+        if current(device_id) == stream:  # the common case: no stream switch needed
+            return torch_empty(shape, dtype=torch_dtypes[dtype], device=target)
         with torch.cuda.stream(stream_object):
-            return torch.empty(shape, dtype=torch_dtypes[dtype], device=target)
+            return torch_empty(shape, dtype=torch_dtypes[dtype], device=target)
     return allocate
+
+
+def _torch_current_stream():
+    """A function ``device_id -> raw current stream`` of torch (its C accessor when present: no Stream object)."""
+    import torch
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw
+    current = torch.cuda.current_stream
+    return lambda device_id: current(device_id).cuda_stream
+
+
+def _current_stream_getter(package):
+    """A function ``device_id -> raw current stream of package`` for the single-GPU fast paths."""
+    if package == "cupy":
+        import cupy
+        current = cupy.cuda.get_current_stream
+        return lambda device_id: current().ptr
+    return _torch_current_stream()
+
+
+_fast_recipes = {}  # stateless fast path: call signature -> GPU recipe (see mathpy.host.fft._functions)
+_FAST_RECIPES_MAX = 256
+
+
+def gpu_recipe(prep, engine, lock, direction, stream, scale):
+    """The common GPU execution of ``prep`` on ``engine`` as a closure ``run(x_ptr)`` -> result array, or None when
+    the case needs the general :meth:`_Prepared.run_gpu` (a staging copy, in-place, blocking). Everything that does
+    not depend on the data pointer is resolved here once: the output's dense shape, dtype and view, the allocator
+    bound to the stream, the pointer accessor. ``run`` returns None when the engine was freed meanwhile (evicted
+    from the plan cache): the caller then takes the general path."""
+    if not prep.on_gpu or prep.copy_input or prep.options.inplace or prep.options.blocking is True:
+        return None
+    t = prep.transform
+    perm, dense_shape, inverse = _dense(t.output_shape, t.output_strides)
+    package, device_id, dtype = prep.device_package, prep.device_id, t.output_dtype
+    allocate = _device_allocator(package, device_id, stream)
+    execute = engine.execute
+    cupy_like = package == "cupy"
+    identity = perm == tuple(range(len(perm)))
+    scale_type = prep.scale_type
+
+    def run(x_ptr):
+        result = allocate(dense_shape, dtype)
+        result_ptr = result.data.ptr if cupy_like else result.data_ptr()
+        with lock:
+            if engine.freed:
+                return None
+            execute(x_ptr, result_ptr, direction, stream)
+        if not identity:
+            result = result.transpose(inverse) if cupy_like else result.permute(inverse)
+        if scale is not None:
+            _scale_device(result, scale, scale_type, package, device_id, stream)
+        return result
+    return run
 
 
 def _pointer(array):
@@ -355,6 +416,9 @@ def prepare(op, axes, options, execution):
 
 def engine_lock(engine):
     """The lock that serialises cufftSetStream + cufftExec on one GPU engine shared through the plan cache."""
+    lock = getattr(engine, "lock", None)  # CUFFTEngine's own lock (its free() takes it too)
+    if lock is not None:
+        return lock
     lock = _engine_locks.get(engine)
     if lock is None:
         with _engine_locks_guard:
@@ -416,6 +480,7 @@ class FFT:
         self._finalizer = weakref.finalize(self, self._resources.release)
         self._freed = False
         self._lock = None
+        self._fast = None  # GPU: the prepared execute() without arguments (see gpu_recipe)
         self._prolog = self._epilog = None
         logger.debug("FFT %s over axes %s of %r on %s (copy input: %s)", prep.fft_type, prep.axes, op,
                      prep.execution, prep.copy_input)
@@ -491,12 +556,24 @@ class FFT:
         self._prolog, self._epilog = bound_prolog, bound_epilog
         if prep.on_gpu:
             self._lock = engine_lock(resources.engine)
+        self._prepare_fast()
+
+    def _prepare_fast(self):
+        prep, engine = self._prep, self._resources.engine
+        self._fast = None
+        if engine is None or not prep.on_gpu:
+            return
+        run = gpu_recipe(prep, engine, self._lock, prep.default_direction, self._stream, None)
+        if run is not None:
+            x_ptr = self._op.data_ptr
+            self._fast = lambda: run(x_ptr)
 
     def free(self):
         """Release the plan and its workspace now; idempotent. The FFT cannot be used afterwards."""
         if self._freed:
             return
         self._freed = True
+        self._fast = None
         self._finalizer.detach()
         self._resources.release()
         self._op = self._host_view = self._staging = None
@@ -522,12 +599,18 @@ class FFT:
             raise ValueError("reset_operand: an in-place FFT needs a writable operand")
         self._op = new
         self._host_view = new.numpy() if (new.on_host and not self._prep.on_gpu) else None
+        self._prepare_fast()
 
     # --- execution ---------------------------------------------------------------------------------------------------
     def execute(self, direction=None, stream=None):
         """Run the planned transform and return the result in the operand's package and on its device (the operand
         itself for in-place plans). ``direction``: "forward" / -1 or "inverse" / +1 (C2C only; R2C is forward and
         C2R inverse). Unnormalised."""
+        fast = self._fast
+        if fast is not None and direction is None and stream is None:
+            result = fast()
+            if result is not None:
+                return result
         return self._execute(direction, stream, None, None)
 
     def _execute(self, direction, stream, scale, out):
