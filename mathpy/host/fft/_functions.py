@@ -350,11 +350,14 @@ def _finish_out(out_op, result):
 
 
 def _one_axis(a, n, axis):
-    ndim = len(getattr(a, "shape", np.shape(a)))
+    shape = _shape(a)
+    ndim = len(shape)
     if ndim == 0:
         raise ValueError("an FFT needs an operand with at least one dimension")
-    (axis,) = normalize_axes((axis,), ndim)
-    shape = tuple(getattr(a, "shape", np.shape(a)))
+    if type(axis) is int and -ndim <= axis < ndim:  # the common case, without the general checks
+        axis %= ndim
+    else:
+        (axis,) = normalize_axes((axis,), ndim)
     return axis, (_check_n(n) if n is not None else shape[axis])
 
 
@@ -386,12 +389,12 @@ def rfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, o
 def irfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
           stream=None):
     """Inverse of :func:`rfft`: a real result of length ``n`` (default ``2 * (m - 1)``) (as ``numpy.fft.irfft``)."""
-    ndim = len(getattr(a, "shape", np.shape(a)))
-    if ndim == 0:
+    shape = _shape(a)
+    if not shape:
         raise ValueError("an FFT needs an operand with at least one dimension")
-    (axis,) = normalize_axes((axis,), ndim)
+    (axis,) = normalize_axes((axis,), len(shape))
     if n is None:
-        n = 2 * (tuple(getattr(a, "shape", np.shape(a)))[axis] - 1)
+        n = 2 * (shape[axis] - 1)
     n = _check_n(n)
     return _run("C2R", a, (n,), (axis,), norm, out, True, prolog, epilog, options, execution, stream)
 
