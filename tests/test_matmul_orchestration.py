@@ -119,8 +119,10 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(_matmul, "_stream_scope", lambda *args: _nullcontext())
     PointerEngine.instances.clear()
     _matmul.matmul_plan_cache.clear()
+    _matmul._fast_calls.clear()
     yield
     _matmul.matmul_plan_cache.clear()
+    _matmul._fast_calls.clear()  # torch CPU tensors posed as device arrays: their fast calls must not outlive this
 
 
 def _nullcontext():
@@ -233,3 +235,37 @@ def test_float8_b_is_given_column_major(fake_gpu):
         mm.plan()
         assert mm._problem.a.col_stride == 1 and mm._problem.b.row_stride == 1  # cuBLASLt's "TN"
         np.testing.assert_allclose(mm.execute().numpy(), a.astype(np.float32) @ b.astype(np.float32), rtol=1e-6)
+
+
+def test_stateless_fast_path(fake_gpu, monkeypatch):
+    """A repeated stateless call with the same operand facts skips validation and planning (no new Matmul), reads the
+    new operands' memory, and falls back to the full path when a fact or the current stream changes."""
+    a, b, bias = RNG.standard_normal((3, 6, 5)), RNG.standard_normal((5, 4)), RNG.standard_normal(6)
+    _matmul._fast_calls.clear()
+    first = matmul(t(a), t(b), epilog="relu_bias", epilog_inputs={"bias": t(bias)})
+    assert len(_matmul._fast_calls) == 1
+    built = []
+    real_init = _matmul.Matmul.__init__
+    monkeypatch.setattr(_matmul.Matmul, "__init__", lambda self, *args, **kw: (built.append(1),
+                                                                                real_init(self, *args, **kw))[1])
+    a2, b2, bias2 = RNG.standard_normal((3, 6, 5)), RNG.standard_normal((5, 4)), RNG.standard_normal(6)
+    got = matmul(t(a2), t(b2), epilog="relu_bias", epilog_inputs={"bias": t(bias2)})
+    assert not built  # fast path
+    np.testing.assert_allclose(first.numpy(), np.maximum(a @ b + bias[:, None], 0), rtol=1e-12)
+    np.testing.assert_allclose(got.numpy(), np.maximum(a2 @ b2 + bias2[:, None], 0), rtol=1e-12)
+    got = matmul(t(a2), t(b2).T.contiguous().T, epilog="relu_bias", epilog_inputs={"bias": t(bias2)})
+    assert built  # other strides: the full path
+    np.testing.assert_allclose(got.numpy(), np.maximum(a2 @ b2 + bias2[:, None], 0), rtol=1e-12)
+    built.clear()
+    monkeypatch.setattr(_matmul, "stream_pointer", lambda stream, package, device_id: 8)
+    matmul(t(a2), t(b2), epilog="relu_bias", epilog_inputs={"bias": t(bias2)})
+    assert built  # another current stream: planned for it
+    _matmul.matmul_plan_cache.clear()  # plans evicted: the fast path rebuilds the engine through the cache
+    built.clear()
+    got = matmul(t(a), t(b), epilog="relu_bias", epilog_inputs={"bias": t(bias)})
+    assert not built
+    np.testing.assert_allclose(got.numpy(), np.maximum(a @ b + bias[:, None], 0), rtol=1e-12)
+    vec = matmul(t(a[0, 0]), t(b))  # 1-D a: the fast path drops the same axes
+    vec2 = matmul(t(a2[0, 0]), t(b))
+    np.testing.assert_allclose(vec2.numpy(), a2[0, 0] @ b, rtol=1e-12)
+    assert vec.shape == vec2.shape == (4,)

@@ -32,6 +32,7 @@ import numpy as np
 from ..._cuda import compute_capability, require_device
 from ..._errors import InvalidPlanStateError
 from ..._execution import ExecutionCPU, ExecutionCUDA, resolve_execution
+from ..._execution import _default as _default_execution
 from ..._log import logger
 from ..._operands import empty, gpu_array_package, to_device, to_host, wrap_operand, wrap_operands
 from ..._options import check_or_create_options
@@ -416,6 +417,7 @@ class Matmul:
             key = (problem.key, execution, options, preferences, self._stream)
             shared = stack.enter_context(self._cache.borrow(key, create))
             self._engine, self._lock, self._exit = shared.engine, shared.lock, stack.close
+            self._cache_key, self._create = key, create
         else:
             self._engine, self._lock = create()[0].engine, None
             self._exit = weakref.finalize(self, self._engine.free)
@@ -899,11 +901,146 @@ def matmul(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None,
     """``epilog(alpha * a @ b + beta * c)`` with numpy.matmul semantics (see :class:`Matmul` for the parameters).
 
     Returns the result, or ``(result, aux)`` when the epilog has outputs. Plans are cached in
-    :data:`matmul_plan_cache`, keyed on everything that makes plans differ."""
+    :data:`matmul_plan_cache`, keyed on everything that makes plans differ. A repeated GPU call whose operands need no
+    copy takes a fast path keyed on cheap facts (types, shapes, strides, dtypes, devices of the operands and every
+    other argument): it reuses the validated, planned call and only reads the new data pointers and current stream."""
+    key = _fast_key(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution, stream)
+    if key is not None:
+        entry = _fast_calls.get(key)
+        if entry is not None:
+            result = entry.run(a, b, c, epilog_inputs)
+            if result is not _MISSED:
+                return result
     mm = Matmul(a, b, c, alpha=alpha, beta=beta, options=options, execution=execution, stream=stream,
                 _cache=matmul_plan_cache)
     try:
         mm.plan(epilog=epilog, epilog_inputs=epilog_inputs, preferences=preferences)
+        if key is not None:
+            entry = _FastCall.of(mm)
+            if entry is not None:
+                _fast_calls[key] = entry
+                while len(_fast_calls) > _FAST_CALLS_MAX:
+                    try:
+                        del _fast_calls[next(iter(_fast_calls))]
+                    except (KeyError, RuntimeError, StopIteration):  # another thread got there first
+                        break
         return mm.execute()
     finally:
         mm.free()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The stateless call's fast path
+
+_FAST_CALLS_MAX = 128
+_fast_calls = {}  # fast key -> _FastCall (holds no operand and no GPU resource: plans stay in matmul_plan_cache)
+_MISSED = object()
+_ARRAY_KINDS = {}  # type -> "torch" / "cupy" / None
+
+
+def _array_kind(obj):
+    kind = _ARRAY_KINDS.get(type(obj), False)
+    if kind is False:
+        module = type(obj).__module__.split(".")[0]
+        kind = module if module in ("torch", "cupy") and hasattr(obj, "shape") else None
+        _ARRAY_KINDS[type(obj)] = kind
+    return kind
+
+
+def _facts(obj):
+    """Cheap facts that fix an array's layout: None when the fast path does not apply to it."""
+    kind = _array_kind(obj)
+    if kind == "torch":
+        return (obj.shape, obj.stride(), obj.dtype, obj.device)
+    if kind == "cupy":
+        return (obj.shape, obj.strides, obj.dtype, obj.device.id)
+    return None
+
+
+def _fast_key(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution, stream):
+    if stream is not None:
+        return None
+    fa, fb = _facts(a), _facts(b)
+    if fa is None or fb is None:
+        return None
+    fc = None
+    if c is not None:
+        fc = _facts(c)
+        if fc is None:
+            return None
+    inputs = None
+    if epilog_inputs:
+        if type(epilog_inputs) is not dict:
+            return None
+        inputs = []
+        for name in sorted(epilog_inputs):
+            facts = _facts(epilog_inputs[name])
+            if facts is None:
+                return None
+            inputs.append((name, facts))
+        inputs = tuple(inputs)
+    if type(options) is dict:
+        options = tuple(sorted(options.items()))
+    if type(preferences) is dict:
+        preferences = tuple(sorted(preferences.items()))
+    key = (fa, fb, fc, type(alpha), alpha, type(beta), beta, epilog, inputs, options, preferences, execution,
+           _default_execution.get())
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+class _FastCall:
+    """What a planned stateless GPU call needs to run again on new operands with the same facts: the plan cache key
+    and how to rebuild the engine if it was evicted, the output allocators, scalars and how the result is returned."""
+
+    __slots__ = ("cache_key", "create", "stream", "package", "device_id", "make_d", "makers", "pointer", "has_c",
+                 "inputs", "alpha", "beta", "finish", "has_outputs")
+
+    @classmethod
+    def of(cls, mm):
+        """The fast call of a planned stateless Matmul, or None when its operands need copies or moves."""
+        if mm._fast is None or mm._user_stream is not None or getattr(mm, "_cache_key", None) is None:
+            return None
+        self = cls()
+        self.cache_key, self.create = mm._cache_key, mm._create
+        self.stream, self.package, self.device_id = mm._stream, mm._package, mm._device_id
+        self.make_d, self.makers, self.pointer, _ = mm._fast
+        self.has_c = "c" in mm._staged
+        self.inputs = tuple(mm._inputs)
+        self.alpha, self.beta = mm._alpha, mm._beta
+        self.finish = (mm._vector_a, mm._vector_b, mm._package == "numpy" and mm._like.package == "numpy",
+                       mm._options.blocking is True)
+        self.has_outputs = bool(mm._problem.epilog_outputs)
+        return self
+
+    def run(self, a, b, c, epilog_inputs):
+        stream = stream_pointer(None, self.package, self.device_id)
+        if stream != self.stream:  # another current stream: plan (and cache) for it
+            return _MISSED
+        pointer = self.pointer
+        pa, pb = pointer(a), pointer(b)
+        pc = pointer(c) if self.has_c else None
+        given = {name: pointer(epilog_inputs[name]) for name in self.inputs} if self.inputs else {}
+        with matmul_plan_cache.borrow(self.cache_key, self.create) as shared:
+            d = self.make_d()
+            outputs, out_args = {}, {}
+            for name, make in self.makers:
+                outputs[name] = tensor = make()
+                out_args[name] = pointer(tensor)
+            with shared.lock:
+                shared.engine.execute(pa, pb, pc, pointer(d), given, out_args, self.alpha, self.beta, stream)
+        vector_a, vector_b, scalar, blocking = self.finish
+        if vector_a and vector_b:
+            d = d[..., 0, 0]
+            if scalar:
+                d = d[()]
+        elif vector_a:
+            d = d[..., 0, :]
+        elif vector_b:
+            d = d[..., 0]
+        if blocking:
+            _synchronize(self.package, stream, self.device_id)
+        return (d, outputs) if self.has_outputs else d
