@@ -5,8 +5,9 @@
 ``X`` (``col_stride == 1``) is the column-major storage of ``X.T``, so it enters as that storage with ``op = T``; no
 copy is made. The result D (and C) must be stored column-major as they are (cuBLASLt supports only ``op(C) = N``):
 
-- D column-major (the API's convention, always the case with an epilog): the product is taken as it is.
-- D row-major (the API gives D C's row-major order when there is no epilog): ``D.T = B.T @ A.T`` is computed instead,
+- D column-major (always the case with an epilog that has a per-row operand or output): the product is taken as it
+  is.
+- D row-major (the API's choice for no epilog / RELU / GELU, see ``_problem``): ``D.T = B.T @ A.T`` is computed instead,
   with D.T column-major (the swap of operands and of M and N that BLAS users know). Elementwise epilogs (RELU, GELU)
   are unaffected; BGRADA and BGRADB swap roles; bias and aux epilogs need a column-major D (the API ensures it).
 
@@ -28,6 +29,12 @@ operands: it times a wider pool of :data:`SELF_AUTOTUNE_POOL` heuristic candidat
 product is often further down the list), puts the winner first and keeps it; the plan's ``algorithms`` stay at most
 ``limit`` long. The stateless ``mathpy.matmul`` pays this (a few ms) once per cached plan; pass
 ``autotune_first_execute=False`` to keep the heuristic's order.
+
+**Tiny products** (at most :data:`HOST_BOUND_FLOPS`) are bound by the host's cost per call: the first candidate that
+runs as one kernel (no split-K) is moved to the front.
+
+**BGRADA / BGRADB** have kernels only for op(A) = N and op(B) = T respectively (cuBLASLt 13.1 on an H200, every real
+dtype); the matmul API copies A or B into those layouts.
 
 **The hot path.** :meth:`~CublasLtEngine.execute` calls the cached ``cublasLtMatmul`` function object with a prebuilt
 argument list of plain ints (descriptor handles, addresses of the host alpha/beta buffers and of the algorithm); per
@@ -130,6 +137,23 @@ def needs_autotune(m, n, k, batch, candidates):
     or K at most 512) big enough (>= 2 GFLOP) for the kernel choice to matter, with several candidates."""
     flops = 2.0 * m * n * k * batch
     return candidates > 1 and flops >= 2e9 and (min(m, n) <= 256 or k <= 512)
+
+
+#: Products this small are bound by the host's cost per call: the engine prefers a candidate that runs as one kernel
+#: (no split-K reduction kernel or output clearing, each a second launch).
+HOST_BOUND_FLOPS = 2.0 ** 26
+
+
+def _single_kernel_first(candidates):
+    """``candidates`` with the first one that does not split K moved to the front (unchanged when the configuration
+    cannot be read or none qualifies)."""
+    try:
+        for i, alg in enumerate(candidates):
+            if int(alg.config.get("splitk_num", 1)) <= 1:
+                return [alg] + candidates[:i] + candidates[i + 1:]
+    except Exception as e:  # a cuBLASLt that describes algorithms differently: keep the heuristic's order
+        logger.debug("cuBLASLt: algorithm configuration unreadable (%s)", e)
+    return candidates
 
 
 _SWAPPED_EPILOGS = {None: None, MatmulEpilog.RELU: MatmulEpilog.RELU, MatmulEpilog.GELU: MatmulEpilog.GELU,
@@ -455,8 +479,10 @@ class CublasLtEngine:
             raise ValueError(f"{self._no_algorithm_message(op_a, op_b, float8)} ({e})") from e
         if not found:
             raise ValueError(self._no_algorithm_message(op_a, op_b, float8))
-        self.algorithms = _Candidates((CublasLtAlgorithm(result, rank) for rank, result in enumerate(found)),
-                                      self._chosen_by_caller)
+        candidates = [CublasLtAlgorithm(result, rank) for rank, result in enumerate(found)]
+        if 2.0 * problem.m * problem.n * problem.k * batch <= HOST_BOUND_FLOPS:
+            candidates = _single_kernel_first(candidates)
+        self.algorithms = _Candidates(candidates, self._chosen_by_caller)
         self._alignment_mask = DEFAULT_ALIGNMENT - 1
 
         # Host alpha/beta of the scale type, and the argument list of cublasLtMatmul (ints only).

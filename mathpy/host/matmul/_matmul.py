@@ -646,7 +646,7 @@ class Matmul:
         if spec.epilog in _ANY_ORDER_EPILOGS:  # no per-row bias semantics: D may take the operands' order
             if c is not None:
                 row_major = c.layout.is_row_major
-            else:
+            elif self._d_dtype.itemsize >= 4 and self._staged["a"].op.dtype.itemsize >= 4:
                 row_major = not (self._staged["a"].layout.is_col_major and self._staged["b"].layout.is_col_major)
         self._d_row_major = row_major
         if row_major:

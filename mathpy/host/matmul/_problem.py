@@ -13,11 +13,18 @@ guarantees for A, B, C and D:
 - the whole batch is one stride (``batch_stride``; 0 = the same matrix for every batch, only for A, B and C);
 - D never overlaps an input.
 
-**Result layout convention** (both engines follow it; the API allocates D): D is column-major in its last two axes
-(``row_stride == 1``, ``col_stride == M``; as an array of shape ``(*batch, M, N)`` its strides are
-``(..., 1, M)``), batches contiguous (``batch_stride == M * N``). This is what lets a bias be "one value per row of
-the result" as in nvmath-python and cuBLASLt. When ``c`` is given and no epilog is used, D takes C's order
-(row- or column-major, contiguous batches) so ``beta * C`` reads and writes alike.
+**Result layout convention** (both engines follow it; the API allocates D; batches always contiguous,
+``batch_stride == M * N``):
+
+- with an epilog that has a per-row operand or output (BIAS*, *_AUX*, DRELU*, DGELU*, BGRADA, BGRADB): D is
+  column-major in its last two axes (``row_stride == 1``, ``col_stride == M``; as an array of shape ``(*batch, M, N)``
+  its strides are ``(..., 1, M)``). This is what lets a bias be "one value per row of the result" as in nvmath-python
+  and cuBLASLt;
+- with no epilog, RELU or GELU (elementwise, no per-row operand): D takes C's order when ``c`` is given (so
+  ``beta * C`` reads and writes alike); without ``c``, D is row-major (C order, as numpy.matmul gives) for 4- and
+  8-byte dtypes unless A and B are both column-major, and column-major for 16-bit and float8 operands. cuBLASLt then
+  runs NN on row-major float32 operands instead of TT: measured on an H200 (cuBLASLt 13.1), 4096^3 float32 took
+  2.674 ms NN vs 2.791 ms TT, while 8192^3 bfloat16 / float16 took 1.398 / 1.481 ms TT vs 1.432 / 1.539 ms NN.
 
 Epilog inputs and outputs are ``(name, MatrixLayout)`` pairs in the formats :mod:`._epilog` documents:
 
