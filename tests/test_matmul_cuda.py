@@ -15,6 +15,7 @@ Three layers of tests:
 
 import ctypes
 import gc
+import os
 from unittest import mock
 
 import ml_dtypes
@@ -902,7 +903,8 @@ class TestEngineOnGPU:
         free_before = torch.cuda.mem_get_info()[0]
         cycle(10_000)
         assert torch.cuda.memory_allocated() == torch_before
-        assert free_before - torch.cuda.mem_get_info()[0] < 16 << 20, "device memory outside torch's pool grew"
+        if not os.environ.get("PYTEST_XDIST_WORKER"):  # device-wide free memory: meaningless beside other workers
+            assert free_before - torch.cuda.mem_get_info()[0] < 16 << 20, "device memory outside torch's pool grew"
         growth = _rss_bytes() - rss_before
         assert growth < 16 << 20, f"host memory grew by {growth / 2**20:.1f} MiB over 10,000 plans"
         _assert_close(_to_numpy(d), _to_numpy(a) @ _to_numpy(b), dtype)
