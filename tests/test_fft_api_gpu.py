@@ -287,3 +287,17 @@ def test_ten_thousand_plans_do_not_leak(gpu):
     assert gpu.used_bytes() <= used + (1 << 20), f"device arrays grew by {gpu.used_bytes() - used} bytes"
     assert _rss_bytes() <= rss + (64 << 20), f"host memory grew by {(_rss_bytes() - rss) >> 20} MiB"
     assert _live_handles() == handles, f"{_live_handles() - handles} cuFFT handles leaked"
+
+
+@pytest.mark.parametrize("name,shape,s,axes", [
+    ("irfft2", (2, 1), [3, 1], (-2, -1)),            # cuFFT dropped the length-1 halved axis: a wrong answer
+    ("rfft2", (2, 1), [3, 1], (-2, -1)),
+    ("rfft2", (1, 1, 1, 2), [2, 1], (-3, -4)),        # the length-1 part loops over batches: offsets stay aligned
+    ("irfftn", (3, 4, 2), [3, 4, 1], (0, 1, 2)),
+])
+def test_halved_axis_of_length_one(gpu, name, shape, s, axes):
+    x = rand(shape, np.float32 if name.startswith("rfft") else np.complex64, seed=7)
+    expected = getattr(np.fft, name)(x, s=s, axes=axes)
+    result = gpu.to_numpy(getattr(mfft, name)(gpu.asarray(x), s=s, axes=axes))
+    assert result.shape == expected.shape
+    np.testing.assert_allclose(result, expected, atol=1e-4 * max(1.0, float(np.abs(expected).max())))

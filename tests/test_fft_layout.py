@@ -203,3 +203,15 @@ def test_transform_validation():
     assert t.precision == np.float32 and t.axes == (0,) and t.n == (8,) and hash(t) == hash(
         Transform("R2C", np.float32, (8,), (1,), (5,), (1,), (0,)))
     assert t.input_dtype == np.float32 and t.output_dtype == np.complex64
+
+
+def test_real_side_loops_stay_on_complex_elements():
+    """R2C/C2R executes looped at real offsets of an odd number of elements are refused by cuFFT (CUFFT_INVALID_VALUE):
+    the plan takes the odd-step batch group and loops over the even one."""
+    t = Transform("R2C", np.float32, (1, 2, 1, 2), (1, 1, 4, 2), (1, 2, 1, 2), (1, 1, 4, 2), (0,))
+    p = cufft_params(t)
+    assert (p.batch, p.idist, p.loops) == (2, 1, ((2, 2, 2),))
+    c2r = Transform("C2R", np.float32, (1, 2, 1, 2), (1, 1, 4, 2), (1, 2, 1, 2), (1, 1, 4, 2), (0,))
+    assert all(step % 2 == 0 for _, _, step in cufft_params(c2r).loops)
+    c2c = Transform("C2C", np.float32, (1, 2, 1, 2), (1, 1, 4, 2), (1, 2, 1, 2), (1, 1, 4, 2), (0,))
+    assert cufft_params(c2c).loops == ((2, 1, 1),)   # complex offsets are always aligned: the largest-group rule

@@ -153,6 +153,7 @@ class CUFFTEngine:
             return
         params = cufft_params(transform, allow_loops=not callbacks)  # UnsupportedLayoutError if it cannot
         _check_half_strides(transform, params)
+        _check_loop_alignment(transform, params)
 
         offsets = _loop_offsets(params, transform)
         execute, set_stream = _hot_functions()  # resolves the library (LibraryNotFoundError) before planning
@@ -352,6 +353,19 @@ def _split(transform):
                           (last,)))
     return (Transform("R2C", t.precision, t.input_shape, t.input_strides, t.output_shape, t.output_strides, (last,)),
             Transform("C2C", t.precision, t.output_shape, t.output_strides, t.output_shape, t.output_strides, others))
+
+
+def _check_loop_alignment(transform, params):
+    """Looped executes of an R2C/C2R must start every real-side pointer on a complex element (cuFFT's rule)."""
+    if transform.kind == "C2C" or not params.loops:
+        return
+    real = 1 if transform.kind == "R2C" else 2
+    if any(loop[real] % 2 for loop in params.loops):
+        raise UnsupportedLayoutError(
+            f"{transform.kind} over axes {transform.axes} with real strides "
+            f"{transform.input_strides if transform.kind == 'R2C' else transform.output_strides} needs executes at "
+            f"real offsets that are not a whole number of complex elements, which cuFFT refuses: copy to "
+            f"engine_layout(...) first")
 
 
 def _element_size(transform, side):

@@ -280,6 +280,23 @@ class CufftParams:
         return math.prod(count for count, _, _ in self.loops)
 
 
+def _plan_group(kind, groups, allow_loops):
+    """Which batch group the plan's (batch, dist) covers; the others are looped over. The largest, except that for
+    R2C/C2R a group whose real-side step is odd goes into the plan when that lets every looped offset stay a whole
+    number of complex elements: cuFFT refuses real pointers not aligned to the complex element (CUFFT_INVALID_VALUE
+    at exec)."""
+    order = sorted(range(len(groups)), key=lambda g: (groups[g][0], g), reverse=True)
+    if kind == "C2C" or len(groups) < 2:
+        return order[0]
+    real = 0 if kind == "R2C" else 1  # the real side's index in each group's (input step, output step)
+    for g in order:
+        looped = [groups[h] for h in range(len(groups)) if h != g]
+        if all(steps[real] % 2 == 0 for _, steps in looped) and \
+                (not allow_loops or math.prod(count for count, _ in looped) <= MAX_LOOPED_EXECUTES):
+            return g
+    return order[0]
+
+
 def cufft_params(transform, *, allow_loops=True):
     """The :class:`CufftParams` of ``transform``; UnsupportedLayoutError when one plan (with at most
     ``MAX_LOOPED_EXECUTES`` looped executes when ``allow_loops``) cannot address both its input and output layouts."""
@@ -305,7 +322,7 @@ def cufft_params(transform, *, allow_loops=True):
     n = tuple(n_shape[a] for a in transform_axes)
     (inembed, istride), (onembed, ostride) = inner_in, inner_out
     if groups:
-        plan_group = max(range(len(groups)), key=lambda g: (groups[g][0], g))
+        plan_group = _plan_group(t.kind, groups, allow_loops)
         batch_count, (idist, odist) = groups[plan_group]
         loops = tuple((count, i, o) for g, (count, (i, o)) in enumerate(groups) if g != plan_group)
     else:
