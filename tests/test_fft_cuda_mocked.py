@@ -308,3 +308,17 @@ def test_binding_symbols_resolve_where_cufft_is_installed():
                  "cufftGetVersion", "cufftGetProperty", "cufftXtMakePlanMany", "cufftXtExec", jit):
         assert real_cufft.lib.has(name), name
     assert real_cufft.unchecked("cufftXtExec").restype is ctypes.c_int
+
+
+def test_executor_is_one_call_and_falls_back(fake):
+    engine = make(C2C)
+    run = engine.executor()
+    run(1024, 2048, -1, 5)                          # first call: sets the stream through execute()
+    fake.calls.clear()
+    run(1024, 2048, 1, 5)
+    assert fake.calls == [("cufftXtExec", 7, 1024, 2048, 1)]
+    run(1024, 2048, -1, 6)                          # another stream: execute() orders and sets it
+    assert ("cufftSetStream", 7, 6) in fake.calls
+    engine.free()
+    with pytest.raises(InvalidPlanStateError):
+        run(1024, 2048, -1, 6)

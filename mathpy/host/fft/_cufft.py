@@ -216,6 +216,22 @@ class CUFFTEngine:
         else:
             self._execute_loop(handle, input_ptr, output_ptr, direction)
 
+    def executor(self):
+        """A function with :meth:`execute`'s arguments for a caller that repeats one call shape (the API's prepared
+        recipes): one ctypes call when the stream is the current one and the pointers are aligned, else
+        :meth:`execute` (stream change, misalignment, freed plan, looped or two-part plans, several GPUs)."""
+        if self._parts is not None or self._scoped or self._offsets is not None or self._handle is None:
+            return self.execute
+        exec_function, align, handle, execute = self._exec, self._align, self._handle, self.execute
+
+        def run(input_ptr, output_ptr, direction, stream):
+            if stream != self._stream or self._handle is None or (input_ptr | output_ptr) & align:
+                return execute(input_ptr, output_ptr, direction, stream)
+            status = exec_function(handle, input_ptr, output_ptr, direction)
+            if status:
+                cufft.check("cufftXtExec", status)
+        return run
+
     def _execute(self, input_ptr, output_ptr, direction, stream):
         handle = self._handle
         if handle is None:

@@ -371,13 +371,32 @@ def gpu_recipe(prep, engine, lock, direction, stream, scale):
     perm, dense_shape, inverse = _dense(t.output_shape, t.output_strides)
     package, device_id, dtype = prep.device_package, prep.device_id, t.output_dtype
     allocate = _device_allocator(package, device_id, stream)
-    execute = engine.execute
+    executor = getattr(engine, "executor", None)
+    execute = executor() if executor is not None else engine.execute
     cupy_like = package == "cupy"
     identity = perm == tuple(range(len(perm)))
     scale_type = prep.scale_type
+    if cupy_like:
+        import cupy
+        current, empty = cupy.cuda.get_current_stream, cupy.empty
+        single = _cuda.device_count() == 1
+
+        def new_output():
+            if single and current().ptr == stream:
+                return empty(dense_shape, dtype)
+            return allocate(dense_shape, dtype)
+    else:
+        import torch
+        raw_stream = _torch_current_stream()
+        new_empty = torch.empty(0, dtype=_operands._torch_dtypes()[1][dtype], device=f"cuda:{device_id}").new_empty
+
+        def new_output():
+            if raw_stream(device_id) == stream:
+                return new_empty(dense_shape)
+            return allocate(dense_shape, dtype)
 
     def run(x_ptr):
-        result = allocate(dense_shape, dtype)
+        result = new_output()
         result_ptr = result.data.ptr if cupy_like else result.data_ptr()
         with lock:
             if engine.freed:
