@@ -155,8 +155,10 @@ def test_forward_aux_feeds_backward_epilog(xp):
     back, grads = matmul(xp.asarray(g32), xp.asarray(b32), epilog="dgelu_bgrad", epilog_inputs=aux)
     x = a32.astype(np.float64) @ b32.astype(np.float64)
     expected = (g32.astype(np.float64) @ b32.astype(np.float64)) * gelu_grad_ref(x)
-    np.testing.assert_allclose(xp.to_numpy(back), expected, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(xp.to_numpy(grads["dgelu_bgrad"])[..., 0], expected.sum(-1), rtol=1e-5, atol=1e-4)
+    # float32 tolerances: the aux holds X rounded to float32 and cuBLASLt evaluates gelu' in float32 (measured on an
+    # H200: at most 1e-4 absolute at |value| ~ 7)
+    np.testing.assert_allclose(xp.to_numpy(back), expected, rtol=2e-4, atol=2e-4)
+    np.testing.assert_allclose(xp.to_numpy(grads["dgelu_bgrad"])[..., 0], expected.sum(-1), rtol=2e-4, atol=1e-3)
 
 
 def test_bias_forms_and_broadcast_aux(xp):
