@@ -269,3 +269,22 @@ def test_stateless_fast_path(fake_gpu, monkeypatch):
     vec2 = matmul(t(a2[0, 0]), t(b))
     np.testing.assert_allclose(vec2.numpy(), a2[0, 0] @ b, rtol=1e-12)
     assert vec.shape == vec2.shape == (4,)
+
+
+def test_stateful_plain_run(fake_gpu):
+    """A stateful plan with nothing to copy and no epilog output executes through one prebuilt closure: a fresh
+    result each call, reading the caller's current memory."""
+    a, b = RNG.standard_normal((6, 5)), RNG.standard_normal((5, 4))
+    ta, tb = t(a), t(b)
+    with Matmul(ta, tb) as mm:
+        mm.plan(epilog="relu")
+        assert mm._fast_run is not None
+        d1 = mm.execute()
+        np.testing.assert_allclose(d1.numpy(), np.maximum(a @ b, 0), rtol=1e-12)
+        a[...] = -a
+        d2 = mm.execute()
+        assert d2 is not d1
+        np.testing.assert_allclose(d2.numpy(), np.maximum(a @ b, 0), rtol=1e-12)
+    with Matmul(ta, tb) as mm:  # an epilog output: the general fast path
+        mm.plan(epilog="relu_aux")
+        assert mm._fast is not None and mm._fast_run is None

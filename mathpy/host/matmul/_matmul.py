@@ -266,7 +266,7 @@ class Matmul:
     def __init__(self, a, b, c=None, *, alpha=1, beta=None, options=None, execution=None, stream=None,
                  _cache=None):
         self._state = _FREED  # until construction succeeds
-        self._engine = self._exit = self._fast = None
+        self._engine = self._exit = self._fast = self._fast_run = None
         options = check_or_create_options(MatmulOptions, options, "options")
         ops = wrap_operands({"a": a, "b": b, "c": c})
         a_op, b_op, c_op = ops["a"], ops["b"], ops["c"]
@@ -460,6 +460,8 @@ class Matmul:
         outputs (``aux``: dict of tensors named as in ``_epilog``), in the operands' package and on their device."""
         if self._state != _PLANNED:
             self._check_planned("execute")
+        if stream is None and self._fast_run is not None:
+            return self._fast_run()
         if stream is None:
             stream_ptr = self._stream
         else:
@@ -539,7 +541,7 @@ class Matmul:
         """Release the plan (library handles, descriptors, workspace) at once. Idempotent."""
         self._release_engine()
         self._state = _FREED
-        self._staged = self._inputs = self._fixed = self._fast = None
+        self._staged = self._inputs = self._fixed = self._fast = self._fast_run = None
 
     def __enter__(self):
         self._check_not_freed("__enter__")
@@ -667,7 +669,7 @@ class Matmul:
             swap = len(shape) >= 2 and name in ("relu_aux", "gelu_aux")
             alloc = (*shape[:-2], shape[-1], shape[-2]) if swap else shape
             self._out_allocs.append((name, layout, alloc, swap))
-        self._fast = None
+        self._fast = self._fast_run = None
         if self._on_gpu and len(self._fixed) == len(self._staged) + len(self._inputs):
             fixed = {name: self._fixed[name] for name in self._staged}
             fixed["inputs"] = {name: self._fixed[name] for name in self._inputs}
@@ -677,6 +679,10 @@ class Matmul:
             makers = tuple((name, alloc(shape, layout.dtype, swap, name == "relu_aux"))
                            for name, layout, shape, swap in self._out_allocs)
             self._fast = (make_d, makers, _pointer_of(self._package), fixed)
+            if not makers and self._lock is None and not (self._vector_a or self._vector_b) and \
+                    self._options.blocking is not True:
+                self._fast_run = _plain_run(self._engine.execute, make_d, _pointer_of(self._package), fixed,
+                                            self._alpha, self._beta, self._stream)
 
     def _stage(self, s, stream):
         """Bring one input where the engine needs it (copies and moves); returns the operand to use."""
@@ -767,6 +773,18 @@ class Matmul:
         elif self._on_gpu and self._options.blocking is True:
             _synchronize(self._package, stream, self._device_id)
         return (d, outputs) if self._problem.epilog_outputs else d
+
+
+def _plain_run(engine_execute, make_d, pointer, fixed, alpha, beta, stream):
+    """The whole execute() of a stateful GPU plan with nothing to copy, no epilog output, matrix operands and a plan of
+    its own: allocate D, call the engine. Everything else is bound once here."""
+    a, b, c, inputs, no_outputs = fixed["a"], fixed["b"], fixed.get("c"), fixed["inputs"], {}
+
+    def run():
+        d = make_d()
+        engine_execute(a, b, c, pointer(d), inputs, no_outputs, alpha, beta, stream)
+        return d
+    return run
 
 
 def _allocator(package, device_id, stream, explicit_stream):
