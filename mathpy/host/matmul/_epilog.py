@@ -25,6 +25,15 @@ BGRADB            X                                           -                 
 Definitions (cuBLASLt's): ``relu(x) = max(x, 0)``; ``gelu`` is the tanh approximation
 ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` and ``gelu'`` its exact derivative.
 
+Not supported (a ValueError before any work, on every execution space): epilogs on complex operands; GELU, GELU_BIAS,
+GELU_AUX, GELU_AUX_BIAS, DGELU, DGELU_BGRAD on float64 (cuBLASLt 13.1's float64 GELU kernels differ from the
+definition by up to ~5e-9 relative, ~2.6e-10 absolute: not float64 accuracy, measured on an H200); GELU_AUX* and
+DGELU* with float8 results. Layouts: cuBLASLt has BGRADA kernels only for a column-major A and BGRADB kernels only for
+a row-major B; on the GPU the API copies A or B into that layout when needed.
+
+RELU bitmask padding: cuBLASLt never writes the padding bits (nor the bits past M in the last byte of a column); the
+GPU path allocates the bitmask zeroed, so padding bits are zero on every execution space.
+
 Formats (shapes are for a result of shape ``(*batch, M, N)``; a non-batched product has ``batch == ()``):
 
 - ``bias``: one value per row of the result: shape ``(M,)`` or ``(M, 1)`` (broadcast over the batch) or
@@ -33,7 +42,7 @@ Formats (shapes are for a result of shape ``(*batch, M, N)``; a non-batched prod
   column-major in the last two axes (strides ``(..., 1, relu_aux_rows(M))``), batches contiguous. Bit ``i`` of
   column ``j`` is bit ``i % 8`` (least significant first) of byte ``[i // 8, j]``; rows padded to a multiple of
   128 bits (``relu_aux_rows(M) = round_up(ceil(M / 8), 16)`` bytes). cuBLASLt's leading dimension is in bits:
-  ``8 * relu_aux_rows(M)``. Padding bits are unspecified.
+  ``8 * relu_aux_rows(M)``. Padding bits are zero.
 - ``gelu_aux`` (output of GELU_AUX*, input of DGELU*): the pre-activation values, dtype of the result (for float8
   results: the dtype of C / the bias), shape ``(*batch, gelu_aux_rows(M), N)`` with ``gelu_aux_rows(M) =
   round_up(M, 8)``, column-major in the last two axes, batches contiguous. Padding rows are unspecified.
