@@ -184,10 +184,39 @@ def _scale(norm, inverse, lengths):
 
 # --- the one code path -------------------------------------------------------------------------------------------
 
-def _run(kind, a, lengths, axes, norm, out, inverse, prolog, epilog, options, execution, stream):
-    """Transform ``a`` (kind "C2C", "R2C", "C2R") over ``axes`` to logical ``lengths``."""
-    fast_key = None
-    if out is None and prolog is None and epilog is None and options is None and execution is None and \
+_LOOK_UP = object()
+
+
+def _recipe(tag, a, params, out, prolog, epilog, options, execution, stream):
+    """The stateless fast path at a function's entry: (result, None) when a prepared recipe ran, else (None, key)
+    with the key under which the general path leaves a recipe (None: not eligible). Eligible: a CuPy array or CUDA
+    torch tensor, plain arguments (no out, callbacks, options, execution or stream), one GPU."""
+    if out is not None or prolog is not None or epilog is not None or options is not None or \
+            execution is not None or stream is not None:
+        return None, None
+    signature = _gpu_signature(a)
+    if signature is None:
+        return None, None
+    key = (tag, params) + signature[1:]
+    try:
+        recipe = _plan._fast_recipes.get(key)
+    except TypeError:  # an unhashable argument: the general path checks it
+        return None, None
+    if recipe is not None:
+        result = recipe(signature[0])
+        if result is not None:
+            return result, None
+        _plan._fast_recipes.pop(key, None)  # its engine was evicted: plan again
+    return None, key
+
+
+def _run(kind, a, lengths, axes, norm, out, inverse, prolog, epilog, options, execution, stream,
+         fast_key=_LOOK_UP):
+    """Transform ``a`` (kind "C2C", "R2C", "C2R") over ``axes`` to logical ``lengths``. ``fast_key``: the caller's
+    recipe key from :func:`_recipe` (None: leave no recipe); by default it is made and looked up here."""
+    if fast_key is not _LOOK_UP:
+        pass
+    elif out is None and prolog is None and epilog is None and options is None and execution is None and \
             stream is None:
         signature = _gpu_signature(a)
         if signature is not None:
@@ -198,6 +227,10 @@ def _run(kind, a, lengths, axes, norm, out, inverse, prolog, epilog, options, ex
                 if result is not None:
                     return result
                 _plan._fast_recipes.pop(fast_key, None)  # its engine was evicted: plan again below
+        else:
+            fast_key = None
+    else:
+        fast_key = None
     if out is None:
         op, out_op = _operands.wrap_operand(a, "a"), None
     else:
@@ -368,27 +401,39 @@ _KW_DOC = """
 def fft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
         stream=None):
     """One-dimensional discrete Fourier transform (as ``numpy.fft.fft``)."""
+    result, key = _recipe("fft", a, (n, axis, norm), out, prolog, epilog, options, execution, stream)
+    if result is not None:
+        return result
     axis, n = _one_axis(a, n, axis)
-    return _run("C2C", a, (n,), (axis,), norm, out, False, prolog, epilog, options, execution, stream)
+    return _run("C2C", a, (n,), (axis,), norm, out, False, prolog, epilog, options, execution, stream, key)
 
 
 def ifft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
          stream=None):
     """One-dimensional inverse discrete Fourier transform (as ``numpy.fft.ifft``)."""
+    result, key = _recipe("ifft", a, (n, axis, norm), out, prolog, epilog, options, execution, stream)
+    if result is not None:
+        return result
     axis, n = _one_axis(a, n, axis)
-    return _run("C2C", a, (n,), (axis,), norm, out, True, prolog, epilog, options, execution, stream)
+    return _run("C2C", a, (n,), (axis,), norm, out, True, prolog, epilog, options, execution, stream, key)
 
 
 def rfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
          stream=None):
     """One-dimensional FFT of a real operand: the n//2+1 non-negative frequencies (as ``numpy.fft.rfft``)."""
+    result, key = _recipe("rfft", a, (n, axis, norm), out, prolog, epilog, options, execution, stream)
+    if result is not None:
+        return result
     axis, n = _one_axis(a, n, axis)
-    return _run("R2C", a, (n,), (axis,), norm, out, False, prolog, epilog, options, execution, stream)
+    return _run("R2C", a, (n,), (axis,), norm, out, False, prolog, epilog, options, execution, stream, key)
 
 
 def irfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
           stream=None):
     """Inverse of :func:`rfft`: a real result of length ``n`` (default ``2 * (m - 1)``) (as ``numpy.fft.irfft``)."""
+    result, key = _recipe("irfft", a, (n, axis, norm), out, prolog, epilog, options, execution, stream)
+    if result is not None:
+        return result
     shape = _shape(a)
     if not shape:
         raise ValueError("an FFT needs an operand with at least one dimension")
@@ -396,7 +441,7 @@ def irfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, 
     if n is None:
         n = 2 * (shape[axis] - 1)
     n = _check_n(n)
-    return _run("C2R", a, (n,), (axis,), norm, out, True, prolog, epilog, options, execution, stream)
+    return _run("C2R", a, (n,), (axis,), norm, out, True, prolog, epilog, options, execution, stream, key)
 
 
 def hfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
@@ -426,29 +471,45 @@ def ihfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, 
 def fftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
          stream=None):
     """N-dimensional FFT over ``axes`` (all by default) (as ``numpy.fft.fftn``)."""
+    result, key = _recipe("fftn", a, (_hashable(s), _hashable(axes), norm), out, prolog, epilog, options, execution,
+                          stream)
+    if result is not None:
+        return result
     lengths, axes = _cook_nd(_shape(a), s, axes, False)
-    return _run("C2C", a, lengths, axes, norm, out, False, prolog, epilog, options, execution, stream)
+    return _run("C2C", a, lengths, axes, norm, out, False, prolog, epilog, options, execution, stream, key)
 
 
 def ifftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
           stream=None):
     """N-dimensional inverse FFT (as ``numpy.fft.ifftn``)."""
+    result, key = _recipe("ifftn", a, (_hashable(s), _hashable(axes), norm), out, prolog, epilog, options, execution,
+                          stream)
+    if result is not None:
+        return result
     lengths, axes = _cook_nd(_shape(a), s, axes, False)
-    return _run("C2C", a, lengths, axes, norm, out, True, prolog, epilog, options, execution, stream)
+    return _run("C2C", a, lengths, axes, norm, out, True, prolog, epilog, options, execution, stream, key)
 
 
 def rfftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
           stream=None):
     """N-dimensional FFT of a real operand; the last axis is halved (as ``numpy.fft.rfftn``)."""
+    result, key = _recipe("rfftn", a, (_hashable(s), _hashable(axes), norm), out, prolog, epilog, options, execution,
+                          stream)
+    if result is not None:
+        return result
     lengths, axes = _cook_nd(_shape(a), s, axes, False)
-    return _run("R2C", a, lengths, axes, norm, out, False, prolog, epilog, options, execution, stream)
+    return _run("R2C", a, lengths, axes, norm, out, False, prolog, epilog, options, execution, stream, key)
 
 
 def irfftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
            stream=None):
     """Inverse of :func:`rfftn` (as ``numpy.fft.irfftn``)."""
+    result, key = _recipe("irfftn", a, (_hashable(s), _hashable(axes), norm), out, prolog, epilog, options, execution,
+                          stream)
+    if result is not None:
+        return result
     lengths, axes = _cook_nd(_shape(a), s, axes, True)
-    return _run("C2R", a, lengths, axes, norm, out, True, prolog, epilog, options, execution, stream)
+    return _run("C2R", a, lengths, axes, norm, out, True, prolog, epilog, options, execution, stream, key)
 
 
 def fft2(a, s=None, axes=(-2, -1), norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
@@ -482,3 +543,9 @@ def irfft2(a, s=None, axes=(-2, -1), norm=None, out=None, *, prolog=None, epilog
 def _shape(a):
     shape = getattr(a, "shape", None)
     return tuple(shape) if shape is not None else np.shape(a)
+
+
+def _hashable(value):
+    """``s`` / ``axes`` as a recipe-key part: lists become tuples; anything else unhashable is left for the general
+    path to judge (the lookup then fails with TypeError and is skipped)."""
+    return tuple(value) if type(value) is list else value
