@@ -69,11 +69,6 @@ def test_every_epilog_matches_the_cpu_engine(gxp, name, dtype, batch):
     a = RNG.standard_normal((*batch, M, K)).astype(dtype)
     b = RNG.standard_normal((K, N)).astype(dtype)
     inputs = epilog_inputs(name, dtype, batch)
-    if "GELU" in name and dtype == np.float64:  # refused identically on both execution spaces, before any work
-        for operands, execution in (((a, b), "cpu"), ((gxp.asarray(a), gxp.asarray(b)), None)):
-            with pytest.raises(ValueError, match="not supported for float64"):
-                matmul(*operands, alpha=0.5, epilog=name, epilog_inputs=inputs or None, execution=execution)
-        return
     want, want_aux = split(matmul(a, b, alpha=0.5, epilog=name, epilog_inputs=inputs or None, execution="cpu"))
     try:
         got, got_aux = split(matmul(gxp.asarray(a), gxp.asarray(b), alpha=0.5, epilog=name,
@@ -82,7 +77,8 @@ def test_every_epilog_matches_the_cpu_engine(gxp, name, dtype, batch):
         assert "cuBLASLt" in str(e) or "no algorithm" in str(e), e
         pytest.skip(f"cuBLASLt: {e}")
     assert gxp.is_native(got) and sorted(got_aux) == sorted(want_aux)
-    tol = TOL[dtype.name]
+    # cuBLASLt's float64 GELU kernels are accurate to ~5e-9 relative (documented in _epilog.py)
+    tol = 1e-8 if "GELU" in name and dtype == np.float64 else TOL[dtype.name]
     g = gxp.to_numpy(got)
     assert g.dtype == dtype and g.shape == want.shape
     np.testing.assert_allclose(as64(g), as64(want), rtol=tol, atol=tol * 8)

@@ -14,6 +14,11 @@ BF16 = np.dtype(ml_dtypes.bfloat16)
 M, N, K = 13, 7, 9  # M not a multiple of 8: the aux formats' padding is exercised
 RNG = np.random.default_rng(7)
 TOL = {"float16": 2e-2, "bfloat16": 6e-2, "float32": 1e-5, "float64": 1e-12}
+GELU_FLOAT64_TOL = 1e-8  # cuBLASLt's float64 GELU kernels: ~5e-9 relative (documented in _epilog.py)
+
+
+def gelu_tolerance(name, dtype):
+    return GELU_FLOAT64_TOL if "GELU" in name and dtype == np.float64 else TOL[dtype.name]
 
 
 def gelu_ref(x):
@@ -94,13 +99,9 @@ EPILOGS = [e.name for e in MatmulEpilog if e is not MatmulEpilog.DEFAULT]
 def test_epilog_matches_reference(xp, name, dtype, batch):
     dtype = np.dtype(BF16 if dtype == "bfloat16" else dtype)
     a, b, inputs, raw = make_inputs(name, dtype, batch, xp)
-    if "GELU" in name and dtype == np.float64:  # cuBLASLt's float64 GELU is not float64-accurate: refused everywhere
-        with pytest.raises(ValueError, match=f"{name} is not supported for float64"):
-            matmul(xp.asarray(a), xp.asarray(b), alpha=0.75, epilog=name, epilog_inputs=inputs or None)
-        return
     result = matmul(xp.asarray(a), xp.asarray(b), alpha=0.75, epilog=name, epilog_inputs=inputs or None)
     expected, expected_out = reference(name, a, b, alpha=0.75, **raw)
-    tol = TOL[dtype.name]
+    tol = gelu_tolerance(name, dtype)
     if expected_out:
         assert isinstance(result, tuple)
         result, aux = result
@@ -143,7 +144,7 @@ def _strides_in_bytes(array):
 
 def test_forward_aux_feeds_backward_epilog(xp):
     """RELU_AUX's bitmask and GELU_AUX's values, returned by one matmul, are the inputs of DRELU / DGELU (GELU in
-    float32: float64 GELU epilogs are refused)."""
+    float32, the precision deep-learning code uses it in)."""
     a = RNG.standard_normal((2, M, K))
     b = RNG.standard_normal((K, N))
     g = RNG.standard_normal((2, M, K))

@@ -25,9 +25,11 @@ BGRADB            X                                           -                 
 Definitions (cuBLASLt's): ``relu(x) = max(x, 0)``; ``gelu`` is the tanh approximation
 ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` and ``gelu'`` its exact derivative.
 
-Not supported (a ValueError before any work, on every execution space): epilogs on complex operands; GELU, GELU_BIAS,
-GELU_AUX, GELU_AUX_BIAS, DGELU, DGELU_BGRAD on float64 (cuBLASLt 13.1's float64 GELU kernels differ from the
-definition by up to ~5e-9 relative, ~2.6e-10 absolute: not float64 accuracy, measured on an H200); GELU_AUX* and
+Accuracy: cuBLASLt 13.1's float64 GELU kernels (GELU, GELU_BIAS, GELU_AUX, GELU_AUX_BIAS, DGELU, DGELU_BGRAD)
+evaluate the activation to about 5e-9 relative (2.6e-10 absolute), measured on an H200, not to float64's precision;
+the CPU engine evaluates the definition in float64.
+
+Not supported (a ValueError before any work, on every execution space): epilogs on complex operands; GELU_AUX* and
 DGELU* with float8 results. Layouts: cuBLASLt has BGRADA kernels only for a column-major A and BGRADB kernels only for
 a row-major B; on the GPU the API copies A or B into that layout when needed.
 

@@ -362,10 +362,6 @@ class Matmul:
             if self._d_dtype in FLOAT8_DTYPES:
                 raise ValueError(f"epilog {epilog.name} is not supported for float8 results; use result_type "
                                  f"bfloat16/float16/float32 in MatmulOptions")
-        if spec.activation in ("gelu", "dgelu") and self._d_dtype == np.float64:
-            raise ValueError(f"epilog {epilog.name} is not supported for float64: cuBLASLt's float64 GELU kernels "
-                             f"evaluate the activation to about 1e-8 relative accuracy only (not float64's), so "
-                             f"mathpy rejects it on every execution space; use float32, or apply GELU separately")
         if spec.activation in ("drelu", "dgelu") and self._k == 1:
             raise ValueError(f"epilog {epilog.name} needs K > 1 (cuBLASLt does not support K = 1); K is 1")
         given = {} if epilog_inputs is None else epilog_inputs
