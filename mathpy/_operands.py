@@ -118,7 +118,7 @@ class _CuPy:
     @staticmethod
     def to_numpy(array, stream):
         import cupy
-        return array.get(stream=cupy.cuda.ExternalStream(stream) if stream else None)
+        return array.get(stream=_cupy_stream(stream) if stream else None, order="A")  # keep the layout
 
 
 _external_streams = {}
