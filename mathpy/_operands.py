@@ -117,7 +117,6 @@ class _CuPy:
 
     @staticmethod
     def to_numpy(array, stream):
-        import cupy
         return array.get(stream=_cupy_stream(stream) if stream else None, order="A")  # keep the layout
 
 
