@@ -49,6 +49,7 @@ from mathpy.host.fft._layout import Transform, c_strides  # noqa: E402
 
 MB = 1 << 20
 WARMUP, RUNS = 3, 9
+CALLS_PER_SAMPLE = 5  # transforms timed between one pair of events (event and launch jitter spread over them)
 REPS = 2000
 
 
@@ -57,18 +58,27 @@ REPS = 2000
 def gpu_ms(fn):
     """Median GPU time of one call (CUDA events on the current stream, which torch and CuPy share: the legacy
     default stream)."""
-    for _ in range(WARMUP):
-        fn()
+    return gpu_ms_interleaved({"fn": fn})["fn"]
+
+
+def gpu_ms_interleaved(functions):
+    """Median GPU time of one call of each of ``functions`` ({name: fn}), sampled in rounds (every function once
+    per round, CALLS_PER_SAMPLE calls per sample) so clock and thermal drift reach all peers alike."""
+    for fn in functions.values():
+        for _ in range(WARMUP):
+            fn()
     cp.cuda.Device().synchronize()
-    times = []
+    samples = {name: [] for name in functions}
     start, stop = cp.cuda.Event(), cp.cuda.Event()
     for _ in range(RUNS):
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop))
-    return statistics.median(times)
+        for name, fn in functions.items():
+            start.record()
+            for _ in range(CALLS_PER_SAMPLE):
+                fn()
+            stop.record()
+            stop.synchronize()
+            samples[name].append(cp.cuda.get_elapsed_time(start, stop) / CALLS_PER_SAMPLE)
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def host_us(fn, reps=REPS):
@@ -154,27 +164,32 @@ def transform_times():
     results = []
     for label, shape, dtype, axes, kind in problems():
         x = random_array(shape, dtype)
-        times, outputs = {}, {}
+        outputs = {}
         plan = mathpy_stateful(x, axes, kind)
-        try:
-            times["mathpy"] = gpu_ms(plan.execute)
-            outputs["mathpy"] = plan.execute()
-        finally:
-            plan.free()
+        functions = {"mathpy": plan.execute}
         cupy_fn = (lambda: cp.fft.rfftn(x, axes=axes)) if kind == "R2C" else (lambda: cp.fft.fftn(x, axes=axes))
-        times["cupy"] = gpu_ms(cupy_fn)
-        outputs["cupy"] = cupy_fn()
+        functions["cupy"] = cupy_fn
         if torch is not None:
             tx = torch.from_dlpack(x)
             torch_fn = (lambda: torch.fft.rfftn(tx, dim=axes)) if kind == "R2C" else (lambda: torch.fft.fftn(tx, dim=axes))
-            times["torch"] = gpu_ms(torch_fn)
-            outputs["torch"] = cp.from_dlpack(torch_fn())
+            functions["torch"] = torch_fn
+        nv = None
         if nvmath is not None:
             nv = nvmath.fft.FFT(x, axes=list(axes))
             nv.plan()
-            times["nvmath"] = gpu_ms(nv.execute)
-            outputs["nvmath"] = nv.execute()
-            nv.free()
+            functions["nvmath"] = nv.execute
+        try:
+            times = gpu_ms_interleaved(functions)
+            outputs["mathpy"] = plan.execute()
+            outputs["cupy"] = cupy_fn()
+            if torch is not None:
+                outputs["torch"] = cp.from_dlpack(torch_fn())
+            if nv is not None:
+                outputs["nvmath"] = nv.execute()
+        finally:
+            plan.free()
+            if nv is not None:
+                nv.free()
         tolerance = 1e-4 if np.dtype(dtype) in (np.dtype(np.complex64), np.dtype(np.float32)) else 1e-10
         errors = {name: relative_error(out, outputs["cupy"]) for name, out in outputs.items() if name != "cupy"}
         bad = {k: v for k, v in errors.items() if not v < tolerance}
