@@ -183,12 +183,69 @@ def test_matmul_ptx_keeps_accumulators_in_registers(sm90, precision):
 
     from mathpy.device._checks import matmul_kernel
 
-    G = md.matmul(64, 64, 32, precision, a_arrangement="col_major")
+    G = md.matmul(64, 64, 32, precision, a_arrangement="col_major", tensor_cores=False)
     st = numba.from_dtype(G.storage_dtype)
     ptx = _ptx(matmul_kernel(G, 64).py_func, (st[:, :, :], st[:, :, :], st[:, :, :], numba.float64, numba.float64))
     assert not re.search(r"\b(ld|st)\.local", ptx)
     fma = "fma.rn.f64" if precision == np.float64 else "fma.rn.f32"
     assert len(re.findall(fma, ptx)) >= G.accumulator_size
+    assert "mma.sync" not in ptx
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision, ptx_type, m, n, k, arrangement", [
+    (np.float16, "f16", 64, 64, 32, "row_major"), ("bfloat16", "bf16", 128, 128, 16, "col_major"),
+    ("bfloat16", "bf16", 48, 40, 16, "row_major"),
+])
+def test_matmul_tensor_core_ptx(sm90, precision, ptx_type, m, n, k, arrangement):
+    """fp16/bf16 run mma.sync.m16n8k16 (fp32 accumulation) with fragments read from shared memory, accumulators in
+    registers."""
+    import numba
+
+    from mathpy.device._checks import matmul_kernel
+
+    G = md.matmul(m, n, k, precision, a_arrangement=arrangement)
+    assert G.tensor_cores
+    st = numba.from_dtype(G.storage_dtype)
+    ptx = _ptx(matmul_kernel(G, 2 * k).py_func, (st[:, :, :], st[:, :, :], st[:, :, :], numba.float64, numba.float64))
+    assert not re.search(r"\b(ld|st)\.local", ptx), "fragments or accumulators spilled to local memory"
+    mma = re.findall(rf"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.{ptx_type}\.{ptx_type}\.f32", ptx)
+    fragments = (G.warp_tile_m // 16) * (G.warp_tile_n // 8)
+    assert len(mma) >= fragments and len(mma) % fragments == 0
+    assert "ld.shared" in ptx
+    if arrangement == "row_major":
+        assert "ld.shared.u32" in ptx  # A fragment registers: one 32-bit load each
+    assert re.search(r"\bld(\.global)?\.u64", ptx) and "st.shared.u64" in ptx  # 8-byte operand copies
+
+
+def test_matmul_tensor_core_descriptions():
+    h = md.matmul(64, 64, 32, np.float16)
+    assert h.tensor_cores and h.block_dim == (256, 1, 1) and (h.warp_m, h.warp_n) == (2, 4)
+    assert (h.warp_tile_m, h.warp_tile_n) == (32, 16) and h.accumulator_size == 64 * 64 // 256 == h.tile_m * h.tile_n
+    assert h.lda == 40 and h.ldb == 72 and h.b_size == 32 * 72 and h.a_size == 64 * 40
+    assert h.shared_memory_size_ab == (64 * 40 + 32 * 72) * 2
+    c = md.matmul(64, 64, 32, "bf16", a_arrangement="col_major")
+    assert c.tensor_cores and c.lda == 72 and c.a_size == 32 * 72
+    assert md.matmul(48, 40, 16, np.float16).block_size == 96  # 3 warps of 16 x 40
+    assert not md.matmul(16, 48, 8, np.float16).tensor_cores  # k not a multiple of 16: CUDA cores
+    assert not md.matmul(64, 64, 32, np.float16, tensor_cores=False).tensor_cores
+    assert md.matmul(64, 64, 32, np.float16, tensor_cores=False).ldb == 64
+    assert not md.matmul(64, 64, 32, np.float32).tensor_cores
+    assert not md.matmul(64, 64, 32, np.float16, block_size=16).tensor_cores  # not whole warps: CUDA cores
+
+
+@pytest.mark.parametrize("args, kwargs, words", [
+    ((64, 64, 32), {"precision": np.float32, "tensor_cores": True}, ["tensor_cores=True", "float16 or bfloat16"]),
+    ((64, 64, 8), {"precision": np.float16, "tensor_cores": True}, ["k of 16", "k=8"]),
+    ((64, 60, 16), {"precision": "bf16", "tensor_cores": True}, ["n of 8", "n=60"]),
+    ((64, 64, 16), {"precision": np.float16, "tensor_cores": True, "block_size": 100}, ["block_size=100", "allowed"]),
+    ((64, 64, 16), {"precision": np.float16, "tensor_cores": "yes"}, ["tensor_cores='yes'", "True, False"]),
+])
+def test_matmul_tensor_core_bad_descriptions(args, kwargs, words):
+    with pytest.raises(ValueError) as info:
+        md.matmul(*args, **kwargs)
+    for w in words:
+        assert w in str(info.value), (w, str(info.value))
 
 
 @pytest.mark.slow
@@ -260,3 +317,120 @@ def test_matmul_shared_and_epilogue_compile_for_sm90(sm90, precision):
     G2 = md.matmul(32, 32, 16, precision, epilogue=act)
     ptx = _ptx(matmul_kernel(G2, 32).py_func, (st[:, :, :], st[:, :, :], st[:, :, :], numba.float64, numba.float64))
     assert "tanh" in ptx or "ex2" in ptx  # the epilogue made it into the kernel
+
+
+# ---------------------------------------------------------------- tensor-core fragments, emulated on the CPU
+class _WarpMMA:
+    """``mma.sync.aligned.m16n8k16.row.col.f32`` as the PTX ISA defines it, for Python threads standing in for the
+    lanes: every lane hands in its fragment registers, the warp meets at a barrier, each lane gets its part of D.
+    Lane (g = lane // 4, t = lane % 4) holds A[g | g+8, 2t..2t+1 | 2t+8..2t+9], B[2t..2t+1 | 2t+8..2t+9, g] and
+    C/D[g | g+8, 2t..2t+1]."""
+
+    def __init__(self, warps, halves_to_float):
+        import threading
+
+        self.to_float = halves_to_float
+        self.barriers = [threading.Barrier(32, timeout=30) for _ in range(warps)]
+        self.slots = [[None] * 32 for _ in range(warps)]
+
+    def __call__(self, lane_id, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        warp, lane = divmod(lane_id, 32)
+        slots, barrier = self.slots[warp], self.barriers[warp]
+        slots[lane] = (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
+        barrier.wait()
+        A, B, C = np.zeros((16, 16)), np.zeros((16, 8)), np.zeros((16, 8))
+        for ln, regs in enumerate(slots):
+            g, t = divmod(ln, 4)
+            for reg, (r, kk) in enumerate(((g, 2 * t), (g + 8, 2 * t), (g, 2 * t + 8), (g + 8, 2 * t + 8))):
+                A[r, kk], A[r, kk + 1] = self.to_float(regs[reg])
+            for reg, kk in enumerate((2 * t, 2 * t + 8)):
+                B[kk, g], B[kk + 1, g] = self.to_float(regs[4 + reg])
+            C[g, 2 * t], C[g, 2 * t + 1], C[g + 8, 2 * t], C[g + 8, 2 * t + 1] = regs[6:]
+        barrier.wait()  # everyone has read the slots before any lane reuses them
+        D = A @ B + C
+        g, t = divmod(lane, 4)
+        return tuple(np.float32(v) for v in (D[g, 2 * t], D[g, 2 * t + 1], D[g + 8, 2 * t], D[g + 8, 2 * t + 1]))
+
+
+@pytest.mark.parametrize("m, n, k, precision, arrangement, block_size", [
+    (32, 16, 32, np.float16, "row_major", 64),
+    (48, 40, 16, "bfloat16", "col_major", 96),
+    (64, 64, 32, np.float16, "col_major", 256),
+    (16, 16, 16, "bfloat16", "row_major", 32),
+])
+def test_matmul_tensor_core_fragments_emulated(m, n, k, precision, arrangement, block_size):
+    """Runs the generated GPU source of mma() + store_accumulator() (the inline-PTX path, not the simulator's scalar
+    stand-in) with one Python thread per lane and the PTX ISA's mma.sync semantics: checks the fragment indexing,
+    the warp grid and the accumulator ownership against A @ B."""
+    import threading
+    import types as pytypes
+
+    from mathpy.device._checks import bf16_bits, bf16_to_float32
+
+    G = md.matmul(m, n, k, precision, a_arrangement=arrangement, block_size=block_size)
+    assert G.tensor_cores and G.block_size == block_size
+    G.mma  # generates G.source (the GPU variant: this process does not run the simulator)
+    assert "MMA(" in G.source and "PACK(" in G.source
+    bf16 = G.precision == "bfloat16"
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((m, k))
+    b = rng.standard_normal((k, n))
+    if bf16:
+        a_bits, b_bits = bf16_bits(a), bf16_bits(b)
+        a, b = bf16_to_float32(a_bits).astype(np.float64), bf16_to_float32(b_bits).astype(np.float64)
+    else:
+        a_bits, b_bits = a.astype(np.float16).view(np.uint16), b.astype(np.float16).view(np.uint16)
+        a, b = a.astype(np.float16).astype(np.float64), b.astype(np.float16).astype(np.float64)
+    smem_a = np.zeros(G.a_size, np.uint16)
+    for i in range(m):
+        for p in range(k):
+            smem_a[i * G.lda + p if arrangement == "row_major" else p * G.lda + i] = a_bits[i, p]
+    smem_b = np.zeros(G.b_size, np.uint16)
+    for p in range(k):
+        smem_b[p * G.ldb:p * G.ldb + n] = b_bits[p]
+
+    def to_float(reg):
+        lo, hi = np.array([int(reg) & 0xFFFF, int(reg) >> 16], np.uint16)
+        if bf16:
+            return bf16_to_float32(np.array([lo, hi]))
+        return np.array([lo, hi], np.uint16).view(np.float16).astype(np.float64)
+
+    local = threading.local()
+    warp_mma = _WarpMMA(block_size // 32, to_float)
+    fake_cuda = pytypes.SimpleNamespace()
+
+    class _Idx:
+        @property
+        def x(self):
+            return local.tid
+
+    fake_cuda.threadIdx = _Idx()
+    ns = {
+        "np": np, "cuda": fake_cuda, "COMPUTE": np.float32, "ZERO": np.float32(0), "EPILOGUE": None,
+        "TOC": lambda v: bf16_to_float32(np.array([v], np.uint16))[0], "FROMC": lambda v: v,
+        "PAIR": lambda arr, i: int(arr[i]) | (int(arr[i + 1]) << 16),
+        "PACK": lambda arr, i, j: int(arr[i]) | (int(arr[j]) << 16),
+        "MMA": lambda *regs: warp_mma(local.tid, *regs),
+    }
+    exec(compile(G.source, "<tensor-core source>", "exec"), ns)
+    out = np.zeros(m * n, np.float64)
+    errors = []
+
+    def lane(tid):
+        local.tid = tid
+        try:
+            acc = np.zeros(G.accumulator_size, np.float32)
+            ns["mma"](smem_a, smem_b, acc)
+            ns["store_accumulator"](1.0, acc, 0.0, out)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+            for barrier in warp_mma.barriers:
+                barrier.abort()
+
+    threads = [threading.Thread(target=lane, args=(tid,)) for tid in range(block_size)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors[0]
+    np.testing.assert_allclose(out.reshape(m, n), a @ b, rtol=1e-5, atol=1e-4)

@@ -95,6 +95,24 @@ MATMUL_CASES = [
 ] + [
     (64, 32, 16, "float32", 16, "shared", {"block_size": 128, "a_arrangement": "col_major"}),
     (24, 8, 4, "float64", 4, "shared", {"block_size": 12}),
+] + [
+    # fp16/bf16 above take the tensor cores (mma.sync) where the shape allows; the CUDA-core path of the same shapes:
+    (m, n, k, prec, k_total, "registers", {"tensor_cores": False, "a_arrangement": arr})
+    for (m, n, k, k_total) in [(64, 64, 32, 64), (32, 32, 32, 96)]
+    for prec in ("float16", "bfloat16") for arr in ("row_major", "col_major")
+] + [
+    # tensor-core shapes: 3 warps over 48 x 40, 4 warps over 64 x 64, one warp, shared C, epilogue-free alpha/beta
+    (48, 40, 16, prec, 32, "registers", {"tensor_cores": True}) for prec in ("float16", "bfloat16")
+] + [
+    (64, 64, 64, prec, 128, "registers", {"tensor_cores": True, "block_size": 128, "a_arrangement": arr})
+    for prec in ("float16", "bfloat16") for arr in ("row_major", "col_major")
+] + [
+    (16, 16, 16, "float16", 48, "registers", {"tensor_cores": True}),
+    # operands whose rows are not 8-byte aligned: the element-wise copy path instead of 8-byte copies
+    (32, 32, 16, "float16", 48, "registers", {"tensor_cores": True, "misaligned": True}),
+    (32, 32, 16, "bfloat16", 32, "registers", {"tensor_cores": True, "misaligned": True, "a_arrangement": "col_major"}),
+    (32, 32, 16, "float32", 32, "registers", {"misaligned": True}),
+    (64, 32, 32, "bfloat16", 32, "shared", {"tensor_cores": True, "a_arrangement": "col_major"}),
 ]
 
 
@@ -102,7 +120,11 @@ MATMUL_CASES = [
 def test_block_matmul_on_gpu(case):
     from mathpy.device._checks import run_matmul_case
 
+    import mathpy.device as md
+
     m, n, k, prec, k_total, mode, kw = case
+    if kw.get("tensor_cores"):
+        assert md.matmul(m, n, k, prec, **{x: v for x, v in kw.items() if x != "misaligned"}).tensor_cores
     err = run_matmul_case(m, n, k, prec, k_total=k_total, mode=mode, batch=5, **kw)
     assert err < TOLERANCE[prec], err
 

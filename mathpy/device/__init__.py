@@ -35,8 +35,9 @@ Design
   description, seconds each), and they exist only for the CUDA versions MathDx supports. Generated Python compiles
   with the numba-cuda that the user already has, runs unchanged under numba's CUDA simulator (so the CPU test suite
   checks the real device code against NumPy), and inlines into the user's kernel as ordinary NVVM IR, where the
-  optimizer sees the whole kernel. The price: no tensor cores (numba-cuda has no ``mma``/``wgmma``), so the GEMM runs
-  on CUDA cores; and the FFT's speed rests on the code we generate rather than on NVIDIA's tuning tables.
+  optimizer sees the whole kernel. The price: the FFT's speed rests on the code we generate rather than on NVIDIA's
+  tuning tables, and the GEMM reaches the tensor cores only through ``mma.sync`` written as inline PTX (numba-cuda
+  has no ``mma``/``wgmma`` API, and libNVVM rejects the ``llvm.nvvm.mma``/``wmma`` intrinsic calls).
 - **Code generation, not loops.** Each description writes straight-line Python for its size (every register index a
   literal, butterflies unrolled with constant twiddles, typed ``np.float32`` constants so nothing is promoted to
   double) and compiles it with ``cuda.jit(device=True, forceinline=True)``. Values live in scalar variables, which
@@ -53,9 +54,12 @@ Design
   Inter-stage twiddles come from ``sincospi`` (two calls per butterfly, the rest by products): no table, no local
   memory. ``r2c``/``c2r`` of even size run a complex FFT of half the size on packed pairs of reals, with one extra
   shared-memory exchange to split/merge the spectrum (odd sizes run the full-length complex transform).
-- **GEMM.** Each thread owns a ``TM x TN`` tile of C in registers; the k loop reads A (broadcast within a warp, or
-  conflict-free when A is stored column-major) and consecutive B columns from shared memory. fp16 and bf16
-  accumulate in fp32. bf16: NumPy/numba arrays have no bfloat16 dtype, so bf16 operands are ``uint16``/``int16``
+- **GEMM.** fp32/fp64 (and fp16/bf16 shapes the tensor cores cannot take): each thread owns a ``TM x TN`` tile of C
+  in registers; the k loop reads A (broadcast within a warp, or conflict-free when A is stored column-major) and
+  consecutive B columns from shared memory. fp16/bf16 with m % 16 == n % 8 == k % 16 == 0 and whole warps: each warp
+  owns a tile of 16 x 8 fragments of C and runs ``mma.sync.aligned.m16n8k16`` (sm_80+, fp32 accumulation) on
+  fragments read from padded shared memory; under the simulator the same description runs its k loop on scalars
+  with the same ownership of C. fp16 and bf16 accumulate in fp32. bf16: NumPy/numba arrays have no bfloat16 dtype, so bf16 operands are ``uint16``/``int16``
   arrays of bf16 bit patterns (``torch_tensor.view(torch.int16)``), converted exactly on load and rounded to
   nearest-even on store.
 """

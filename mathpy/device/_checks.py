@@ -3,6 +3,7 @@ simulator. Used by the tests (the simulator runs in a subprocess: ``python -m ma
 and the benchmark's correctness checks.
 """
 
+import functools
 import json
 import sys
 import time
@@ -15,7 +16,8 @@ patch_numpy_for_numba_cuda()
 import numba  # noqa: E402  (after the NumPy fix; kernels need `cuda` as a module global for the simulator)
 from numba import cuda  # noqa: E402
 
-__all__ = ["fft_kernel", "run_fft_case", "matmul_kernel", "run_matmul_case", "bf16_bits", "bf16_to_float32"]
+__all__ = ["fft_kernel", "convolution_kernel", "run_fft_case", "matmul_kernel", "run_matmul_case", "bf16_bits",
+           "bf16_to_float32"]
 
 
 def bf16_bits(x):
@@ -28,6 +30,7 @@ def bf16_to_float32(bits):
     return (np.asarray(bits).astype(np.uint32) << 16).view(np.float32)
 
 
+@functools.lru_cache(maxsize=None)
 def fft_kernel(FFT):
     """A batched kernel ``kernel(x, y)`` doing load / execute / store with the description *FFT*."""
     storage = FFT.storage_size
@@ -80,15 +83,9 @@ def run_fft_case(size, precision, fft_type="c2c", direction=None, batch=3, **kw)
     return float(np.abs(y - ref).max() / np.abs(ref).max())
 
 
-def run_convolution_case(size, precision, real, batch=3):
-    """Fused circular convolution (load, FFT, multiply by a filter spectrum, inverse FFT, store) of complex
-    (``real=False``: c2c / c2c) or real signals (r2c / c2r); returns the error relative to NumPy."""
-    from . import fft
-
-    kind = ("r2c", "c2r") if real else ("c2c", "c2c")
-    FWD = fft(size=size, precision=precision, fft_type=kind[0], direction="forward")
-    INV = fft(size=size, precision=precision, fft_type=kind[1], direction="inverse",
-              elements_per_thread=FWD.elements_per_thread, ffts_per_block=FWD.ffts_per_block)
+@functools.lru_cache(maxsize=None)
+def convolution_kernel(FWD, INV):
+    """``kernel(x, f, y)``: load, forward FFT, multiply by the filter spectrum f, inverse FFT, store."""
     storage = FWD.storage_size
     value_type = numba.from_dtype(FWD.complex_dtype)
     real_type = numba.from_dtype(FWD.real_dtype)
@@ -104,6 +101,19 @@ def run_convolution_case(size, precision, real, batch=3):
         INV.execute(thread_data, shared_mem)
         INV.store(thread_data, y, batch)
 
+    return kernel
+
+
+def run_convolution_case(size, precision, real, batch=3):
+    """Fused circular convolution (load, FFT, multiply by a filter spectrum, inverse FFT, store) of complex
+    (``real=False``: c2c / c2c) or real signals (r2c / c2r); returns the error relative to NumPy."""
+    from . import fft
+
+    kind = ("r2c", "c2r") if real else ("c2c", "c2c")
+    FWD = fft(size=size, precision=precision, fft_type=kind[0], direction="forward")
+    INV = fft(size=size, precision=precision, fft_type=kind[1], direction="inverse",
+              elements_per_thread=FWD.elements_per_thread, ffts_per_block=FWD.ffts_per_block)
+    kernel = convolution_kernel(FWD, INV)
     rng = np.random.default_rng(2)
     taps = rng.standard_normal(size)
     if real:
@@ -122,6 +132,7 @@ def run_convolution_case(size, precision, real, batch=3):
     return float(np.abs(y - expected).max() / np.abs(expected).max())
 
 
+@functools.lru_cache(maxsize=None)
 def matmul_kernel(GEMM, k_total):
     """A batched kernel ``kernel(a, b, c, alpha, beta)``: one block per batch entry, looping over K in slices of
     ``GEMM.k`` with register accumulators (``mma``), then ``store_accumulator_batched``."""
@@ -151,6 +162,7 @@ def matmul_kernel(GEMM, k_total):
     return kernel
 
 
+@functools.lru_cache(maxsize=None)
 def matmul_shared_kernel(GEMM):
     """A batched kernel doing the whole GEMM with A, B and C in shared memory (``execute``)."""
     storage = numba.from_dtype(GEMM.storage_dtype)
@@ -182,19 +194,24 @@ def _from_storage(GEMM, x):
     return bf16_to_float32(x).astype(np.float64) if GEMM.precision == "bfloat16" else x.astype(np.float64)
 
 
-def run_matmul_case(m, n, k, precision, k_total=None, mode="registers", batch=2, alpha=1.5, beta=-0.5, **kw):
+def run_matmul_case(m, n, k, precision, k_total=None, mode="registers", batch=2, alpha=1.5, beta=-0.5,
+                    misaligned=False, **kw):
     """Run one block GEMM case; returns the max error relative to the largest reference value. mode: "registers"
-    (mma over K slices) or "shared" (execute with C in shared memory, k_total == k)."""
+    (mma over K slices) or "shared" (execute with C in shared memory, k_total == k). ``misaligned``: A and B are
+    views one element into wider arrays (odd strides, unaligned data), so copies take the element-wise path."""
     from . import matmul
 
     GEMM = matmul(m, n, k, precision, **kw)
     k_total = k if k_total is None else k_total
     rng = np.random.default_rng(1)
-    a = _to_storage(GEMM, rng.standard_normal((batch, m, k_total)))
-    b = _to_storage(GEMM, rng.standard_normal((batch, k_total, n)))
+    pad = 1 if misaligned else 0
+    a = _to_storage(GEMM, rng.standard_normal((batch, m, k_total + pad)))
+    b = _to_storage(GEMM, rng.standard_normal((batch, k_total, n + pad)))
     c = _to_storage(GEMM, rng.standard_normal((batch, m, n)))
-    ref = alpha * (_from_storage(GEMM, a) @ _from_storage(GEMM, b)) + beta * _from_storage(GEMM, c)
     d_a, d_b, d_c = cuda.to_device(a), cuda.to_device(b), cuda.to_device(c)
+    if misaligned:
+        a, b, d_a, d_b = a[:, :, 1:], b[:, :, 1:], d_a[:, :, 1:], d_b[:, :, 1:]
+    ref = alpha * (_from_storage(GEMM, a) @ _from_storage(GEMM, b)) + beta * _from_storage(GEMM, c)
     if mode == "registers":
         matmul_kernel(GEMM, k_total)[batch, GEMM.block_dim, 0, GEMM.shared_memory_size_ab](d_a, d_b, d_c, alpha, beta)
     else:
@@ -247,6 +264,10 @@ SIM_MATMUL_CASES = [
     (16, 32, 8, "float16", 8, "shared", {}),
     (16, 16, 16, "bfloat16", 32, "registers", {"a_arrangement": "col_major"}),
     (16, 16, 16, "bfloat16", 16, "shared", {}),
+    (32, 16, 16, "float16", 32, "registers", {"block_size": 64}),  # tensor-core ownership, 2 warps
+    (32, 32, 16, "float16", 16, "shared", {"block_size": 64, "a_arrangement": "col_major"}),
+    (16, 16, 16, "bfloat16", 16, "registers", {"tensor_cores": False}),
+    (16, 16, 16, "float16", 32, "registers", {"misaligned": True}),
     (24, 8, 4, "float32", 4, "shared", {"block_size": 12}),
     (8, 8, 8, "float64", 8, "shared", {}),
 ]

@@ -15,7 +15,8 @@ from numba import types  # noqa: E402
 from numba.cuda import cgutils  # noqa: E402
 from numba.cuda.extending import intrinsic  # noqa: E402
 
-__all__ = ["load_c64", "store_c64"]
+__all__ = ["load_c64", "store_c64", "load_c64_readonly", "pack2_u32", "pair_u32", "mma_f16_f32", "mma_bf16_f32",
+           "aligned8", "load4_u16", "store4_u16", "store4_u16_strided"]
 
 
 def _element_pointer(context, builder, arrty, arr, index_types, indices):
@@ -104,5 +105,165 @@ def load_c64_readonly(typingctx, arr, idx):
         cplx.real = builder.extract_element(vec, ir.Constant(ir.IntType(32), 0))
         cplx.imag = builder.extract_element(vec, ir.Constant(ir.IntType(32), 1))
         return cplx._getvalue()
+
+    return sig, codegen
+
+
+# ---------------------------------------------------------------- tensor cores (block GEMM, fp16/bf16)
+def _check_half_array(arr):
+    return isinstance(arr, types.Array) and arr.ndim == 1 and arr.dtype.bitwidth == 16
+
+
+def _i16_pointer(context, builder, arrty, arr, idxty, idx):
+    ptr = _element_pointer(context, builder, arrty, arr, (idx,), (idxty,))
+    return builder.bitcast(ptr, ir.IntType(16).as_pointer())
+
+
+@intrinsic
+def pack2_u32(typingctx, arr, i, j):
+    """The 16-bit elements ``arr[i]`` (low half) and ``arr[j]`` (high half) of a 1-D fp16/uint16/int16 array packed
+    into one uint32, as a tensor-core fragment register holds them (two 16-bit loads)."""
+    if not (_check_half_array(arr) and isinstance(i, types.Integer) and isinstance(j, types.Integer)):
+        return None
+    sig = types.uint32(arr, i, j)
+
+    def codegen(context, builder, signature, args):
+        arrty, ity, jty = signature.args
+        arr_v, i_v, j_v = args
+        i32 = ir.IntType(32)
+        lo = builder.zext(builder.load(_i16_pointer(context, builder, arrty, arr_v, ity, i_v), align=2), i32)
+        hi = builder.zext(builder.load(_i16_pointer(context, builder, arrty, arr_v, jty, j_v), align=2), i32)
+        return builder.or_(lo, builder.shl(hi, ir.Constant(i32, 16)))
+
+    return sig, codegen
+
+
+@intrinsic
+def pair_u32(typingctx, arr, i):
+    """``arr[i]`` (low half) and ``arr[i + 1]`` (high half) of a 1-D 16-bit array as one 32-bit load; ``i`` must be
+    even and the array 4-byte aligned."""
+    if not (_check_half_array(arr) and isinstance(i, types.Integer)):
+        return None
+    sig = types.uint32(arr, i)
+
+    def codegen(context, builder, signature, args):
+        arrty, ity = signature.args
+        ptr = _i16_pointer(context, builder, arrty, args[0], ity, args[1])
+        return builder.load(builder.bitcast(ptr, ir.IntType(32).as_pointer()), align=4)
+
+    return sig, codegen
+
+
+def _mma_intrinsic(ptx_type):
+    """``mma.sync.aligned.m16n8k16.row.col.f32.{ptx_type}.{ptx_type}.f32`` as inline PTX: a warp multiplies a 16x16
+    A fragment (4 packed registers per thread) by a 16x8 B fragment (2) and adds a 16x8 fp32 C fragment (4 floats);
+    returns the 4 floats of D. (libNVVM rejects the ``llvm.nvvm.mma.*`` / ``llvm.nvvm.wmma.*`` intrinsic calls numba
+    would emit -- ERROR_INVALID_IR -- so the instruction is written out.) sm_80 or newer."""
+    asm_text = (f"mma.sync.aligned.m16n8k16.row.col.f32.{ptx_type}.{ptx_type}.f32 "
+                "{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};")
+
+    @intrinsic
+    def mma(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        for x in (a0, a1, a2, a3, b0, b1):
+            if not isinstance(x, types.Integer):
+                return None
+        for x in (c0, c1, c2, c3):
+            if not isinstance(x, types.Float):
+                return None
+        sig = types.UniTuple(types.float32, 4)(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
+
+        def codegen(context, builder, signature, args):
+            f32, i32 = ir.FloatType(), ir.IntType(32)
+            ins = [context.cast(builder, v, t, types.uint32) for v, t in zip(args[:6], signature.args[:6])]
+            ins += [context.cast(builder, v, t, types.float32) for v, t in zip(args[6:], signature.args[6:])]
+            fnty = ir.FunctionType(ir.LiteralStructType([f32] * 4), [i32] * 6 + [f32] * 4)
+            asm = ir.InlineAsm(fnty, asm_text, "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f")
+            res = builder.call(asm, ins)
+            return context.make_tuple(builder, signature.return_type, [builder.extract_value(res, q) for q in range(4)])
+
+        return sig, codegen
+
+    return mma
+
+
+mma_f16_f32 = _mma_intrinsic("f16")
+mma_bf16_f32 = _mma_intrinsic("bf16")
+
+
+# ---------------------------------------------------------------- 8-byte copies of 16-bit GEMM operands
+@intrinsic
+def aligned8(typingctx, arr):
+    """True when ``arr``'s data pointer and every stride are multiples of 8 bytes (so 4 consecutive 16-bit elements
+    along the last axis, starting at an index multiple of 4, can move as one 8-byte access)."""
+    if not isinstance(arr, types.Array):
+        return None
+    sig = types.boolean(arr)
+
+    def codegen(context, builder, signature, args):
+        (arrty,) = signature.args
+        ary = context.make_array(arrty)(context, builder, value=args[0])
+        i64 = ir.IntType(64)
+        bits = builder.ptrtoint(ary.data, i64)
+        for s in cgutils.unpack_tuple(builder, ary.strides, arrty.ndim):
+            bits = builder.or_(bits, builder.sext(s, i64) if s.type.width < 64 else s)
+        return builder.icmp_unsigned("==", builder.and_(bits, ir.Constant(i64, 7)), ir.Constant(i64, 0))
+
+    return sig, codegen
+
+
+@intrinsic
+def load4_u16(typingctx, arr, i0, i1, i2):
+    """``arr[i0, i1, i2 : i2 + 4]`` of a 3-D 16-bit array as one 8-byte load (uint64); needs :func:`aligned8` and
+    ``i2 % 4 == 0``."""
+    if not (isinstance(arr, types.Array) and arr.ndim == 3 and arr.dtype.bitwidth == 16
+            and all(isinstance(x, types.Integer) for x in (i0, i1, i2))):
+        return None
+    sig = types.uint64(arr, i0, i1, i2)
+
+    def codegen(context, builder, signature, args):
+        arrty = signature.args[0]
+        ptr = _element_pointer(context, builder, arrty, args[0], args[1:], signature.args[1:])
+        return builder.load(builder.bitcast(ptr, ir.IntType(64).as_pointer()), align=8)
+
+    return sig, codegen
+
+
+@intrinsic
+def store4_u16(typingctx, arr, idx, value):
+    """``arr[idx : idx + 4] = value`` (4 packed 16-bit elements, the first in the low bits) for a 1-D 16-bit array,
+    one 8-byte store; ``arr`` 8-byte aligned and ``idx % 4 == 0``."""
+    if not (_check_half_array(arr) and isinstance(idx, types.Integer) and isinstance(value, types.Integer)):
+        return None
+    sig = types.void(arr, idx, value)
+
+    def codegen(context, builder, signature, args):
+        arrty, idxty, valty = signature.args
+        ptr = _i16_pointer(context, builder, arrty, args[0], idxty, args[1])
+        v = context.cast(builder, args[2], valty, types.uint64)
+        builder.store(v, builder.bitcast(ptr, ir.IntType(64).as_pointer()), align=8)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def store4_u16_strided(typingctx, arr, idx, stride, value):
+    """``arr[idx + q * stride] = q-th 16-bit part of value`` for q = 0..3 (a transposing store), 1-D 16-bit array."""
+    if not (_check_half_array(arr) and all(isinstance(x, types.Integer) for x in (idx, stride, value))):
+        return None
+    sig = types.void(arr, idx, stride, value)
+
+    def codegen(context, builder, signature, args):
+        arrty, idxty, stty, valty = signature.args
+        i64, i16 = ir.IntType(64), ir.IntType(16)
+        v = context.cast(builder, args[3], valty, types.uint64)
+        base = context.cast(builder, args[1], idxty, types.int64)
+        step = context.cast(builder, args[2], stty, types.int64)
+        for q in range(4):
+            at = builder.add(base, builder.mul(step, ir.Constant(i64, q)))
+            ptr = _i16_pointer(context, builder, arrty, args[0], types.int64, at)
+            part = builder.trunc(builder.lshr(v, ir.Constant(i64, 16 * q)), i16)
+            builder.store(part, ptr, align=2)
+        return context.get_dummy_value()
 
     return sig, codegen

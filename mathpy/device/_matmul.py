@@ -9,8 +9,18 @@ the ``TM x TN`` multiply-adds inside it are unrolled straight-line code on scala
 
 Precisions: fp16 (``np.float16`` storage, fp32 accumulation), bf16 (NumPy has no bfloat16, so storage is ``uint16``/
 ``int16`` arrays holding the bf16 bit patterns -- e.g. ``torch_bf16_tensor.view(torch.int16)`` -- converted exactly to
-fp32 on load and rounded to nearest-even on store; fp32 accumulation), fp32 and fp64. numba-cuda exposes no tensor-core
-(``mma``/``wgmma``) instructions, so all precisions run on the CUDA cores.
+fp32 on load and rounded to nearest-even on store; fp32 accumulation), fp32 and fp64.
+
+Tensor cores (fp16/bf16, m % 16 == 0, n % 8 == 0, k % 16 == 0, whole warps; ``tensor_cores=`` of :func:`matmul`):
+the warps form a ``warp_m x warp_n`` grid over C, each owning ``(warp_tile_m / 16) x (warp_tile_n / 8)`` fragments of
+16 x 8. Per k-step of 16 a warp reads its A fragments (4 registers of two 16-bit values: rows g, g + 8 and k pairs
+2t, 2t + 8 with g = lane // 4, t = lane % 4; one 32-bit load each when A is row-major) and B fragments (2 registers:
+k pairs 2t, 2t + 8 of column g) from shared memory and issues ``mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}``
+(inline PTX from :mod:`._intrinsics`) per fragment pair; a thread's accumulators are rows g, g + 8 and columns 2t,
+2t + 1 of each fragment. Leading dimensions are padded by 8 elements (``lda = k + 8`` or ``m + 8``, ``ldb = n + 8``)
+so fragment reads are free of bank conflicts. numba's simulator has no warp-level ``mma``: there the same
+description runs a scalar k loop with the same ownership and layout, so CI checks everything but the fragment
+registers, which the GPU tests and an emulation of the instruction (tests/test_device.py) check.
 """
 
 import functools
@@ -54,9 +64,11 @@ class MatmulDescription(DescriptionNamespace):
     """A block GEMM configuration and its device functions (build it with :func:`matmul`).
 
     Launch with ``block_dim`` threads (1-D). Operands are flat arrays (shared memory, normally) with fixed leading
-    dimensions: A ``m x k`` with ``lda`` padded by one against bank conflicts (row-major: ``a[i * lda + p]``,
-    ``lda = k + 1``; col-major: ``a[p * lda + i]``, ``lda = m + 1``; ``a_size`` elements), B ``k x n`` row-major
-    (``b[p * n + j]``), C ``m x n`` row-major (``c[i * n + j]``), in ``storage_dtype``.
+    dimensions: A ``m x k`` with ``lda`` padded against bank conflicts (row-major: ``a[i * lda + p]``; col-major:
+    ``a[p * lda + i]``; ``a_size`` elements; CUDA cores: ``lda = k + 1`` or ``m + 1``, tensor cores: ``k + 8`` or
+    ``m + 8`` and A 4-byte aligned), B ``k x n`` row-major (``b[p * ldb + j]``, ``ldb = n`` on CUDA cores, ``n + 8``
+    on tensor cores; ``b_size`` elements), C ``m x n`` row-major (``c[i * n + j]``), in ``storage_dtype``.
+    ``tensor_cores`` says which engine the description uses.
 
     Device functions:
 
@@ -73,7 +85,7 @@ class MatmulDescription(DescriptionNamespace):
     before overwriting operands the previous call was reading.
     """
 
-    def __init__(self, m, n, k, precision, block_size, a_arrangement, epilogue):
+    def __init__(self, m, n, k, precision, block_size, a_arrangement, epilogue, warp_grid):
         super().__init__(f"mathpy_device_matmul_{m}x{n}x{k}_{precision}")
         self.m, self.n, self.k = m, n, k
         self.precision = precision
@@ -83,14 +95,29 @@ class MatmulDescription(DescriptionNamespace):
         self.compute_dtype = np.dtype(np.float64 if precision == "float64" else np.float32)
         self.block_size = block_size
         self.block_dim = (block_size, 1, 1)
-        self.nt_n, self.nt_m = _thread_grid(m, n, block_size)
-        self.tile_m, self.tile_n = m // self.nt_m, n // self.nt_n
+        self.tensor_cores = warp_grid is not None
+        if self.tensor_cores:
+            # Warps form a warp_m x warp_n grid; each owns a (m / warp_m) x (n / warp_n) tile of C made of 16 x 8
+            # mma fragments; a thread holds 4 values per fragment (rows g, g + 8; columns 2t, 2t + 1 of it).
+            self.warp_m, self.warp_n = warp_grid
+            self.warp_tile_m, self.warp_tile_n = m // self.warp_m, n // self.warp_n
+            self.nt_m = self.nt_n = None
+            self.tile_m, self.tile_n = 2 * (self.warp_tile_m // 16), 2 * (self.warp_tile_n // 8)
+            # Pad leading dimensions by 8 elements (16 bytes): fragment reads are conflict-free and A's pairs stay
+            # 4-byte aligned (one 32-bit load per fragment register when A is row-major).
+            self.lda = k + 8 if a_arrangement == "row_major" else m + 8
+            self.ldb = n + 8
+        else:
+            self.warp_m = self.warp_n = self.warp_tile_m = self.warp_tile_n = None
+            self.nt_n, self.nt_m = _thread_grid(m, n, block_size)
+            self.tile_m, self.tile_n = m // self.nt_m, n // self.nt_n
+            # A's leading dimension is padded by one element: rows (row-major) or columns (col-major) then start in
+            # different banks, so neither the copy into shared memory nor the reads of the k loop conflict.
+            self.lda = k + 1 if a_arrangement == "row_major" else m + 1
+            self.ldb = n
         self.accumulator_size = self.tile_m * self.tile_n
-        # A's leading dimension is padded by one element: rows (row-major) or columns (col-major) then start in
-        # different banks, so neither the copy into shared memory nor the reads of the k loop conflict.
-        self.lda = k + 1 if a_arrangement == "row_major" else m + 1
         self.a_size = self.lda * (m if a_arrangement == "row_major" else k)
-        self.b_size, self.c_size = k * n, m * n
+        self.b_size, self.c_size = k * self.ldb, m * n
         itemsize = self.storage_dtype.itemsize
         self.shared_memory_size_ab = (self.a_size + self.b_size) * itemsize
         self.shared_memory_size = (self.a_size + self.b_size + self.c_size) * itemsize
@@ -103,9 +130,11 @@ class MatmulDescription(DescriptionNamespace):
         self._functions = None
 
     def _describe(self):
+        engine = (f"tensor cores, warp tile={self.warp_tile_m}x{self.warp_tile_n}" if self.tensor_cores
+                  else f"thread tile={self.tile_m}x{self.tile_n}")
         return (
             f"m={self.m} n={self.n} k={self.k} precision={self.precision} block_dim={self.block_dim} "
-            f"thread tile={self.tile_m}x{self.tile_n} shared_memory_size={self.shared_memory_size}"
+            f"{engine} shared_memory_size={self.shared_memory_size}"
         )
 
     def __getattr__(self, name):
@@ -165,6 +194,71 @@ def _default_block_size(m, n):
     return min(options, key=lambda b: (abs(math.log2(b / target)), -b))
 
 
+def _warp_grid(m, n, k, block_size):
+    """(warps along m, warps along n) for the tensor-core path, or None when the shape cannot use it: m a multiple of
+    16, n of 8, k of 16, whole warps, and the warp grid splitting C into whole 16 x 8 fragments. The most square warp
+    tile wins (fewest fragment loads per mma)."""
+    if m % 16 or n % 8 or k % 16 or block_size % 32:
+        return None
+    warps = block_size // 32
+    best, best_score = None, None
+    for wm in range(1, warps + 1):
+        if warps % wm:
+            continue
+        wn = warps // wm
+        if m % (16 * wm) or n % (8 * wn):
+            continue
+        score = (abs(math.log2((m // wm) / (n // wn))), wm)
+        if best_score is None or score < best_score:
+            best, best_score = (wm, wn), score
+    return best
+
+
+def _default_tensor_core_block_size(m, n, k):
+    target = min(256, max(32, m * n // 16))
+    options = [b for b in range(32, MAX_THREADS_PER_BLOCK + 1, 32) if _warp_grid(m, n, k, b)]
+    if not options:
+        return None
+    return min(options, key=lambda b: (abs(math.log2(b / target)), -b))
+
+
+def _device_supports_mma():
+    """False only when a GPU is visible and older than sm_80 (mma.sync m16n8k16 for fp16/bf16 needs sm_80)."""
+    try:
+        from .. import _cuda
+
+        if not _cuda.is_available():
+            return True
+        return tuple(_cuda.compute_capability(0)) >= (8, 0)
+    except Exception:
+        return True
+
+
+def _owners(d):
+    """Header lines and, per accumulator element, the (row, column) expressions of the C element it holds."""
+    if d.tensor_cores:
+        WTM, WTN, WN = d.warp_tile_m, d.warp_tile_n, d.warp_n
+        header = [
+            "    tid = cuda.threadIdx.x",
+            "    lane = tid % 32",
+            "    warp = tid // 32",
+            f"    arow = (warp // {WN}) * {WTM} + lane // 4",  # row g of the warp's first fragment
+            f"    bcol = (warp % {WN}) * {WTN} + lane // 4",  # column g (B fragments)
+            f"    ccol = (warp % {WN}) * {WTN} + 2 * (lane % 4)",  # column 2t (C fragments)
+            "    tk = 2 * (lane % 4)",
+        ]
+        owners = []
+        for fm in range(WTM // 16):
+            for fn in range(WTN // 8):
+                for q in range(4):
+                    owners.append((f"arow + {fm * 16 + (8 if q >= 2 else 0)}", f"ccol + {fn * 8 + (q & 1)}"))
+        return header, owners
+    NTM, NTN, TM, TN = d.nt_m, d.nt_n, d.tile_m, d.tile_n
+    header = ["    tid = cuda.threadIdx.x", f"    tx = tid % {NTN}", f"    ty = tid // {NTN}"]
+    owners = [(f"ty + {ii * NTM}", f"tx + {jj * NTN}") for ii in range(TM) for jj in range(TN)]
+    return header, owners
+
+
 def _generate(d):
     M, N, K = d.m, d.n, d.k
     ct = np.float32 if d.compute_dtype == np.float32 else np.float64
@@ -201,76 +295,108 @@ def _generate(d):
     else:
         to_c, from_c = "{}", "{}"
 
-    TM, TN, NTM, NTN, BS = d.tile_m, d.tile_n, d.nt_m, d.nt_n, d.block_size
-    LDA = d.lda
+    BS, LDA, LDB = d.block_size, d.lda, d.ldb
     a_row_major = d.a_arrangement == "row_major"
+    header, owners = _owners(d)
+    n_acc = len(owners)
+    assert n_acc == d.accumulator_size
 
-    def a_index(ii):
-        return f"(ty + {ii * NTM}) * {LDA} + p" if a_row_major else f"p * {LDA} + ty + {ii * NTM}"
+    def a_elem(row, p):
+        return f"({row}) * {LDA} + {p}" if a_row_major else f"({p}) * {LDA} + {row}"
 
-    def header():
-        return ["    tid = cuda.threadIdx.x", f"    tx = tid % {NTN}", f"    ty = tid // {NTN}"]
-
-    def kloop(lines):
+    def scalar_kloop(lines):
+        """CUDA cores (and the simulator's stand-in for the tensor cores): acc += a[row, p] * b[p, col]."""
+        rows = list(dict.fromkeys(r for r, _ in owners))
+        cols = list(dict.fromkeys(c for _, c in owners))
         lines.append(f"    for p in range({K}):")
-        for ii in range(TM):
-            lines.append(f"        a{ii} = {to_c.format(f'a[{a_index(ii)}]')}")
-        for jj in range(TN):
-            lines.append(f"        b{jj} = {to_c.format(f'b[p * {N} + tx + {jj * NTN}]')}")
-        for ii in range(TM):
-            for jj in range(TN):
-                lines.append(f"        c{ii}_{jj} = c{ii}_{jj} + a{ii} * b{jj}")
+        for i, r in enumerate(rows):
+            a_ref = "a[" + a_elem(r, "p") + "]"
+            lines.append(f"        a{i} = {to_c.format(a_ref)}")
+        for j, c in enumerate(cols):
+            lines.append(f"        b{j} = {to_c.format(f'b[p * {LDB} + {c}]')}")
+        for e, (r, c) in enumerate(owners):
+            lines.append(f"        c{e} = c{e} + a{rows.index(r)} * b{cols.index(c)}")
+
+    def mma_kloop(lines):
+        """Tensor cores: per k-step of 16, load the warp's A and B fragments from shared memory and run
+        mma.sync.m16n8k16 on every (A, B) fragment pair."""
+        FM, FN = d.warp_tile_m // 16, d.warp_tile_n // 8
+        lines.append(f"    for kk in range({K // 16}):")
+        lines.append("        k0 = kk * 16 + tk")
+        for fm in range(FM):
+            # registers: (row g, k 2t..2t+1), (row g+8, k 2t..), (row g, k 2t+8..), (row g+8, k 2t+8..)
+            for reg, (dr, dk) in enumerate(((0, 0), (8, 0), (0, 8), (8, 8))):
+                row, p = f"arow + {fm * 16 + dr}", f"k0 + {dk}"
+                if a_row_major:
+                    lines.append(f"        fa{fm}_{reg} = PAIR(a, {a_elem(row, p)})")
+                else:
+                    lines.append(f"        fa{fm}_{reg} = PACK(a, {a_elem(row, p)}, {a_elem(row, p + ' + 1')})")
+        for fn in range(FN):
+            for reg, dk in enumerate((0, 8)):
+                idx = f"(k0 + {dk}) * {LDB} + bcol + {fn * 8}"
+                lines.append(f"        fb{fn}_{reg} = PACK(b, {idx}, {idx} + {LDB})")
+        for fm in range(FM):
+            for fn in range(FN):
+                e = (fm * FN + fn) * 4
+                cs = ", ".join(f"c{e + q}" for q in range(4))
+                fa = ", ".join(f"fa{fm}_{r}" for r in range(4))
+                lines.append(f"        {cs} = MMA({fa}, fb{fn}_0, fb{fn}_1, {cs})")
+
+    if d.tensor_cores and not sim:
+        from . import _intrinsics
+
+        ns["PAIR"], ns["PACK"] = _intrinsics.pair_u32, _intrinsics.pack2_u32
+        ns["MMA"] = _intrinsics.mma_f16_f32 if d.precision == "float16" else _intrinsics.mma_bf16_f32
+        kloop = mma_kloop
+    else:
+        kloop = scalar_kloop
 
     def finish(v):
         return f"EPILOGUE({v})" if d.epilogue is not None else v
 
     src = []
     # execute
-    lines = ["def execute(alpha, a, b, beta, c):", *header(), "    al = COMPUTE(alpha)", "    be = COMPUTE(beta)"]
-    lines += [f"    c{ii}_{jj} = ZERO" for ii in range(TM) for jj in range(TN)]
+    lines = ["def execute(alpha, a, b, beta, c):", *header, "    al = COMPUTE(alpha)", "    be = COMPUTE(beta)"]
+    lines += [f"    c{e} = ZERO" for e in range(n_acc)]
     kloop(lines)
     lines.append("    if be == ZERO:")
-    for ii in range(TM):
-        for jj in range(TN):
-            lines.append(f"        c[(ty + {ii * NTM}) * {N} + tx + {jj * NTN}] = {from_c.format(f'al * c{ii}_{jj}')}")
+    for e, (r, col) in enumerate(owners):
+        lines.append(f"        c[({r}) * {N} + {col}] = {from_c.format(f'al * c{e}')}")
     lines.append("    else:")
-    for ii in range(TM):
-        for jj in range(TN):
-            idx = f"(ty + {ii * NTM}) * {N} + tx + {jj * NTN}"
-            cval = to_c.format(f"c[{idx}]")
-            lines.append(f"        c[{idx}] = {from_c.format(f'al * c{ii}_{jj} + be * {cval}')}")
+    for e, (r, col) in enumerate(owners):
+        idx = f"({r}) * {N} + {col}"
+        cval = to_c.format(f"c[{idx}]")
+        lines.append(f"        c[{idx}] = {from_c.format(f'al * c{e} + be * {cval}')}")
     src.append("\n".join(lines))
 
     # clear / mma
-    src.append("def clear(acc):\n" + "\n".join(f"    acc[{e}] = ZERO" for e in range(TM * TN)))
-    lines = ["def mma(a, b, acc):", *header()]
-    lines += [f"    c{ii}_{jj} = acc[{ii * TN + jj}]" for ii in range(TM) for jj in range(TN)]
+    src.append("def clear(acc):\n" + "\n".join(f"    acc[{e}] = ZERO" for e in range(n_acc)))
+    lines = ["def mma(a, b, acc):", *header]
+    lines += [f"    c{e} = acc[{e}]" for e in range(n_acc)]
     kloop(lines)
-    lines += [f"    acc[{ii * TN + jj}] = c{ii}_{jj}" for ii in range(TM) for jj in range(TN)]
+    lines += [f"    acc[{e}] = c{e}" for e in range(n_acc)]
     src.append("\n".join(lines))
 
     # store_accumulator (flat) and batched
     for name, target, guard in (
-        ("store_accumulator", "c[{r} * " + str(N) + " + {col}]", None),
+        ("store_accumulator", "c[({r}) * " + str(N) + " + {col}]", None),
         ("store_accumulator_batched", "c[batch, {r}, {col}]", "batch < c.shape[0]"),
     ):
         args = "alpha, acc, beta, c" + (", batch" if guard else "")
-        lines = [f"def {name}({args}):", *header(), "    al = COMPUTE(alpha)", "    be = COMPUTE(beta)"]
+        lines = [f"def {name}({args}):", *header, "    al = COMPUTE(alpha)", "    be = COMPUTE(beta)"]
         ind = "    "
         if guard:
             lines.append(f"    if not ({guard}):")
             lines.append("        return")
         lines.append("    if be == ZERO:")
-        for ii in range(TM):
-            for jj in range(TN):
-                t = target.format(r=f"(ty + {ii * NTM})", col=f"tx + {jj * NTN}")
-                lines.append(f"{ind}    {t} = {from_c.format(finish(f'al * acc[{ii * TN + jj}]'))}")
+        for e, (r, col) in enumerate(owners):
+            t = target.format(r=r, col=col)
+            lines.append(f"{ind}    {t} = {from_c.format(finish(f'al * acc[{e}]'))}")
         lines.append("    else:")
-        for ii in range(TM):
-            for jj in range(TN):
-                t = target.format(r=f"(ty + {ii * NTM})", col=f"tx + {jj * NTN}")
-                v = f"al * acc[{ii * TN + jj}] + be * {to_c.format(t)}"
-                lines.append(f"{ind}    {t} = {from_c.format(finish(v))}")
+        for e, (r, col) in enumerate(owners):
+            t = target.format(r=r, col=col)
+            v = f"al * acc[{e}] + be * {to_c.format(t)}"
+            lines.append(f"{ind}    {t} = {from_c.format(finish(v))}")
         src.append("\n".join(lines))
 
     # copies: unsigned index arithmetic (no sign fix-ups for // and %, no negative-index wraparound)
@@ -278,6 +404,7 @@ def _generate(d):
     for name, value in (("UM", M), ("UN", N), ("UK", K), ("UBS", BS), ("UMK", M * K), ("UKN", K * N), ("UMN", M * N)):
         ns[name] = np.uint64(value)
     ns["ULDA"] = np.uint64(d.lda)
+    ns["ULDB"] = np.uint64(d.ldb)
     a_dst = "i * ULDA + kk" if a_row_major else "kk * ULDA + i"
     src.append(
         "def load_a(a3, batch, k0, smem_a):\n"
@@ -289,6 +416,7 @@ def _generate(d):
         "            kk = idx - i * UK\n"
         f"            smem_a[{a_dst}] = a3[ub, i, uk0 + kk]"
     )
+    b_dst = "idx" if d.ldb == N else "kk * ULDB + (idx - kk * UN)"
     src.append(
         "def load_b(b3, batch, k0, smem_b):\n"
         "    if batch < b3.shape[0]:\n"
@@ -296,7 +424,7 @@ def _generate(d):
         "        uk0 = UINT(k0)\n"
         "        for idx in range(UINT(cuda.threadIdx.x), UKN, UBS):\n"
         "            kk = idx // UN\n"
-        "            smem_b[idx] = b3[ub, uk0 + kk, idx - kk * UN]"
+        f"            smem_b[{b_dst}] = b3[ub, uk0 + kk, idx - kk * UN]"
     )
     src.append(
         "def load_c(c3, batch, smem_c):\n"
@@ -314,13 +442,55 @@ def _generate(d):
         "            i = idx // UN\n"
         "            c3[ub, i, idx - i * UN] = smem_c[idx]"
     )
+    if d.tensor_cores and not sim:
+        # 16-bit operands with k % 16 == 0, n % 8 == 0 and leading dimensions multiple of 8: move 4 elements per
+        # 8-byte access when the global array allows it (checked at run time), else element by element.
+        from . import _intrinsics
+
+        ns.update(ALIGNED8=_intrinsics.aligned8, LOAD4=_intrinsics.load4_u16, STORE4=_intrinsics.store4_u16,
+                  STORE4T=_intrinsics.store4_u16_strided, UK4=np.uint64(K // 4), UN4=np.uint64(N // 4),
+                  UMK4=np.uint64(M * K // 4), UKN4=np.uint64(K * N // 4), U4=np.uint64(4))
+        a_store = "STORE4(smem_a, i * ULDA + kk, v)" if a_row_major else "STORE4T(smem_a, kk * ULDA + i, ULDA, v)"
+        src[-4] = (
+            "def load_a(a3, batch, k0, smem_a):\n"
+            "    if batch < a3.shape[0]:\n"
+            "        ub = UINT(batch)\n"
+            "        uk0 = UINT(k0)\n"
+            "        if ALIGNED8(a3) and uk0 % U4 == 0:\n"
+            "            for idx in range(UINT(cuda.threadIdx.x), UMK4, UBS):\n"
+            "                i = idx // UK4\n"
+            "                kk = (idx - i * UK4) * U4\n"
+            "                v = LOAD4(a3, ub, i, uk0 + kk)\n"
+            f"                {a_store}\n"
+            "        else:\n"
+            "            for idx in range(UINT(cuda.threadIdx.x), UMK, UBS):\n"
+            "                i = idx // UK\n"
+            "                kk = idx - i * UK\n"
+            f"                smem_a[{a_dst}] = a3[ub, i, uk0 + kk]"
+        )
+        src[-3] = (
+            "def load_b(b3, batch, k0, smem_b):\n"
+            "    if batch < b3.shape[0]:\n"
+            "        ub = UINT(batch)\n"
+            "        uk0 = UINT(k0)\n"
+            "        if ALIGNED8(b3):\n"
+            "            for idx in range(UINT(cuda.threadIdx.x), UKN4, UBS):\n"
+            "                kk = idx // UN4\n"
+            "                j = (idx - kk * UN4) * U4\n"
+            "                STORE4(smem_b, kk * ULDB + j, LOAD4(b3, ub, uk0 + kk, j))\n"
+            "        else:\n"
+            "            for idx in range(UINT(cuda.threadIdx.x), UKN, UBS):\n"
+            "                kk = idx // UN\n"
+            f"                smem_b[{b_dst}] = b3[ub, uk0 + kk, idx - kk * UN]"
+        )
     ns.update(consts.values)
     source = "\n\n".join(src) + "\n"
     d.source = source
     return compile_device_functions(source, list(_FUNCTIONS), ns, d.__name__)
 
 
-def matmul(m, n, k, precision=np.float32, block_size=None, a_arrangement="row_major", epilogue=None):
+def matmul(m, n, k, precision=np.float32, block_size=None, a_arrangement="row_major", epilogue=None,
+           tensor_cores=None):
     """Describe a block-level GEMM ``C (m x n) = alpha * A (m x k) @ B (k x n) + beta * C`` and get its device
     functions.
 
@@ -334,6 +504,11 @@ def matmul(m, n, k, precision=np.float32, block_size=None, a_arrangement="row_ma
             free of bank conflicts; ``load_a`` transposes while copying).
         epilogue: optional numba device function ``f(x) -> x`` (compute precision) applied by ``store_accumulator*``
             to each ``alpha * acc + beta * c`` value before it is stored (e.g. an activation).
+        tensor_cores: fp16/bf16 only. None (default): use the tensor cores (``mma.sync.m16n8k16``, fp32
+            accumulation, sm_80 or newer) when the shape allows it -- m a multiple of 16, n of 8, k of 16, whole
+            warps -- else the CUDA cores; True: require them (ValueError when impossible); False: CUDA cores. Under
+            numba's CUDA simulator the tensor-core configuration runs its k loop on scalars (same thread ownership
+            of C, same shared-memory layout).
 
     Example:
         >>> import numpy as np, mathpy.device
@@ -351,10 +526,27 @@ def matmul(m, n, k, precision=np.float32, block_size=None, a_arrangement="row_ma
     precision = _normalize_precision(precision)
     if a_arrangement not in ALLOWED_ARRANGEMENTS:
         raise ValueError(f"a_arrangement={a_arrangement!r} is not supported; allowed: {ALLOWED_ARRANGEMENTS}")
+    if tensor_cores not in (None, True, False):
+        raise ValueError(f"tensor_cores={tensor_cores!r} is not supported; allowed: None (automatic), True, False")
+    half = precision in ("float16", "bfloat16")
+    if tensor_cores and not half:
+        raise ValueError(f"tensor_cores=True needs precision float16 or bfloat16, not {precision}")
+    want_tc = half and tensor_cores is not False and (tensor_cores or _device_supports_mma())
+    if want_tc and (m % 16 or n % 8 or k % 16):
+        if tensor_cores:
+            raise ValueError(f"tensor_cores=True needs m a multiple of 16, n of 8 and k of 16; got m={m}, n={n}, k={k}")
+        want_tc = False
     if block_size is None:
-        block_size = _default_block_size(m, n)
+        block_size = _default_tensor_core_block_size(m, n, k) if want_tc else None
+        if block_size is None:
+            block_size = _default_block_size(m, n)
     block_size = _int_arg("block_size", block_size)
-    if not (1 <= block_size <= MAX_THREADS_PER_BLOCK) or _thread_grid(m, n, block_size) is None:
+    warp_grid = _warp_grid(m, n, k, block_size) if want_tc else None
+    if tensor_cores and warp_grid is None:
+        shown = [b for b in range(32, MAX_THREADS_PER_BLOCK + 1, 32) if _warp_grid(m, n, k, b)]
+        raise ValueError(f"tensor_cores=True: block_size={block_size} cannot split the {m} x {n} tile into whole "
+                         f"16 x 8 fragments per warp; allowed: {shown[:24]}")
+    if not (1 <= block_size <= MAX_THREADS_PER_BLOCK) or (warp_grid is None and _thread_grid(m, n, block_size) is None):
         valid = _valid_block_sizes(m, n)
         shown = [b for b in valid if b % 32 == 0] or valid
         raise ValueError(
@@ -363,9 +555,9 @@ def matmul(m, n, k, precision=np.float32, block_size=None, a_arrangement="row_ma
         )
     if epilogue is not None and not callable(epilogue):
         raise ValueError(f"epilogue={epilogue!r} must be a numba device function or None")
-    return _cached_matmul(m, n, k, precision, block_size, a_arrangement, epilogue)
+    return _cached_matmul(m, n, k, precision, block_size, a_arrangement, epilogue, warp_grid)
 
 
 @functools.lru_cache(maxsize=256)
-def _cached_matmul(m, n, k, precision, block_size, a_arrangement, epilogue):
-    return MatmulDescription(m, n, k, precision, block_size, a_arrangement, epilogue)
+def _cached_matmul(m, n, k, precision, block_size, a_arrangement, epilogue, warp_grid):
+    return MatmulDescription(m, n, k, precision, block_size, a_arrangement, epilogue, warp_grid)
