@@ -60,9 +60,9 @@ class FakeArray:
         self._a *= other
         return self
 
-    def get(self, stream=None):
+    def get(self, stream=None, order="C"):
         FakeCupy.events.append(("download", getattr(stream, "ptr", None)))
-        return np.array(self._a, order="C")
+        return np.array(self._a, order=order)
 
     def set(self, array, stream=None):
         assert isinstance(array, np.ndarray) and array.flags.c_contiguous and self._a.flags.c_contiguous
