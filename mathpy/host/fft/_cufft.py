@@ -146,7 +146,8 @@ class CUFFTEngine:
             _check_callback(transform, kind, cb)
         package = package if package in ("cupy", "torch") else _operands.gpu_array_package()
         self._package = package
-        self.lock = threading.Lock()  # the API serialises executes on it; free() takes it too
+        self.lock = threading.RLock()  # the API serialises executes on it; free() takes it too (re-entrant: a
+        # garbage-collected FFT may return its borrowed engine, and the cache free it, inside an execute on this thread)
         parts = _split(transform)
         if parts is not None:
             self._init_parts(transform, parts, execution, device_id, prolog, epilog, package, stream)
