@@ -106,6 +106,8 @@ def test_matmul_description_attributes():
     b = md.matmul(64, 64, 64, "bf16")
     assert b.precision == "bfloat16" and b.storage_dtype == np.uint16 and b.compute_dtype == np.float32
     assert md.matmul(16, 16, 16, np.float64).compute_dtype == np.float64
+    assert G.launch_bounds == (256, 2)  # 64 fp32 accumulators: two blocks per SM (<= 128 registers)
+    assert md.matmul(128, 128, 16, np.float64).launch_bounds == (256, 1)  # 128 registers of accumulators alone
 
 
 @pytest.mark.parametrize("args, kwargs, words", [

@@ -59,9 +59,9 @@ Design
   consecutive B columns from shared memory. fp16/bf16 with m % 16 == n % 8 == k % 16 == 0 and whole warps: each warp
   owns a tile of 16 x 8 fragments of C and runs ``mma.sync.aligned.m16n8k16`` (sm_80+, fp32 accumulation) on
   fragments read from padded shared memory; under the simulator the same description runs its k loop on scalars
-  with the same ownership of C. fp16 and bf16 accumulate in fp32. bf16: NumPy/numba arrays have no bfloat16 dtype, so bf16 operands are ``uint16``/``int16``
-  arrays of bf16 bit patterns (``torch_tensor.view(torch.int16)``), converted exactly on load and rounded to
-  nearest-even on store.
+  with the same ownership of C. fp16 and bf16 accumulate in fp32. bf16: NumPy/numba arrays have no bfloat16
+  dtype, so bf16 operands are ``uint16``/``int16`` arrays of bf16 bit patterns (``torch_tensor.view(torch.int16)``),
+  converted exactly on load and rounded to nearest-even on store.
 """
 
 from .._compat import patch_numpy_for_numba_cuda

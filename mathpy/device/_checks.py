@@ -132,6 +132,13 @@ def run_convolution_case(size, precision, real, batch=3):
     return float(np.abs(y - expected).max() / np.abs(expected).max())
 
 
+def _gemm_jit(GEMM):
+    """``cuda.jit`` with the description's suggested launch bounds (the simulator's jit takes none)."""
+    if numba.config.ENABLE_CUDASIM:
+        return cuda.jit
+    return cuda.jit(launch_bounds=GEMM.launch_bounds)
+
+
 @functools.lru_cache(maxsize=None)
 def matmul_kernel(GEMM, k_total):
     """A batched kernel ``kernel(a, b, c, alpha, beta)``: one block per batch entry, looping over K in slices of
@@ -143,7 +150,7 @@ def matmul_kernel(GEMM, k_total):
     sa, sb, acc_size, kb = GEMM.a_size, GEMM.b_size, GEMM.accumulator_size, GEMM.k
     n_slices = k_total // kb
 
-    @cuda.jit
+    @_gemm_jit(GEMM)
     def kernel(a, b, c, alpha, beta):
         smem = cuda.shared.array(0, storage)
         smem_a = smem[:sa]
@@ -168,7 +175,7 @@ def matmul_shared_kernel(GEMM):
     storage = numba.from_dtype(GEMM.storage_dtype)
     sa, sb = GEMM.a_size, GEMM.b_size
 
-    @cuda.jit
+    @_gemm_jit(GEMM)
     def kernel(a, b, c, alpha, beta):
         smem = cuda.shared.array(0, storage)
         smem_a = smem[:sa]

@@ -68,7 +68,10 @@ class MatmulDescription(DescriptionNamespace):
     ``a[p * lda + i]``; ``a_size`` elements; CUDA cores: ``lda = k + 1`` or ``m + 1``, tensor cores: ``k + 8`` or
     ``m + 8`` and A 4-byte aligned), B ``k x n`` row-major (``b[p * ldb + j]``, ``ldb = n`` on CUDA cores, ``n + 8``
     on tensor cores; ``b_size`` elements), C ``m x n`` row-major (``c[i * n + j]``), in ``storage_dtype``.
-    ``tensor_cores`` says which engine the description uses.
+    ``tensor_cores`` says which engine the description uses. ``launch_bounds`` is a suggestion for the kernel's
+    ``cuda.jit(launch_bounds=...)`` (GPU only; the simulator's ``jit`` has no such argument): it caps registers so
+    that two blocks fit on an SM where the accumulators allow it (at 256 threads the 128 x 128 tiles otherwise take
+    up to 216 registers and run one block per SM).
 
     Device functions:
 
@@ -116,6 +119,10 @@ class MatmulDescription(DescriptionNamespace):
             self.lda = k + 1 if a_arrangement == "row_major" else m + 1
             self.ldb = n
         self.accumulator_size = self.tile_m * self.tile_n
+        # Suggested ``cuda.jit(launch_bounds=...)``: room for two blocks per SM (<= 128 registers per thread at 256
+        # threads) unless the accumulators alone would need more than half of that.
+        acc_registers = self.accumulator_size * (2 if precision == "float64" else 1)
+        self.launch_bounds = (block_size, 2 if block_size <= 512 and acc_registers <= 64 else 1)
         self.a_size = self.lda * (m if a_arrangement == "row_major" else k)
         self.b_size, self.c_size = k * self.ldb, m * n
         itemsize = self.storage_dtype.itemsize
