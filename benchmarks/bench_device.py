@@ -222,19 +222,25 @@ def fused_cufft_convolution(x, filt, n):
 # ------------------------------------------------------------------ 3. batched GEMM
 def bench_gemm():
     cases = [(64, 4096), (128, 2048)]
-    precisions = [("float32", 32), ("float16", 64), ("bfloat16", 64), ("float64", 16)]
+    # (precision, k-slice, extra description arguments); the fp16 variants show the other block size and the
+    # CUDA-core path of the same problem (round 1's engine) next to the tensor cores.
+    precisions = [("float32", 32, {}), ("float16", 64, {}), ("float16", 64, {"block_size": 128}),
+                  ("float16", 64, {"tensor_cores": False}), ("bfloat16", 64, {}), ("float64", 16, {})]
     if QUICK:
         precisions = precisions[:2]
     if SMOKE:
         cases = [(16, 2), (32, 2)]
-        precisions = [("float32", 8), ("float16", 16), ("bfloat16", 16), ("float64", 8)]
+        precisions = [("float32", 8, {}), ("float16", 16, {}), ("bfloat16", 16, {}), ("float64", 8, {})]
     for size, batch in cases:
-        for prec, kb in precisions:
+        for prec, kb, extra in precisions:
             if size == 128 and prec == "float32" and not SMOKE:
                 kb = 32
+            if size == 128 and extra.get("block_size") == 128:
+                continue  # 128 x 128 over 4 warps: 64 x 64 warp tiles, too many registers
             # tensor cores (fp16/bf16) read row-major A fragments with 32-bit loads; CUDA cores prefer col-major A
-            arrangement = "row_major" if prec in ("float16", "bfloat16") else "col_major"
-            G = mathpy.device.matmul(size, size, kb, prec, a_arrangement=arrangement)
+            tc = prec in ("float16", "bfloat16") and extra.get("tensor_cores") is not False
+            arrangement = "row_major" if tc else "col_major"
+            G = mathpy.device.matmul(size, size, kb, prec, a_arrangement=arrangement, **extra)
             kern = matmul_kernel(G, size)
             rng = cp.random.default_rng(0)
             a32 = rng.standard_normal((batch, size, size), dtype=cp.float32) / np.sqrt(size)
@@ -271,7 +277,8 @@ def bench_gemm():
                 peers["torch.bmm"] = gpu_time(lambda: torch.bmm(at, bt))
             best_peer = min(peers.values()) if peers else float("nan")
             flops = 2.0 * batch * size**3
-            engine = f"mma warp {G.warp_tile_m}x{G.warp_tile_n}" if G.tensor_cores else f"tile {G.tile_m}x{G.tile_n}"
+            engine = (f"mma, {G.block_size} thr, warp {G.warp_tile_m}x{G.warp_tile_n}" if G.tensor_cores
+                      else f"CUDA cores, tile {G.tile_m}x{G.tile_n}")
             rows.append((f"GEMM {prec}", f"{size}^3 x {batch} (kb={kb}, {engine})", t_m, peers,
                          best_peer / t_m, "report", f"{flops / t_m / 1e9:.1f} TFLOP/s, err {err:.1e}"))
 
@@ -312,13 +319,21 @@ def sweep_fft():
 
 def print_table():
     print()
-    print(f"{'section':<15} {'problem':<42} {'mathpy ms':>10}  {'peers (ms)':<72} {'ratio':>6}  {'target':<8} note")
+    print(f"{'section':<15} {'problem':<56} {'mathpy ms':>10}  {'peers (ms)':<72} {'ratio':>6}  {'target':<8} note")
     for section, problem, t_m, peers, ratio, target, note in rows:
         peer_s = ", ".join(f"{k} {v:.3f}" for k, v in peers.items())
-        print(f"{section:<15} {problem:<42} {t_m:>10.3f}  {peer_s:<72} {ratio:>6.2f}  {target:<8} {note}")
+        print(f"{section:<15} {problem:<56} {t_m:>10.3f}  {peer_s:<72} {ratio:>6.2f}  {target:<8} {note}")
     print("ratio = time of the vendor reference / mathpy time (FFT: cuFFT; conv: cuFFT with the filter fused as an LTO "
           "epilog + inverse cuFFT, through mathpy.fft; GEMM: best cuBLAS)")
     print("nvmath-python device API:", "importable (not benchmarked here)" if HAVE_NVMATH else "not installed")
+
+
+def _plot_label(row, prefix):
+    label = row[1].split(" (")[0]
+    if prefix == "GEMM":
+        label = label.split(" x ")[0] + " " + row[0].split()[1]
+        label += " mma" + row[1].split("mma,")[1].split(" thr")[0] if "mma," in row[1] else " CUDA cores"
+    return label
 
 
 def plot():
@@ -341,7 +356,7 @@ def plot():
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
     for ax, (prefix, title, target) in zip(axes, groups):
         sel = [r for r in rows if r[0] == prefix or (prefix == "GEMM" and r[0].startswith("GEMM"))]
-        labels = [(r[1].split(" (")[0] + (" " + r[0].split()[1] if prefix == "GEMM" else "")) for r in sel]
+        labels = [_plot_label(r, prefix) for r in sel]
         ax.bar(range(len(sel)), [r[4] for r in sel], color="tab:green")
         ax.set_xticks(range(len(sel)))
         ax.set_xticklabels(labels, rotation=45, ha="right", fontsize=8)
