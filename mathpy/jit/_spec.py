@@ -128,12 +128,19 @@ def _returns(code):
     return value, nothing
 
 
+# (code object, kind) pairs that passed check_function. What it checks (parameters, return statements) is a property
+# of the code object, so a stateless call in a hot loop need not disassemble the same function again.
+_CHECKED = set()
+
+
 def check_function(fn, kind):
     """Reject, before any compilation, what cannot be a ``kind`` callback: not a Python function, wrong number of
     parameters, a prolog returning nothing, an epilog returning a value."""
     py = getattr(fn, "py_func", fn)  # accept numba dispatchers
     if not inspect.isfunction(py):
         raise TypeError(f"a {kind} callback must be a Python function, got {type(fn).__name__}")
+    if (py.__code__, kind) in _CHECKED and not hasattr(py, "__signature__"):
+        return py
     where = describe_function(py)
     params = list(inspect.signature(py).parameters.values())
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
@@ -148,4 +155,5 @@ def check_function(fn, kind):
     if kind == "epilog" and returns_value:
         raise TypeError(f"epilog callback {where} returns a value; an epilog stores it instead, e.g. "
                         f"`data_out[offset] = value * 2`, and returns nothing")
+    _CHECKED.add((py.__code__, kind))
     return py
