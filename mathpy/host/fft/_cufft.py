@@ -202,20 +202,7 @@ class CUFFTEngine:
         if self._scoped:
             with _cuda.device_scope(self.device_id):
                 return self._execute(input_ptr, output_ptr, direction, stream)
-        # the single-GPU hot path: no device switch, a stream check and one ctypes call
-        handle = self._handle
-        if handle is None:
-            raise InvalidPlanStateError("this cuFFT plan was freed; create a new one")
-        if (input_ptr | output_ptr) & self._align:
-            return self._execute_misaligned(input_ptr, output_ptr, direction, stream)
-        if stream != self._stream:
-            self._change_stream(handle, stream)
-        if self._offsets is None:
-            status = self._exec(handle, input_ptr, output_ptr, direction)
-            if status:
-                cufft.check("cufftXtExec", status)
-        else:
-            self._execute_loop(handle, input_ptr, output_ptr, direction)
+        return self._execute(input_ptr, output_ptr, direction, stream)  # one GPU: no device switch
 
     def executor(self):
         """A function with :meth:`execute`'s arguments for a caller that repeats one call shape (the API's prepared
