@@ -703,15 +703,7 @@ class Matmul:
         """What the engine takes for one input: a device pointer, or a NumPy view for the CPU engine."""
         if self._on_gpu:
             return op.data_ptr
-        layout, base = s.layout, op.numpy()
-        if s.mode == "broadcast" or s.name in ("a", "b", "c"):
-            return _view(base, (layout.batch, layout.rows, layout.cols),
-                         (layout.batch_stride, layout.row_stride, layout.col_stride))
-        if s.name == "bias":
-            return _view(base, (layout.batch, layout.rows), (layout.batch_stride, 1))
-        unit = 8 if s.name == "relu_aux" else 1
-        rows = layout.col_stride // unit
-        return _view(base, (layout.batch, rows, layout.cols), (layout.batch_stride // unit, 1, rows))
+        return _engine_view(s.name, s.layout, op.numpy())
 
     def _engine_args(self, stream=None):
         stream = self._stream if stream is None else stream
@@ -743,15 +735,7 @@ class Matmul:
         op = wrap_operand(tensor)
         if self._on_gpu:
             return op.data_ptr
-        base = op.numpy()
-        if name == "d":
-            return _view(base, (layout.batch, layout.rows, layout.cols),
-                         (layout.batch_stride, layout.row_stride, layout.col_stride))
-        if name in ("relu_aux", "gelu_aux"):
-            unit = 8 if name == "relu_aux" else 1
-            rows = layout.col_stride // unit
-            return _view(base, (layout.batch, rows, layout.cols), (layout.batch_stride // unit, 1, rows))
-        return _view(base, (layout.batch, layout.rows), (layout.batch_stride, 1))
+        return _engine_view(name, layout, op.numpy())
 
     def _finish(self, d, outputs, stream):
         if self._vector_a and self._vector_b:
@@ -864,6 +848,20 @@ def _stream_scope(package, stream, device_id):
         import torch
         with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=torch.device("cuda", device_id))):
             yield
+
+
+def _engine_view(name, layout, base):
+    """The CPU engine's NumPy view of the operand or epilog tensor ``name`` held in ``base`` (forms: ``_cpu``): A, B, C
+    and D as ``(batch, rows, cols)``; the RELU bitmask and the GELU aux as ``(batch, ld, cols)`` column-major (the
+    bitmask's strides, in bits in its layout, in bytes here); bias and bias gradients as ``(batch, L)``."""
+    if name in ("a", "b", "c", "d"):
+        return _view(base, (layout.batch, layout.rows, layout.cols),
+                     (layout.batch_stride, layout.row_stride, layout.col_stride))
+    if name in ("relu_aux", "gelu_aux"):
+        unit = 8 if name == "relu_aux" else 1
+        rows = layout.col_stride // unit
+        return _view(base, (layout.batch, rows, layout.cols), (layout.batch_stride // unit, 1, rows))
+    return _view(base, (layout.batch, layout.rows), (layout.batch_stride, 1))
 
 
 def _view(base, shape, strides):
