@@ -48,8 +48,9 @@ def plan_cache_info():
 
 
 def plan_cache_clear():
+    """Free every cached FFT plan (plans in use are freed when their call returns) and forget the stateless fast
+    path's recipes, which hold engines."""
     _fast_recipes.clear()
-    """Free every cached FFT plan (plans in use are freed when their call returns)."""
     plan_cache.clear()
 
 
