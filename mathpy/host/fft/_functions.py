@@ -184,9 +184,6 @@ def _scale(norm, inverse, lengths):
 
 # --- the one code path -------------------------------------------------------------------------------------------
 
-_LOOK_UP = object()
-
-
 def _recipe(tag, a, params, out, prolog, epilog, options, execution, stream):
     """The stateless fast path at a function's entry: (result, None) when a prepared recipe ran, else (None, key)
     with the key under which the general path leaves a recipe (None: not eligible). Eligible: a CuPy array or CUDA
@@ -210,27 +207,9 @@ def _recipe(tag, a, params, out, prolog, epilog, options, execution, stream):
     return None, key
 
 
-def _run(kind, a, lengths, axes, norm, out, inverse, prolog, epilog, options, execution, stream,
-         fast_key=_LOOK_UP):
+def _run(kind, a, lengths, axes, norm, out, inverse, prolog, epilog, options, execution, stream, fast_key):
     """Transform ``a`` (kind "C2C", "R2C", "C2R") over ``axes`` to logical ``lengths``. ``fast_key``: the caller's
-    recipe key from :func:`_recipe` (None: leave no recipe); by default it is made and looked up here."""
-    if fast_key is not _LOOK_UP:
-        pass
-    elif out is None and prolog is None and epilog is None and options is None and execution is None and \
-            stream is None:
-        signature = _gpu_signature(a)
-        if signature is not None:
-            fast_key = (kind, lengths, axes, norm, inverse) + signature[1:]
-            recipe = _plan._fast_recipes.get(fast_key)
-            if recipe is not None:
-                result = recipe(signature[0])
-                if result is not None:
-                    return result
-                _plan._fast_recipes.pop(fast_key, None)  # its engine was evicted: plan again below
-        else:
-            fast_key = None
-    else:
-        fast_key = None
+    recipe key from :func:`_recipe` (None: leave no recipe)."""
     if out is None:
         op, out_op = _operands.wrap_operand(a, "a"), None
     else:
@@ -392,10 +371,6 @@ def _one_axis(a, n, axis):
     else:
         (axis,) = normalize_axes((axis,), ndim)
     return axis, (_check_n(n) if n is not None else shape[axis])
-
-
-_KW_DOC = """
-    prolog, epilog, options, execution, stream: see the module docstring."""
 
 
 def fft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
