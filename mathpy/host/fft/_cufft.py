@@ -488,10 +488,7 @@ def _loop_offsets(params, transform):
     """None for one execute per call, else [(input byte offset, output byte offset)] of every execute."""
     if not params.loops:
         return None
-    in_size = np.dtype(transform.input_dtype).itemsize if transform.precision != np.float16 else \
-        (2 if transform.kind == "R2C" else 4)
-    out_size = np.dtype(transform.output_dtype).itemsize if transform.precision != np.float16 else \
-        (2 if transform.kind == "C2R" else 4)
+    in_size, out_size = _element_size(transform, "input"), _element_size(transform, "output")
     offsets = [(0, 0)]
     for count, in_step, out_step in params.loops:
         offsets = [(i + k * in_step * in_size, o + k * out_step * out_size) for i, o in offsets for k in range(count)]
