@@ -496,20 +496,17 @@ class Matmul:
                 continue
             if name not in self._staged:
                 raise ValueError("reset_operands(c=...): the Matmul was built without c")
-            old = self._staged[name]
             op = wrap_operand(value, name)
             if name == "c":
                 if tuple(op.shape) != self._c_shape:
                     raise ValueError(f"reset_operands: c has shape {op.shape}, the plan was built for {self._c_shape}")
                 op = _expand_c(op, self._result_shape, self._batch_shape, self._vector_a, self._vector_b)
-            if name == "c":
                 fresh = _stage_matrix(name, op, self._m, self._n, None, self._batch_shape, self._moves)
-            else:
-                fresh = self._stage_ab(name, op)
-            if name == "c":
                 self._check_same(name, self._c_staged["c"], fresh)
                 new_c_raw, fresh = fresh, self._c_for_plan(fresh)
-            self._check_same(name, old, fresh)
+            else:
+                fresh = self._stage_ab(name, op)
+            self._check_same(name, self._staged[name], fresh)
             new[name] = fresh
         if epilog_inputs is not None:
             self._check_planned("reset_operands(epilog_inputs=...)")
