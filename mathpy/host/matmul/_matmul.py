@@ -358,10 +358,9 @@ class Matmul:
         if epilog is not None and self._d_dtype.kind == "c":
             raise ValueError(f"epilog {epilog.name} does not apply to complex operands ({self._d_dtype.name}); "
                              f"epilogs need real dtypes")
-        if spec.activation in ("gelu", "dgelu") and spec.aux_out or spec.activation == "dgelu":
-            if self._d_dtype in FLOAT8_DTYPES:
-                raise ValueError(f"epilog {epilog.name} is not supported for float8 results; use result_type "
-                                 f"bfloat16/float16/float32 in MatmulOptions")
+        if "gelu_aux" in (*spec.inputs, *spec.outputs) and self._d_dtype in FLOAT8_DTYPES:  # GELU_AUX*, DGELU*
+            raise ValueError(f"epilog {epilog.name} is not supported for float8 results; use result_type "
+                             f"bfloat16/float16/float32 in MatmulOptions")
         if spec.activation in ("drelu", "dgelu") and self._k == 1:
             raise ValueError(f"epilog {epilog.name} needs K > 1 (cuBLASLt does not support K = 1); K is 1")
         given = {} if epilog_inputs is None else epilog_inputs
