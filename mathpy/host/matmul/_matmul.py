@@ -267,6 +267,8 @@ class Matmul:
                  _cache=None):
         self._state = _FREED  # until construction succeeds
         self._engine = self._exit = self._fast = self._fast_run = None
+        self._gpu_bgrad = None  # "a" / "b" while a GPU plan is for BGRADA / BGRADB (_stage_ab copies A / B for it)
+        self._cache_key = None  # the plan cache's key, once planned with a cache
         options = check_or_create_options(MatmulOptions, options, "options")
         ops = wrap_operands({"a": a, "b": b, "c": c})
         a_op, b_op, c_op = ops["a"], ops["b"], ops["c"]
@@ -377,7 +379,7 @@ class Matmul:
                              f"{list(EPILOG_INPUT_NAMES)})")
         inputs = self._stage_epilog_inputs(given, spec)
         bgrad = spec.bgrad if self._on_gpu and spec.bgrad in ("a", "b") else None
-        if bgrad != getattr(self, "_gpu_bgrad", None):  # BGRADA/BGRADB need their own A/B layouts (_stage_ab)
+        if bgrad != self._gpu_bgrad:  # BGRADA/BGRADB need their own A/B layouts (_stage_ab)
             self._gpu_bgrad = bgrad
             for name in ("a", "b"):
                 self._staged[name] = self._stage_ab(name, self._staged[name].op)
@@ -599,7 +601,7 @@ class Matmul:
         and BGRADB a row-major B (op(B) = T) (measured with cuBLASLt 13.1 on an H200, every real dtype: the other
         layouts get no algorithm)."""
         m, n, k, batch_shape, moves = self._m, self._n, self._k, self._batch_shape, self._moves
-        gpu_epilog = getattr(self, "_gpu_bgrad", None)
+        gpu_epilog = self._gpu_bgrad
         if name == "a":
             staged = _stage_matrix("a", op, m, k, "row", batch_shape, moves)
             if self._float8_gpu and m > 1 and not staged.layout.is_row_major:
@@ -1010,7 +1012,7 @@ class _FastCall:
     @classmethod
     def of(cls, mm):
         """The fast call of a planned stateless Matmul, or None when its operands need copies or moves."""
-        if mm._fast is None or mm._user_stream is not None or getattr(mm, "_cache_key", None) is None:
+        if mm._fast is None or mm._user_stream is not None or mm._cache_key is None:
             return None
         self = cls()
         self.cache_key, self.create = mm._cache_key, mm._create
