@@ -149,7 +149,7 @@ def _prepare_data(data, layout_shape, layout_strides, execution, function_name):
     if op.size == 1:
         pass
     elif squeezed == layout_shape:
-        relayout = tuple(layout_strides) != tuple(c_layout) and any(e != 1 for e in layout_shape)
+        relayout = layout_strides != c_layout and any(e != 1 for e in layout_shape)
     elif squeezed in [layout_shape[i:] for i in range(1, len(layout_shape))]:
         k = len(squeezed)
         trailing = [(e, s) for e, s in zip(layout_shape[-k:], layout_strides[-k:]) if e != 1]
@@ -170,8 +170,7 @@ def _prepare_data(data, layout_shape, layout_strides, execution, function_name):
         return op, key
     host = op.numpy() if op.on_host else _operands.to_host(op, None).tensor
     if relayout:
-        span = 1 + sum((e - 1) * s for e, s in zip(layout_shape, layout_strides))
-        buffer = np.zeros(span, dtype)
+        buffer = np.zeros(span(layout_shape, layout_strides), dtype)
         view = np.lib.stride_tricks.as_strided(buffer, layout_shape, tuple(s * dtype.itemsize for s in layout_strides))
         view[...] = host.reshape(layout_shape)
         host = buffer
