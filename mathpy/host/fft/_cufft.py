@@ -42,6 +42,7 @@ from ... import _cuda, _operands
 from ..._errors import InvalidPlanStateError, UnsupportedLayoutError
 from ..._log import logger
 from ...bindings import cufft
+from ._callback import span
 from ._layout import Transform, cufft_params
 
 __all__ = ["CUFFTEngine", "live_handles"]
@@ -379,7 +380,7 @@ def _element_size(transform, side):
 
 def _span_bytes(shape, strides, itemsize):
     """Bytes from the first element of a (positive-stride) layout to the end of its last one."""
-    return (sum((extent - 1) * stride for extent, stride in zip(shape, strides)) + 1) * itemsize
+    return span(shape, strides) * itemsize
 
 
 def _memcpy(destination, source, nbytes, stream):
