@@ -736,21 +736,27 @@ class Matmul:
         return _engine_view(name, layout, op.numpy())
 
     def _finish(self, d, outputs, stream):
-        if self._vector_a and self._vector_b:
-            d = d[..., 0, 0]
-        elif self._vector_a:
-            d = d[..., 0, :]
-        elif self._vector_b:
-            d = d[..., 0]
         like = self._like
-        if self._vector_a and self._vector_b and self._package == "numpy" and like.package == "numpy":
-            d = d[()]  # numpy.matmul gives a scalar for 1-D @ 1-D
+        d = _drop_vector_axes(d, self._vector_a, self._vector_b, self._package == "numpy" and like.package == "numpy")
         if self._moves:
             d = _to_caller(d, like, stream)
             outputs = {name: _to_caller(t, like, stream) for name, t in outputs.items()}
         elif self._on_gpu and self._options.blocking is True:
             _synchronize(self._package, stream, self._device_id)
         return (d, outputs) if self._problem.epilog_outputs else d
+
+
+def _drop_vector_axes(d, vector_a, vector_b, numpy_scalar):
+    """The result without the axes numpy.matmul drops for a 1-D ``a`` / ``b``; with ``numpy_scalar`` a 1-D @ 1-D
+    product is a NumPy scalar, as numpy.matmul gives it."""
+    if vector_a and vector_b:
+        d = d[..., 0, 0]
+        return d[()] if numpy_scalar else d
+    if vector_a:
+        return d[..., 0, :]
+    if vector_b:
+        return d[..., 0]
+    return d
 
 
 def _plain_run(engine_execute, make_d, pointer, fixed, alpha, beta, stream):
@@ -1043,14 +1049,7 @@ class _FastCall:
             with shared.lock:
                 shared.engine.execute(pa, pb, pc, pointer(d), given, out_args, self.alpha, self.beta, stream)
         vector_a, vector_b, scalar, blocking = self.finish
-        if vector_a and vector_b:
-            d = d[..., 0, 0]
-            if scalar:
-                d = d[()]
-        elif vector_a:
-            d = d[..., 0, :]
-        elif vector_b:
-            d = d[..., 0]
+        d = _drop_vector_axes(d, vector_a, vector_b, scalar)
         if blocking:
             _synchronize(self.package, stream, self.device_id)
         return (d, outputs) if self.has_outputs else d
