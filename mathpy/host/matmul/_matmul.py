@@ -143,26 +143,28 @@ def _stage_matrix(name, op, rows, cols, promote, batch_shape, force_copy):
     return _Staged(name, op, layout(full, _c_strides(full)), "broadcast", full, force_copy)
 
 
+def _module(package):
+    """The array module of ``package`` ("numpy" or "cupy"; torch tensors are handled by their methods)."""
+    return np if package == "numpy" else __import__(package)
+
+
 def _copy(tensor, package, shape=None):
-    """A C-contiguous copy of ``tensor`` in its package (broadcast to ``shape`` first when given)."""
-    if package == "torch":
-        return (tensor.expand(*shape) if shape else tensor).contiguous()
-    module = np if package == "numpy" else __import__(package)
-    return module.ascontiguousarray(module.broadcast_to(tensor, shape) if shape else tensor)
+    """``tensor`` (broadcast to ``shape`` first when given) as a C-contiguous array of its package: a copy unless it
+    already is one."""
+    if shape:
+        tensor = _broadcast(tensor, package, shape)
+    return tensor.contiguous() if package == "torch" else _module(package).ascontiguousarray(tensor)
 
 
 def _broadcast(tensor, package, shape):
-    if package == "torch":
-        return tensor.expand(*shape)
-    module = np if package == "numpy" else __import__(package)
-    return module.broadcast_to(tensor, shape)
+    return tensor.expand(*shape) if package == "torch" else _module(package).broadcast_to(tensor, shape)
 
 
 def _col_major_copy(tensor, package):
     """A copy whose last two axes are column-major (batches contiguous)."""
     if package == "torch":
         return tensor.transpose(-1, -2).contiguous().transpose(-1, -2)
-    module = np if package == "numpy" else __import__(package)
+    module = _module(package)
     return module.ascontiguousarray(module.swapaxes(tensor, -1, -2)).swapaxes(-1, -2)
 
 
