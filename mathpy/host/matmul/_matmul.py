@@ -34,7 +34,7 @@ from ..._errors import InvalidPlanStateError
 from ..._execution import ExecutionCPU, ExecutionCUDA, resolve_execution
 from ..._execution import _default as _default_execution
 from ..._log import logger
-from ..._operands import empty, gpu_array_package, to_device, to_host, wrap_operand, wrap_operands
+from ..._operands import as_package, empty, gpu_array_package, to_device, to_host, wrap_operand, wrap_operands
 from ..._options import check_or_create_options
 from ..._plan_cache import PlanCache
 from ..._streams import stream_pointer
@@ -892,7 +892,7 @@ def _expand_c(c_op, result_shape, batch_shape, vector_a, vector_b):
 
 
 def _to_caller(tensor, like, stream):
-    from ..._operands import as_package
+    """A result moved back to the caller's package and device (a name of its own: the fake-GPU tests replace it)."""
     return as_package(tensor, like, stream)
 
 
