@@ -44,7 +44,7 @@ import numpy as np
 from mathpy._errors import UnsupportedLayoutError
 
 __all__ = ["KINDS", "MAX_LOOPED_EXECUTES", "Transform", "CufftParams", "cufft_expressible", "engine_layout",
-           "c_strides", "dense_permutation", "cufft_params"]
+           "c_strides", "dense_strides", "dense_permutation", "cufft_params"]
 
 KINDS = ("C2C", "R2C", "C2R")
 MAX_LOOPED_EXECUTES = 64  # at most this many executes per call over batch axes one plan cannot fold
@@ -132,11 +132,20 @@ def c_strides(shape):
     >>> c_strides((2, 3, 4))
     (12, 4, 1)
     """
-    strides, step = [], 1
-    for extent in reversed(shape):
-        strides.append(step)
-        step *= max(int(extent), 1)
-    return tuple(reversed(strides))
+    return dense_strides(shape, range(len(shape)))
+
+
+def dense_strides(shape, order):
+    """Strides (elements) of the dense layout of ``shape`` whose axes, outermost first, are ``order``.
+
+    >>> dense_strides((2, 3, 4), (0, 2, 1))
+    (12, 1, 3)
+    """
+    strides, step = [0] * len(shape), 1
+    for axis in reversed(tuple(order)):
+        strides[axis] = step
+        step *= max(int(shape[axis]), 1)
+    return tuple(strides)
 
 
 # --- one layout --------------------------------------------------------------------------------------------------
@@ -235,12 +244,7 @@ def engine_layout(shape, strides, axes, *, allow_loops=False):
     contiguous = c_strides(shape)
     if cufft_expressible(shape, contiguous, axes, allow_loops=allow_loops):
         return contiguous
-    order = [a for a in range(len(shape)) if a not in axes] + list(axes)  # outermost first
-    result, step = [0] * len(shape), 1
-    for axis in reversed(order):
-        result[axis] = step
-        step *= max(shape[axis], 1)
-    return tuple(result)
+    return dense_strides(shape, [a for a in range(len(shape)) if a not in axes] + list(axes))
 
 
 def dense_permutation(strides):

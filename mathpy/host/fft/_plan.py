@@ -116,21 +116,19 @@ def _dense(shape, strides):
 
 
 def _choose_layouts(kind, precision, shape, in_strides_candidate, out_shape, axes):
-    """(input strides, output strides) one plan addresses without looping (callbacks see these)."""
-    in_strides = _layout.engine_layout(shape, in_strides_candidate, axes)
-    for attempt in range(2):
-        perm = _layout.dense_permutation(in_strides)
-        out_strides, step = [0] * len(out_shape), 1
-        for axis in reversed(perm):
-            out_strides[axis] = step
-            step *= max(out_shape[axis], 1)
-        out_strides = _layout.engine_layout(out_shape, tuple(out_strides), axes)
-        transform = _layout.Transform(kind, precision, shape, in_strides, out_shape, out_strides, axes)
-        try:
-            _layout.cufft_params(transform, allow_loops=False)
-            return transform
-        except UnsupportedLayoutError:
-            in_strides = _layout.engine_layout(shape, _layout.c_strides(shape), axes)
+    """The Transform one plan addresses without looping (callbacks see its layouts): the input in
+    ``engine_layout(candidate)``, the output dense in the input's axis order; when one plan cannot address that pair
+    without loops, the same from C-contiguous input strides instead."""
+    def transform_from(in_strides):
+        out_strides = _layout.dense_strides(out_shape, _layout.dense_permutation(in_strides))
+        out_strides = _layout.engine_layout(out_shape, out_strides, axes)
+        return _layout.Transform(kind, precision, shape, in_strides, out_shape, out_strides, axes)
+
+    transform = transform_from(_layout.engine_layout(shape, in_strides_candidate, axes))
+    try:
+        _layout.cufft_params(transform, allow_loops=False)
+    except UnsupportedLayoutError:
+        transform = transform_from(_layout.engine_layout(shape, _layout.c_strides(shape), axes))
     return transform
 
 
