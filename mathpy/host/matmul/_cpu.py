@@ -77,7 +77,6 @@ class CPUEngine:
         self.algorithms = [_ALGORITHM]
         self.workspace_bytes = 0
         self._compute = _compute_dtype(problem.a.dtype)
-        self._freed = False
 
     def autotune(self, operands, stream=None, iterations=3):
         """Time the (single) algorithm; returns ``[(algorithm, seconds)]``."""
@@ -133,4 +132,4 @@ class CPUEngine:
         _store(x, d)
 
     def free(self):
-        self._freed = True
+        """Nothing to release (the engine protocol's free())."""

@@ -51,10 +51,6 @@ _COMPUTE = {F16: ("32F", "16F"), BF16: ("32F",), F32: ("32F", "32F_FAST_TF32", "
 _FLOAT8_RESULTS = (E4M3, E5M2, BF16, F16, F32)
 
 
-def _dtype_name(dtype):
-    return np.dtype(dtype).name
-
-
 def _as_dtype(value, name):
     if value is None:
         return None

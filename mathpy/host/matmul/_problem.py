@@ -135,16 +135,9 @@ class MatmulProblem:
     def spec(self):
         return epilog_spec(self.epilog)
 
-    def input_layout(self, name):
-        return dict(self.epilog_inputs)[name]
 
-    def output_layout(self, name):
-        return dict(self.epilog_outputs)[name]
-
-
-def epilog_output_layouts(epilog, m, n, batch, d_dtype, aux_dtype=None):
-    """``((name, MatrixLayout), ...)`` of the outputs the API allocates for ``epilog`` (formats: module docstring).
-    ``aux_dtype``: gelu_aux's dtype when it is not the result's (float8 results)."""
+def epilog_output_layouts(epilog, m, n, batch, d_dtype):
+    """``((name, MatrixLayout), ...)`` of the outputs the API allocates for ``epilog`` (formats: module docstring)."""
     spec = epilog_spec(epilog)
     layouts = []
     for name in spec.outputs:
@@ -153,7 +146,7 @@ def epilog_output_layouts(epilog, m, n, batch, d_dtype, aux_dtype=None):
             layouts.append((name, MatrixLayout(m, n, 1, 8 * rows, batch, 8 * rows * n, np.dtype(np.uint8))))
         elif name == "gelu_aux":
             rows = gelu_aux_rows(m)
-            layouts.append((name, MatrixLayout(m, n, 1, rows, batch, rows * n, np.dtype(aux_dtype or d_dtype))))
+            layouts.append((name, MatrixLayout(m, n, 1, rows, batch, rows * n, np.dtype(d_dtype))))
         else:
             length = n if name == "bgradb" else m
             layouts.append((name, MatrixLayout(length, 1, 1, length, batch, length, np.dtype(d_dtype))))
