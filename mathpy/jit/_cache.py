@@ -121,6 +121,7 @@ def _update_function(h, fn, seen):
         return
     seen.add(id(fn))
     code = fn.__code__
+    names = _code_names(code)
     _update_code(h, code, seen)
     _update_value(h, fn.__defaults__, seen)
     _update_value(h, fn.__kwdefaults__, seen)
@@ -130,8 +131,7 @@ def _update_function(h, fn, seen):
         except ValueError:  # empty cell
             h.update(b"empty-cell")
             continue
-        _update_value(h, value, seen, names=_code_names(code))
-    names = _code_names(code)
+        _update_value(h, value, seen, names=names)
     fglobals = fn.__globals__
     for name in sorted(names):
         if name in fglobals and name not in _SKIP_GLOBALS:
