@@ -38,7 +38,7 @@ class CompiledCallback:
 
 
 _memory = {}           # cache key -> CompiledCallback
-_memory_by_identity = {}  # (id(fn), fn, spec) -> CompiledCallback, for functions that cannot be fingerprinted
+_memory_by_identity = {}  # (id(fn), spec) -> (fn, CompiledCallback), for functions that cannot be fingerprinted
 _lock = threading.RLock()
 
 
