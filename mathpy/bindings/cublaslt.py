@@ -370,7 +370,8 @@ def get_attribute(descriptor, attribute):
 
 
 def algo_config(algo):
-    """``{"id": ..., "tile": ..., "splitk": ..., ...}`` of a :class:`MatmulAlgo`, for logs and reprs."""
+    """``{"id": ..., "tile_id": ..., "splitk_num": ..., ...}`` (the :class:`AlgoConfig` names in lower case; those this
+    cuBLASLt does not know are left out) of a :class:`MatmulAlgo`, for logs and reprs."""
     config = {}
     for attribute in AlgoConfig:
         buffer = attribute_type(attribute)()

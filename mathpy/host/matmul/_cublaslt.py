@@ -27,8 +27,8 @@ every candidate with CUDA events on the real operands and moves the fastest to t
 :func:`needs_autotune`) the engine autotunes by itself on the first :meth:`~CublasLtEngine.execute`, on that call's
 operands: it times a wider pool of :data:`SELF_AUTOTUNE_POOL` heuristic candidates (the fastest kernel for a skinny
 product is often further down the list), puts the winner first and keeps it; the plan's ``algorithms`` stay at most
-``limit`` long. The stateless ``mathpy.matmul`` pays this (a few ms) once per cached plan; pass
-``autotune_first_execute=False`` to keep the heuristic's order.
+``limit`` long. The stateless ``mathpy.matmul`` pays this (a few ms) once per cached plan. The engine's
+``autotune_first_execute=False`` keeps the heuristic's order (the matmul API does not expose it).
 
 **Tiny products** (at most :data:`HOST_BOUND_FLOPS`) are bound by the host's cost per call: the first candidate that
 runs as one kernel (no split-K) is moved to the front.

@@ -45,8 +45,8 @@ Formats (shapes are for a result of shape ``(*batch, M, N)``; a non-batched prod
   column ``j`` is bit ``i % 8`` (least significant first) of byte ``[i // 8, j]``; rows padded to a multiple of
   128 bits (``relu_aux_rows(M) = round_up(ceil(M / 8), 16)`` bytes). cuBLASLt's leading dimension is in bits:
   ``8 * relu_aux_rows(M)``. Padding bits are zero.
-- ``gelu_aux`` (output of GELU_AUX*, input of DGELU*): the pre-activation values, dtype of the result (for float8
-  results: the dtype of C / the bias), shape ``(*batch, gelu_aux_rows(M), N)`` with ``gelu_aux_rows(M) =
+- ``gelu_aux`` (output of GELU_AUX*, input of DGELU*): the pre-activation values, dtype of the result (float8
+  results have no GELU aux, see above), shape ``(*batch, gelu_aux_rows(M), N)`` with ``gelu_aux_rows(M) =
   round_up(M, 8)``, column-major in the last two axes, batches contiguous. Padding rows are unspecified.
 - ``drelu_bgrad`` / ``dgelu_bgrad`` / ``bgrada``: length M; ``bgradb``: length N. Shape ``(L,)`` when not batched,
   ``(*batch, L, 1)`` when batched; dtype of the result.

@@ -253,10 +253,11 @@ _ANY_ORDER_EPILOGS = (MatmulEpilog.DEFAULT, MatmulEpilog.RELU, MatmulEpilog.GELU
 
 
 class Matmul:
-    """A planned matrix product ``D = epilog(alpha * a @ b + beta * c)`` with numpy.matmul semantics, executed many times.
+    """A planned matrix product ``D = epilog(alpha * a @ b + beta * c)`` with numpy.matmul semantics, executed many
+    times.
 
     Parameters: ``a``, ``b``, ``c`` (optional) from one package and device (NumPy, CuPy, torch, ``__dlpack__``...);
-    ``alpha``, ``beta`` (None: 1 when ``c`` is given, else 0); ``options`` (:class:`MatmulOptions` or dict);
+    ``alpha`` (default 1), ``beta`` (None: 1 when ``c`` is given, else 0); ``options`` (:class:`MatmulOptions` or dict);
     ``execution`` ("cpu", "cuda", ExecutionCPU/ExecutionCUDA, dict; None: where the operands live); ``stream``
     (CUDA stream for all GPU work; None: the operands' package's current stream).
 

@@ -21,8 +21,9 @@ guarantees for A, B, C and D:
   its strides are ``(..., 1, M)``). This is what lets a bias be "one value per row of the result" as in nvmath-python
   and cuBLASLt;
 - with no epilog, RELU or GELU (elementwise, no per-row operand): D takes C's order when ``c`` is given (so
-  ``beta * C`` reads and writes alike); without ``c``, D is row-major (C order, as numpy.matmul gives) for 4- and
-  8-byte dtypes unless A and B are both column-major, and column-major for 16-bit and float8 operands. cuBLASLt then
+  ``beta * C`` reads and writes alike); without ``c``, D is row-major (C order, as numpy.matmul gives) when the
+  operands and the result have 4 bytes or more per element (float32, float64, complex) unless A and B are both
+  column-major, and column-major for 16-bit and float8 operands. cuBLASLt then
   runs NN on row-major float32 operands instead of TT: measured on an H200 (cuBLASLt 13.1), 4096^3 float32 took
   2.674 ms NN vs 2.791 ms TT, while 8192^3 bfloat16 / float16 took 1.398 / 1.481 ms TT vs 1.432 / 1.539 ms NN.
 
