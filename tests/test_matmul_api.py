@@ -7,7 +7,7 @@ import hypothesis.extra.numpy as hnp
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mathpy import InvalidPlanStateError
