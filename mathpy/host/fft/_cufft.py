@@ -42,6 +42,7 @@ from ... import _cuda, _operands
 from ..._errors import InvalidPlanStateError, UnsupportedLayoutError
 from ..._log import logger
 from ...bindings import cufft
+from ...jit._spec import CALLBACK_TYPES
 from ._callback import span
 from ._layout import Transform, cufft_params
 
@@ -54,9 +55,6 @@ def live_handles():
     """How many cuFFT handles made by mathpy in this process are alive (created, not yet destroyed)."""
     return _live_handles[0]
 
-_CALLBACK_TYPES = {("prolog", "complex64"): 0, ("prolog", "complex128"): 1, ("prolog", "float32"): 2,
-                   ("prolog", "float64"): 3, ("epilog", "complex64"): 4, ("epilog", "complex128"): 5,
-                   ("epilog", "float32"): 6, ("epilog", "float64"): 7}
 
 _exec = _set_stream = None  # unchecked ctypes functions, made on first use
 
@@ -417,7 +415,7 @@ def _check_half_strides(transform, params):
 
 def _check_callback(transform, kind, cb):
     element = transform.input_dtype if kind == "prolog" else transform.output_dtype
-    expected = _CALLBACK_TYPES[(kind, np.dtype(element).name)]
+    expected = CALLBACK_TYPES[(kind, np.dtype(element).name)]
     got = _callback_type(cb)
     if got != expected:
         raise ValueError(f"the {kind} was compiled for cuFFT callback type {got}, but a {transform.kind} "
