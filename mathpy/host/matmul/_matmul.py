@@ -214,13 +214,14 @@ def _stage_epilog_input(name, op, problem_shape, spec, d_dtype, force_copy):
         rows, dtype, unit = relu_aux_rows(m), np.dtype(np.uint8), 8
     else:
         rows, dtype, unit = gelu_aux_rows(m), d_dtype, 1
+    forward = "RELU_AUX" if name == "relu_aux" else "GELU_AUX"
     if op.dtype != dtype:
         raise TypeError(f"epilog input {name!r} has dtype {op.dtype.name}; {spec.name} needs {dtype.name} "
-                        f"(the {spec.name.replace('D', '', 1)} format that {name!r} outputs have)")
-    if tuple(shape[-2:]) != (rows, n) or (len(shape) > 2 and tuple(shape[:-2]) != tuple(batch_shape)) or len(shape) < 2:
+                        f"(the dtype of the {name!r} output of {forward} / {forward}_BIAS)")
+    if shape[-2:] != (rows, n) or (len(shape) > 2 and shape[:-2] != tuple(batch_shape)):
         allowed_shapes = [(rows, n)] + ([(*batch_shape, rows, n)] if batch_shape else [])
         raise ValueError(f"epilog input {name!r} has shape {shape}; for a {m} x {n} result it must be one of "
-                         f"{allowed_shapes} (the format of the {name!r} output of the forward epilog)")
+                         f"{allowed_shapes} (the format of the {name!r} output of {forward} / {forward}_BIAS)")
     bshape, bstrides = shape[:-2], strides[:-2]
     batch_stride = _batch_stride(batch_shape, bshape, bstrides, rows * n)
     canonical = strides[-2] == 1 and (strides[-1] == rows or n == 1) and batch_stride is not None
