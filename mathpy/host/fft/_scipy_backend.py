@@ -8,9 +8,10 @@
 array([4.+0.j, 0.+0.j, 0.+0.j, 0.+0.j])
 
 Functions mathpy has (fft, ifft, rfft, irfft, hfft, ihfft and their 2-D / N-D forms) run through mathpy when their
-arguments have a mathpy equivalent; for anything else (dct, dst, hfftn, ``overwrite_x=True`` is ignored, ``workers``
-becomes ``ExecutionCPU(num_threads=workers)``, ``plan`` must be None) ``NotImplemented`` lets SciPy try the next
-backend.
+arguments have a mathpy equivalent: ``overwrite_x`` is ignored and, for a host array, ``workers`` becomes
+``ExecutionCPU(num_threads=workers)`` (negative counts from ``os.cpu_count()``, as SciPy counts them). For anything
+else (dct, dst, hfftn, a ``plan`` other than None, another keyword) ``NotImplemented`` lets SciPy try the next backend;
+so does a TypeError of mathpy (e.g. a dtype it does not take) in the 1-D functions and the rfft*/irfft* ones.
 """
 
 from ..._execution import ExecutionCPU
