@@ -425,7 +425,8 @@ class Matmul:
         if algorithms is not None:
             chosen = [alg for alg in algorithms if alg in self._engine.algorithms] if self._cache is None else []
             if not chosen:
-                raise ValueError("plan(algorithms=...): none of the given algorithms is a candidate for this problem")
+                raise ValueError(f"plan(algorithms=...): none of the given algorithms {list(algorithms)!r} is a "
+                                 f"candidate for this problem; the candidates are {list(self._engine.algorithms)!r}")
             self._engine.algorithms[:] = chosen
         self._problem, self._spec, self._inputs = problem, spec, inputs
         self._state = _PLANNED
