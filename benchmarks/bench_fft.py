@@ -16,10 +16,10 @@ import time
 
 import numpy as np
 
-if not hasattr(np, "row_stack"):  # numba-cuda 0.30 with NumPy 2.5 (only matters if something imports numba-cuda)
-    np.row_stack = np.vstack
-
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from mathpy._compat import patch_numpy_for_numba_cuda  # noqa: E402
+
+patch_numpy_for_numba_cuda()  # numba-cuda 0.30 with NumPy 2.5 (only matters if something imports numba-cuda)
 
 try:
     import cupy as cp
@@ -55,15 +55,10 @@ REPS = 2000
 
 # --- timing helpers ------------------------------------------------------------------------------------------------
 
-def gpu_ms(fn):
-    """Median GPU time of one call (CUDA events on the current stream, which torch and CuPy share: the legacy
-    default stream)."""
-    return gpu_ms_interleaved({"fn": fn})["fn"]
-
-
 def gpu_ms_interleaved(functions):
     """Median GPU time of one call of each of ``functions`` ({name: fn}), sampled in rounds (every function once
-    per round, CALLS_PER_SAMPLE calls per sample) so clock and thermal drift reach all peers alike."""
+    per round, CALLS_PER_SAMPLE calls per sample) so clock and thermal drift reach all peers alike. CUDA events on
+    the current stream, which torch and CuPy share: the legacy default stream."""
     for fn in functions.values():
         for _ in range(WARMUP):
             fn()
@@ -129,12 +124,6 @@ def mathpy_stateful(x, axes, kind):
     plan = mfft.FFT(x, axes=axes)
     plan.plan()
     return plan
-
-
-def mathpy_stateless(x, axes, kind):
-    if mfft is None:
-        return None
-    return (lambda: mfft.rfftn(x, axes=axes)) if kind == "R2C" else (lambda: mfft.fftn(x, axes=axes))
 
 
 # --- 1. transform time ------------------------------------------------------------------------------------------
