@@ -90,7 +90,7 @@ def cpp_source(name, element):
 
 
 # --- transforms -----------------------------------------------------------------------------------------------------
-# (label, fft type, n, batch, callbacks); element types follow from the fft type and the callback kind.
+# (label, fft type, dtype, n, batch, callbacks); element types follow from the fft type, dtype and callback kind.
 CASES = [
     ("C2C c64", "C2C", "complex64", 1024, 32768, ["prolog x3", "epilog x2", "epilog *filter[i]"]),
     ("C2C c64", "C2C", "complex64", 256, 131072, ["prolog x3", "epilog x2", "epilog *filter[i]"]),
