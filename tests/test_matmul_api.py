@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _matmul_reference import strides_in_bytes
 from mathpy import InvalidPlanStateError
 from mathpy.host.matmul import Matmul, MatmulEpilog, MatmulOptions, matmul, matmul_plan_cache
 from mathpy.host.matmul._matmul import _stage_matrix
@@ -101,21 +102,15 @@ def test_result_order_and_callers_package(xp):
         result = matmul(xp.asarray(a), xp.asarray(b), epilog=epilog,
                         epilog_inputs=None if inputs is None else {k: xp.asarray(v) for k, v in inputs.items()})
         assert xp.is_native(result)
-        assert _strides_in_bytes(result) == strides, epilog
+        assert strides_in_bytes(result) == strides, epilog
     np.testing.assert_allclose(xp.to_numpy(matmul(xp.asarray(a), xp.asarray(b))), a @ b, rtol=1e-5)
     at, bt = np.swapaxes(rand(3, 5, 4), -1, -2).astype(np.float32), rand(6, 5).T.astype(np.float32)
     assert at.strides[-2] == 4 and bt.strides[-2] == 4  # both column-major
     at_x, bt_x = xp.asarray(at), xp.asarray(bt)
-    both_col = _strides_in_bytes(at_x)[-2] == 4 and _strides_in_bytes(bt_x)[-2] == 4  # a package may copy to C order
+    both_col = strides_in_bytes(at_x)[-2] == 4 and strides_in_bytes(bt_x)[-2] == 4  # a package may copy to C order
     result = matmul(at_x, bt_x)
-    assert _strides_in_bytes(result) == (col if both_col else row)
+    assert strides_in_bytes(result) == (col if both_col else row)
     np.testing.assert_allclose(xp.to_numpy(result), at @ bt, rtol=1e-5)
-
-
-def _strides_in_bytes(array):
-    from mathpy._operands import wrap_operand
-    op = wrap_operand(array)
-    return tuple(s * op.dtype.itemsize for s in op.strides)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -3,12 +3,12 @@ for every epilog and dtype, data moved between host and device, the state machin
 10,000-plan loop that must not leak. Every test is marked ``gpu`` and skipped without a device."""
 
 import gc
-import math
 
 import ml_dtypes
 import numpy as np
 import pytest
 
+from _matmul_reference import bits_ref, pack_ref, rss_bytes
 from mathpy import InvalidPlanStateError
 from mathpy.host.matmul import Matmul, MatmulEpilog, matmul, matmul_plan_cache
 
@@ -33,25 +33,12 @@ def as64(x):
     return np.asarray(x).astype(np.complex128 if np.asarray(x).dtype.kind == "c" else np.float64)
 
 
-def pack_bits(mask):
-    *batch, m, n = mask.shape
-    rows = -(-math.ceil(m / 8) // 16) * 16
-    out = np.zeros((*batch, rows, n), np.uint8)
-    for i in range(m):
-        out[..., i // 8, :] |= mask[..., i, :].astype(np.uint8) << (i % 8)
-    return out
-
-
-def unpack_bits(aux, m):
-    return np.stack([(aux[..., i // 8, :] >> (i % 8)) & 1 for i in range(m)], axis=-2).astype(bool)
-
-
 def epilog_inputs(name, dtype, batch):
     inputs = {}
     if "BIAS" in name and "BGRAD" not in name:
         inputs["bias"] = RNG.standard_normal((*batch, M, 1) if batch else (M,)).astype(dtype)
     if name.startswith("DRELU"):
-        inputs["relu_aux"] = pack_bits(RNG.random((*batch, M, N)) > 0.5)
+        inputs["relu_aux"] = pack_ref(RNG.random((*batch, M, N)) > 0.5)
     if name.startswith("DGELU"):
         inputs["gelu_aux"] = RNG.standard_normal((*batch, -(-M // 8) * 8, N)).astype(dtype)
     return inputs
@@ -90,7 +77,7 @@ def test_every_epilog_matches_the_cpu_engine(gxp, name, dtype, batch):
         assert out.dtype == expected.dtype and out.shape == expected.shape, key
         if key == "relu_aux":
             clear = np.abs(as64(pre)) > tol * 10
-            assert np.array_equal(unpack_bits(out, M)[clear], unpack_bits(expected, M)[clear])
+            assert np.array_equal(bits_ref(out, M)[clear], bits_ref(expected, M)[clear])
         elif key == "gelu_aux":
             np.testing.assert_allclose(as64(out[..., :M, :]), as64(expected[..., :M, :]), rtol=tol, atol=tol * 8)
         else:
@@ -170,7 +157,7 @@ def test_execution_cuda_on_numpy_operands_and_back():
     assert isinstance(d, np.ndarray) and isinstance(aux["relu_aux"], np.ndarray)
     want, want_aux = matmul(a, b, epilog="relu_aux_bias", epilog_inputs={"bias": bias}, execution="cpu")
     np.testing.assert_allclose(d, want, rtol=1e-11)
-    np.testing.assert_array_equal(unpack_bits(aux["relu_aux"], M), unpack_bits(want_aux["relu_aux"], M))
+    np.testing.assert_array_equal(bits_ref(aux["relu_aux"], M), bits_ref(want_aux["relu_aux"], M))
     back = matmul(a, b, epilog="drelu", epilog_inputs=aux, execution="cuda")
     np.testing.assert_allclose(back, (a @ b) * (a @ b + bias[:, None] > 0), rtol=1e-11)
 
@@ -246,11 +233,6 @@ def _device_bytes(package):
     return torch.cuda.memory_allocated()
 
 
-def _host_rss():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096
-
-
 def test_10000_plans_do_not_leak(gxp):
     a = gxp.asarray(RNG.standard_normal((64, 32)).astype(np.float32))
     b = gxp.asarray(RNG.standard_normal((32, 16)).astype(np.float32))
@@ -266,11 +248,11 @@ def test_10000_plans_do_not_leak(gxp):
     for _ in range(200):  # warm up allocators and caches
         once()
     gc.collect()
-    device_before, host_before = _device_bytes(gxp.name), _host_rss()
+    device_before, host_before = _device_bytes(gxp.name), rss_bytes()
     for _ in range(10_000):
         once()
     gc.collect()
     device_growth = _device_bytes(gxp.name) - device_before
-    host_growth = _host_rss() - host_before
+    host_growth = rss_bytes() - host_before
     assert device_growth <= 1 << 20, f"device memory grew by {device_growth} bytes"
     assert host_growth <= 32 << 20, f"host memory grew by {host_growth} bytes"

@@ -22,6 +22,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from _matmul_reference import rss_bytes
 from mathpy._errors import InvalidPlanStateError, LibraryNotFoundError, UnsupportedLayoutError
 from mathpy._execution import ExecutionCUDA
 from mathpy.bindings import cublaslt as lt
@@ -899,20 +900,15 @@ class TestEngineOnGPU:
             gc.collect()
 
         cycle(500)  # warm up caches (heuristic cache, allocator pools)
-        rss_before, torch_before = _rss_bytes(), torch.cuda.memory_allocated()
+        rss_before, torch_before = rss_bytes(), torch.cuda.memory_allocated()
         free_before = torch.cuda.mem_get_info()[0]
         cycle(10_000)
         assert torch.cuda.memory_allocated() == torch_before
         if not os.environ.get("PYTEST_XDIST_WORKER"):  # device-wide free memory: meaningless beside other workers
             assert free_before - torch.cuda.mem_get_info()[0] < 16 << 20, "device memory outside torch's pool grew"
-        growth = _rss_bytes() - rss_before
+        growth = rss_bytes() - rss_before
         assert growth < 16 << 20, f"host memory grew by {growth / 2**20:.1f} MiB over 10,000 plans"
         _assert_close(_to_numpy(d), _to_numpy(a) @ _to_numpy(b), dtype)
-
-
-def _rss_bytes():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096
 
 
 # ---------------------------------------------------------------------------------------------------------------------

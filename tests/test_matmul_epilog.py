@@ -8,6 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from _matmul_reference import bits_ref, pack_ref, strides_in_bytes
 from mathpy.host.matmul import Matmul, MatmulEpilog, matmul
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -29,20 +30,6 @@ def gelu_grad_ref(x):
     u = math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)
     du = math.sqrt(2 / math.pi) * (1 + 3 * 0.044715 * x ** 2)
     return 0.5 * (1 + np.tanh(u)) + 0.5 * x * du / np.cosh(u) ** 2
-
-
-def bits_ref(aux, m):
-    """Bit i of column j is bit i % 8 (LSB first) of byte [i // 8, j]."""
-    return np.stack([(aux[..., i // 8, :] >> (i % 8)) & 1 for i in range(m)], axis=-2).astype(bool)
-
-
-def pack_ref(mask):
-    *batch, m, n = mask.shape
-    rows = -(-math.ceil(m / 8) // 16) * 16
-    out = np.zeros((*batch, rows, n), np.uint8)
-    for i in range(m):
-        out[..., i // 8, :] |= (mask[..., i, :].astype(np.uint8) << (i % 8))
-    return out
 
 
 def reference(name, a, b, bias=None, relu_aux=None, gelu_aux=None, alpha=1.0):
@@ -114,7 +101,7 @@ def test_epilog_matches_reference(xp, name, dtype, batch):
     np.testing.assert_allclose(got.astype(np.float64), expected, rtol=tol, atol=tol * 4)
     for key, want in expected_out.items():
         assert xp.is_native(aux[key])
-        strides = _strides_in_bytes(aux[key])  # on the result itself: a device-to-host copy may reorder it
+        strides = strides_in_bytes(aux[key])  # on the result itself: a device-to-host copy may reorder it
         out = xp.to_numpy(aux[key])
         if key == "relu_aux":
             assert out.dtype == np.uint8 and out.shape == (*batch, 16, N)
@@ -134,12 +121,6 @@ def test_epilog_matches_reference(xp, name, dtype, batch):
             assert out.dtype == dtype and out.shape == ((*batch, length, 1) if batch else (length,))
             np.testing.assert_allclose(out.reshape(want.shape).astype(np.float64), want, rtol=tol * 4,
                                        atol=tol * 4 * max(K, N))
-
-
-def _strides_in_bytes(array):
-    from mathpy._operands import wrap_operand
-    op = wrap_operand(array)
-    return tuple(s * op.dtype.itemsize for s in op.strides)
 
 
 def test_forward_aux_feeds_backward_epilog(xp):
