@@ -46,9 +46,10 @@ def check_user_info(user_info, compiled_dtype, layout_shape, *, function_name="c
     elements of a layout of shape ``layout_shape`` (the operand as the callback indexes it, batch included).
 
     Allowed: None when the callback was compiled without user data; otherwise a C-contiguous array (NumPy, CuPy,
-    torch...), aligned to its element size, of the compiled dtype that is a scalar (shape ``()`` or one element), has a shape equal to a suffix
-    of ``layout_shape`` (it then covers one window and the callback broadcasts it over the leading axes by reading
-    ``user_info[offset % window]``), or equals the full layout. Returns the number of elements (the window size).
+    torch...), aligned to its element size, of the compiled dtype that is a scalar (shape ``()`` or one element), has
+    a shape equal to a suffix of ``layout_shape`` (it then covers one window and the callback broadcasts it over the
+    leading axes by reading ``user_info[offset % window]``), or equals the full layout; leading 1s of its shape are
+    ignored. Returns the number of elements (the window size).
     Raises TypeError for a dtype mismatch and ValueError for a size or layout mismatch."""
     if user_info is None:
         if compiled_dtype is not None:
