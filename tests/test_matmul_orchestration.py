@@ -3,6 +3,7 @@ reads the raw pointers + layouts the API hands to cuBLASLt (as cuBLASLt would) a
 This checks what the API owns on the GPU path (pointers, strides, copies, host<->device moves, output allocation,
 the prebuilt fast path) on every CI run; tests/test_matmul_api_gpu.py checks the real thing on a GPU."""
 
+import contextlib
 import ctypes
 
 import ml_dtypes
@@ -116,18 +117,13 @@ def fake_gpu(monkeypatch):
     real_allocator = _matmul._allocator
     monkeypatch.setattr(_matmul, "_allocator", lambda package, device_id, stream, explicit:
                         real_allocator("torch", None, stream, False))
-    monkeypatch.setattr(_matmul, "_stream_scope", lambda *args: _nullcontext())
+    monkeypatch.setattr(_matmul, "_stream_scope", lambda *args: contextlib.nullcontext())
     PointerEngine.instances.clear()
     _matmul.matmul_plan_cache.clear()
     _matmul._fast_calls.clear()
     yield
     _matmul.matmul_plan_cache.clear()
     _matmul._fast_calls.clear()  # torch CPU tensors posed as device arrays: their fast calls must not outlive this
-
-
-def _nullcontext():
-    import contextlib
-    return contextlib.nullcontext()
 
 
 def t(x):
