@@ -48,6 +48,7 @@ sets an epilog pointer attribute only when that pointer changed.
 (<Operation.N: 0>, 3, 5, 3)
 """
 
+import contextlib
 import ctypes
 import statistics
 import threading
@@ -545,8 +546,12 @@ class CublasLtEngine:
 
     def _use(self, algorithm):
         """Make ``algorithm`` the one execute() runs, growing or shrinking the workspace to what it needs."""
-        ctypes.memmove(ctypes.addressof(self._algo), ctypes.addressof(algorithm.algo), ctypes.sizeof(self._algo))
+        self._load(algorithm)
         self._ensure_workspace(algorithm.workspace_bytes, exact=True)
+
+    def _load(self, algorithm):
+        """Copy ``algorithm`` into the algo struct that cublasLtMatmul's prebuilt argument list points to."""
+        ctypes.memmove(ctypes.addressof(self._algo), ctypes.addressof(algorithm.algo), ctypes.sizeof(self._algo))
 
     def _ensure_workspace(self, nbytes, exact=False):
         if nbytes == self.workspace_bytes or (not exact and nbytes < self.workspace_bytes):
@@ -656,18 +661,17 @@ class CublasLtEngine:
         candidates = list(pool or self.algorithms)
         self._ensure_workspace(max(alg.workspace_bytes for alg in candidates))
         timings = []
-        with _EventPair(self.device_id) as events, _cuda_scope(self.device_id, self._switch_device):
+        scope = _cuda.device_scope(self.device_id) if self._switch_device else contextlib.nullcontext()
+        with _EventPair(self.device_id) as events, scope:
             if iterations is None:  # enough calls per round for ~0.2 ms of GPU time (event resolution ~0.5 us)
-                ctypes.memmove(ctypes.addressof(self._algo), ctypes.addressof(candidates[0].algo),
-                               ctypes.sizeof(self._algo))
+                self._load(candidates[0])
                 run()
                 events.record_start(stream)
                 run()
                 once = events.elapsed_after(stream)
                 iterations = int(min(max(2e-4 / max(once, 1e-7), 3), 50))
             for algorithm in candidates:
-                ctypes.memmove(ctypes.addressof(self._algo), ctypes.addressof(algorithm.algo),
-                               ctypes.sizeof(self._algo))
+                self._load(algorithm)
                 try:
                     run()  # warm-up
                 except Exception as e:  # a candidate that fails to launch is dropped
@@ -709,19 +713,6 @@ class CublasLtEngine:
         p = self.problem
         state = "freed" if self._freed else f"{len(self.algorithms)} candidates, workspace {self.workspace_bytes}"
         return f"<CublasLtEngine {p.m}x{p.n}x{p.k} batch {p.batch} {p.a.dtype.name}: {state}>"
-
-
-class _cuda_scope:
-    def __init__(self, device_id, needed):
-        self._scope = _cuda.device_scope(device_id) if needed else None
-
-    def __enter__(self):
-        if self._scope is not None:
-            self._scope.__enter__()
-
-    def __exit__(self, *exc):
-        if self._scope is not None:
-            return self._scope.__exit__(*exc)
 
 
 class _EventPair:
