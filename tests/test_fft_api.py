@@ -11,13 +11,7 @@ import mathpy
 import mathpy.fft as mfft
 from mathpy import InvalidPlanStateError, UnsupportedLayoutError
 
-
-def rand(shape, dtype=np.complex64, seed=0):
-    rng = np.random.default_rng(seed)
-    data = rng.standard_normal(shape)
-    if np.dtype(dtype).kind == "c":
-        data = data + 1j * rng.standard_normal(shape)
-    return data.astype(dtype)
+from _fft_reference import rand
 
 
 # --- stateful FFT ------------------------------------------------------------------------------------------------

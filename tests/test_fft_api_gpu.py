@@ -13,15 +13,9 @@ import pytest
 import mathpy
 import mathpy.fft as mfft
 
+from _fft_reference import rand
+
 pytestmark = pytest.mark.gpu
-
-
-def rand(shape, dtype=np.complex64, seed=0):
-    rng = np.random.default_rng(seed)
-    data = rng.standard_normal(shape)
-    if np.dtype(dtype).kind == "c":
-        data = data + 1j * rng.standard_normal(shape)
-    return data.astype(dtype)
 
 
 def tol(dtype):

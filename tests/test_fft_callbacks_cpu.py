@@ -7,13 +7,7 @@ import pytest
 import mathpy
 import mathpy.fft as mfft
 
-
-def rand(shape, dtype=np.complex64, seed=0):
-    rng = np.random.default_rng(seed)
-    data = rng.standard_normal(shape)
-    if np.dtype(dtype).kind == "c":
-        data = data + 1j * rng.standard_normal(shape)
-    return data.astype(dtype)
+from _fft_reference import rand
 
 
 def window_prolog(data_in, offset, user_info, unused):

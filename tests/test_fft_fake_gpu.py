@@ -20,6 +20,8 @@ import mathpy.fft as mfft
 from mathpy import _cuda
 from mathpy.host.fft import _cpu, _plan
 
+from _fft_reference import rand
+
 
 class FakeArray:
     """A CuPy-like array in host memory."""
@@ -216,14 +218,6 @@ def _reset():
     mfft.plan_cache_clear()
     _plan._prepared.clear()
     _plan._device_allocator.cache_clear()
-
-
-def rand(shape, dtype=np.complex64, seed=0):
-    rng = np.random.default_rng(seed)
-    data = rng.standard_normal(shape)
-    if np.dtype(dtype).kind == "c":
-        data = data + 1j * rng.standard_normal(shape)
-    return data.astype(dtype)
 
 
 CASES = [("fft", {}, np.complex64), ("ifft", {"n": 12, "norm": "ortho"}, np.complex128),
