@@ -131,6 +131,7 @@ _SPECS = {
 }
 del E
 
+_VALUES = frozenset(e.value for e in MatmulEpilog)
 EPILOG_INPUT_NAMES = ("bias", "relu_aux", "gelu_aux")
 EPILOG_OUTPUT_NAMES = ("relu_aux", "gelu_aux", "drelu_bgrad", "dgelu_bgrad", "bgrada", "bgradb")
 
@@ -144,7 +145,7 @@ def as_epilog(value):
         epilog = value
     elif isinstance(value, str) and value.upper() in MatmulEpilog.__members__:
         epilog = MatmulEpilog[value.upper()]
-    elif isinstance(value, int) and not isinstance(value, bool) and value in set(MatmulEpilog):
+    elif isinstance(value, int) and not isinstance(value, bool) and value in _VALUES:
         epilog = MatmulEpilog(value)
     else:
         raise ValueError(f"epilog {value!r} is not supported; allowed are None or one of "
