@@ -9,8 +9,10 @@ What it measures (random non-zero data, warm-up first, medians of several rounds
    library runs a stateful, planned product (mathpy ``Matmul``, nvmath ``Matmul``, torch ``matmul(out=)``). Time is
    GPU time: CUDA events around ``reps`` calls queued behind a long sleep kernel, so the host's per-call cost cannot
    hide in it. Ratio = mathpy's speed / the faster of torch and nvmath (target >= 0.98). An extra column times the
-   cuBLASLt engine alone with a row-major result (the swapped NN form nvmath uses for row-major operands), to show
-   whether the API's column-major result convention (TT form for row-major operands) costs anything.
+   cuBLASLt engine alone with a row-major result (the swapped NN form nvmath uses for row-major operands). With no
+   epilog the API stores D column-major (TT form) for 16-bit operands and row-major (NN form) for float32 (see
+   ``mathpy.host.matmul._problem``), so the column shows what the other choice would cost for 16-bit dtypes and
+   times the API's own form for float32.
 2. Fused RELU_BIAS (bias per row of the result): mathpy vs nvmath (both fused in cuBLASLt) vs torch ``relu(addmm)``.
 3. Host overhead of the stateful execute on 128^3 fp16: wall time per call over 2000 asynchronous calls (GPU time is
    ~3 us, so this is the Python + launch cost): mathpy ``Matmul.execute``, mathpy's engine alone, mathpy ``matmul()``
@@ -211,7 +213,8 @@ def bench_gemm(quick):
         row["mathpy_ms"] = gpu_ms(mm.execute, reps)
         mm.free()
         # The engine alone with a row-major result: cuBLASLt then runs the swapped (NN) form, as nvmath does for
-        # row-major operands without an epilog; the API's column-major result runs the TT form.
+        # row-major operands without an epilog; the API chooses that form itself for float32 and the TT form
+        # (column-major result) for 16-bit dtypes.
         rm = EngineMatmul(a, b, row_major_result=True)
         rm.plan()
         check(f"engine row-major D {row['shape']}", rm.execute(), ref, TOL[dtype])

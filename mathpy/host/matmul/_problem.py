@@ -156,7 +156,8 @@ def epilog_output_layouts(epilog, m, n, batch, d_dtype):
 
 def epilog_output_shape(name, layout, batch_shape):
     """The array shape of an epilog output (the tensor the caller gets): see ``_epilog``'s formats.
-    Storage is column-major in the last two axes (allocate ``(*batch, cols, rows)`` and swap the last two axes)."""
+    The RELU bitmask and the GELU aux are stored column-major in the last two axes (the API allocates
+    ``(*batch, cols, rows)`` and swaps the last two axes); bias gradients are allocated in this shape."""
     batch_shape = tuple(batch_shape)
     if name == "relu_aux":
         return (*batch_shape, layout.col_stride // 8, layout.cols)
