@@ -212,7 +212,7 @@ def main():
           f"numba-cuda import {numba_import_s:.2f} s")
     try:
         import nvmath.fft as nvmath_fft
-    except Exception:  # not installed (the reference GPU machine has no nvmath-python)
+    except Exception:  # not installed: the table and plot leave the nvmath column out
         nvmath_fft = None
 
     def cpp_ltoir(name, element):
