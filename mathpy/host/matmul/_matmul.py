@@ -98,14 +98,14 @@ def _c_strides(shape):
 @dataclasses.dataclass
 class _Staged:
     """One input as the engine will see it: its layout and how it is brought there (``mode``: None = used as it is,
-    "contiguous" = a C-order copy, "broadcast" = a C-order copy broadcast to the full batch, "colmajor" = a copy in
-    the column-major epilog format)."""
+    "contiguous" = a C-order copy, "broadcast" = a C-order copy broadcast to the full batch, "colmajor" = a copy with
+    column-major matrices: the aux formats, C in D's order, A or B in the order cuBLASLt has kernels for)."""
 
     name: str
     op: object  # the caller's Operand
     layout: MatrixLayout
     mode: str | None
-    full_shape: tuple | None  # for "broadcast"
+    full_shape: tuple | None  # "broadcast" / "colmajor": the shape to broadcast to before copying (None: as is)
     move: bool  # crosses between host and device
 
     def signature(self):
