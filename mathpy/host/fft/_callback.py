@@ -52,8 +52,11 @@ class Callback:
 
     def __repr__(self):
         name = getattr(self.function, "__name__", None) or f"<{len(self.function)} bytes of LTO-IR>"
-        data = None if self.data is None else f"{np.dtype(_dtype_of(self.data)).name}{list(_shape_of(self.data))}"
-        return f"Callback({name}, data={data})".replace("[]", "[()]")
+        data = None
+        if self.data is not None:
+            shape = _shape_of(self.data)
+            data = f"{_dtype_of(self.data)}{list(shape) if shape else '[()]'}"
+        return f"Callback({name}, data={data})"
 
 
 def _dtype_of(data):
