@@ -312,6 +312,20 @@ def test_plan_with_chosen_algorithms():
             mm.plan(algorithms=["not-an-algorithm"])
 
 
+def test_a_failed_replan_leaves_nothing_half_built():
+    """A plan() that fails after releasing the previous plan must not leave the object looking planned (it would run
+    the old epilog, or on the GPU call a freed engine): it is unplanned until a plan() succeeds."""
+    a, b = rand(3, 4), rand(4, 5)
+    with Matmul(a, b) as mm:
+        mm.plan()
+        with pytest.raises(ValueError, match="none of the given algorithms"):
+            mm.plan(epilog="relu", algorithms=["not-an-algorithm"])
+        with pytest.raises(InvalidPlanStateError, match="plan"):
+            mm.execute()
+        mm.plan()
+        np.testing.assert_allclose(mm.execute(), a @ b, rtol=1e-12)
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Plan cache
 

@@ -402,32 +402,40 @@ class Matmul:
             epilog_inputs=tuple((name, s.layout) for name, s in inputs.items()), epilog_outputs=outputs,
             **self._float8_scales())
 
+        # The old plan goes first (its workspace counts against the cache bound); from here a failure must not
+        # leave this object looking planned with a freed engine, so it falls back to the unplanned state.
         self._release_engine()
-        engine_cls = CPUEngine if not self._on_gpu else _cublaslt_engine()
-        execution, options = self._execution, self._options
+        self._state, self._fast, self._fast_run = _CREATED, None, None
+        try:
+            engine_cls = CPUEngine if not self._on_gpu else _cublaslt_engine()
+            execution, options = self._execution, self._options
 
-        extra = {"package": self._package, "stream": self._stream} if self._on_gpu else {}
+            extra = {"package": self._package, "stream": self._stream} if self._on_gpu else {}
 
-        def create():
-            engine = engine_cls(problem, execution=execution, options=options, preferences=preferences, **extra)
-            return _SharedEngine(engine), engine.workspace_bytes
+            def create():
+                engine = engine_cls(problem, execution=execution, options=options, preferences=preferences, **extra)
+                return _SharedEngine(engine), engine.workspace_bytes
 
-        if self._cache is not None:
-            stack = contextlib.ExitStack()
-            # the stream too: a plan's workspace must not be shared by products running at once on two streams
-            key = (problem.key, execution, options, preferences, self._stream)
-            shared = stack.enter_context(self._cache.borrow(key, create))
-            self._engine, self._lock, self._exit = shared.engine, shared.lock, stack.close
-            self._cache_key, self._create = key, create
-        else:
-            self._engine, self._lock = create()[0].engine, None
-            self._exit = weakref.finalize(self, self._engine.free)
-        if algorithms is not None:
-            chosen = [alg for alg in algorithms if alg in self._engine.algorithms] if self._cache is None else []
-            if not chosen:
-                raise ValueError(f"plan(algorithms=...): none of the given algorithms {list(algorithms)!r} is a "
-                                 f"candidate for this problem; the candidates are {list(self._engine.algorithms)!r}")
-            self._engine.algorithms[:] = chosen
+            if self._cache is not None:
+                stack = contextlib.ExitStack()
+                # the stream too: a plan's workspace must not be shared by products running at once on two streams
+                key = (problem.key, execution, options, preferences, self._stream)
+                shared = stack.enter_context(self._cache.borrow(key, create))
+                self._engine, self._lock, self._exit = shared.engine, shared.lock, stack.close
+                self._cache_key, self._create = key, create
+            else:
+                self._engine, self._lock = create()[0].engine, None
+                self._exit = weakref.finalize(self, self._engine.free)
+            if algorithms is not None:
+                chosen = [alg for alg in algorithms if alg in self._engine.algorithms] if self._cache is None else []
+                if not chosen:
+                    raise ValueError(f"plan(algorithms=...): none of the given algorithms {list(algorithms)!r} is "
+                                     f"a candidate for this problem; the candidates are "
+                                     f"{list(self._engine.algorithms)!r}")
+                self._engine.algorithms[:] = chosen
+        except BaseException:
+            self._release_engine()
+            raise
         self._problem, self._spec, self._inputs = problem, spec, inputs
         self._state = _PLANNED
         self._prepare()
