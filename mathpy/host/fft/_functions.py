@@ -433,11 +433,10 @@ def hfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, o
 def ihfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
           stream=None):
     """Inverse of :func:`hfft` (as ``numpy.fft.ihfft``): ``conj(rfft(a, n, norm=swapped))``."""
-    _operands.wrap_operands({"a": a, "out": out})
+    out_op = _operands.wrap_operands({"a": a, "out": out})["out"]  # a and out: one package, one device
     result = rfft(a, n, axis, _SWAP[_check_norm(norm) if norm else None], prolog=prolog, epilog=epilog,
                   options=options, execution=execution, stream=stream)
     result = _conj(_operands.wrap_operand(result)).tensor
-    out_op = None if out is None else _operands.wrap_operand(out)
     if out_op is not None and tuple(out_op.shape) != tuple(result.shape):
         raise ValueError(f"out has shape {out_op.shape}, but the result has shape {tuple(result.shape)}")
     return _finish_out(out_op, result)
