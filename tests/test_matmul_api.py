@@ -229,6 +229,9 @@ def test_empty_problems():
                     epilog_inputs={"gelu_aux": np.zeros((8, 5), np.float64)}), TypeError, "needs float32"),
     (lambda: matmul(rand(3, 1, dtype=np.float32), rand(1, 5, dtype=np.float32), epilog="dgelu",
                     epilog_inputs={"gelu_aux": rand(8, 5, dtype=np.float32)}), ValueError, "needs K > 1"),
+    (lambda: matmul(rand(16, 32).astype(E4M3), rand(32, 8).astype(E4M3), epilog="relu",
+                    options={"result_type": np.float32, "d_scale": 0.25}), ValueError,
+     "d_scale=0.25 applies to float8 results; with a float32 result and epilog RELU"),
 ])
 def test_bad_input_is_refused_before_any_work(call, error, match):
     before = matmul_plan_cache.info()

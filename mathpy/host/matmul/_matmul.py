@@ -369,6 +369,13 @@ class Matmul:
                              f"bfloat16/float16/float32 in MatmulOptions")
         if spec.activation in ("drelu", "dgelu") and self._k == 1:
             raise ValueError(f"epilog {epilog.name} needs K > 1 (cuBLASLt does not support K = 1); K is 1")
+        d_scale = self._options.d_scale
+        if epilog is not None and d_scale not in (None, 1) and self._d_dtype not in FLOAT8_DTYPES:
+            # cuBLASLt applies d_scale to float8 results only; otherwise it is folded into alpha, which an epilog
+            # (a non-linear one, or a bias added after the product) would not commute with
+            raise ValueError(f"d_scale={d_scale} applies to float8 results; with a {self._d_dtype.name} result and "
+                             f"epilog {epilog.name} it cannot be folded into alpha: scale alpha instead, or use a "
+                             f"float8 result_type")
         given = {} if epilog_inputs is None else epilog_inputs
         if not isinstance(given, dict):
             raise TypeError(f"epilog_inputs must be a dict, not {type(given).__name__}")
