@@ -31,6 +31,7 @@ import numpy as np
 from ... import _cuda, _execution, _operands
 from ..._execution import ExecutionCUDA, resolve_execution
 from ..._options import check_or_create_options
+from ..._streams import stream_pointer
 from ._options import FFTOptions
 from . import _plan
 from ._plan import FFT, engine_lock, normalize_axes, plan_cache, prepare
@@ -116,9 +117,7 @@ def _resize(op, sizes):
 def _ordered_on(op, stream):
     if op.on_host or stream is None:
         return contextlib.nullcontext()
-    from ..._streams import stream_pointer
-    from ._plan import _on_stream
-    return _on_stream(op.package, op.device_id, stream_pointer(stream, op.package, op.device_id))
+    return _plan._on_stream(op.package, op.device_id, stream_pointer(stream, op.package, op.device_id))
 
 
 def _empty_result(op, shape, dtype):
@@ -356,8 +355,7 @@ def _gpu_signature(a):
 def _finish_out(out_op, result):
     if out_op is None or result is out_op.tensor:
         return result
-    from ._plan import _copy_to_out
-    _copy_to_out(out_op, result, None)
+    _plan._copy_to_out(out_op, result, None)
     return out_op.tensor
 
 
