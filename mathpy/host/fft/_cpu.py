@@ -11,6 +11,7 @@ except ImportError:  # pragma: no cover (a SciPy that moved it)
     import scipy.fft as _pocketfft
 
 from ..._log import logger
+from ...jit import apply_epilog_cpu, apply_prolog_cpu
 from ._callback import dry_run, element_offsets, span
 
 __all__ = ["CPUEngine"]
@@ -48,7 +49,6 @@ class CPUEngine:
         t = self.transform
         x = input_array
         if self.prolog is not None:
-            from ...jit import apply_prolog_cpu
             x = apply_prolog_cpu(self.prolog.function, _flat_span(x), self._in_offsets, self.prolog.user_info)
         if t.kind == "C2C":
             if direction < 0:
@@ -60,7 +60,6 @@ class CPUEngine:
         else:
             y = _pocketfft.irfftn(x, s=self._s, axes=t.axes, norm="forward", workers=self.workers)
         if self.epilog is not None:
-            from ...jit import apply_epilog_cpu
             y = y.astype(output_array.dtype, copy=False)
             apply_epilog_cpu(self.epilog.function, _flat_span(output_array), self._out_offsets, y,
                              self.epilog.user_info)
