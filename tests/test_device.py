@@ -134,6 +134,14 @@ def test_matmul_shared_c_too_large_is_reported_before_compiling():
         G.execute
 
 
+def test_matmul_shared_c_too_large_is_reported_after_other_functions_were_generated():
+    G = md.matmul(128, 128, 16, np.float32)
+    assert G.mma is G.mma  # generates every device function of the description
+    for name in ("execute", "load_c", "store_c"):
+        with pytest.raises(ValueError, match="store_accumulator_batched"):
+            getattr(G, name)
+
+
 # ---------------------------------------------------------------- PTX inspection (no GPU needed)
 @pytest.fixture
 def sm90(monkeypatch):

@@ -77,13 +77,32 @@ class DescriptionNamespace(types.ModuleType):
     description a ``ModuleType`` lets a kernel call ``FFT.execute(...)`` on a description held in a global variable.
     Plain integer attributes are read as run-time int64 values inside kernels; array shapes need compile-time
     constants, so copy ``FFT.storage_size`` into a global first (see the examples).
+
+    A subclass names its device functions in ``_function_names`` and writes them in ``_generate_functions()``; they
+    are generated together on the first access to any of them. They stay out of the instance ``__dict__`` so that
+    every access goes through ``_check_function`` (a description may refuse some of its functions).
     """
 
-    def __init__(self, name):
-        super().__init__(name)
+    _function_names = ()
 
     def __repr__(self):
         return f"<{type(self).__name__} {self._describe()}>"
 
     def _describe(self):  # pragma: no cover - overridden
         return ""
+
+    def _generate_functions(self):  # pragma: no cover - overridden
+        """{name: device function} for every name in ``_function_names``."""
+        raise NotImplementedError
+
+    def _check_function(self, name):
+        """Raise a ValueError when device function ``name`` cannot be used with this description."""
+
+    def __getattr__(self, name):  # called only for names that normal lookup does not find
+        if name not in self._function_names:
+            raise AttributeError(name)
+        self._check_function(name)
+        functions = self.__dict__.get("_functions")
+        if functions is None:
+            functions = self.__dict__["_functions"] = self._generate_functions()
+        return functions[name]

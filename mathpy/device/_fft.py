@@ -2,7 +2,7 @@
 
 Algorithm: a Stockham auto-sort FFT over ``log_R(size)`` radix-R stages. Thread ``t`` of an FFT owns the
 ``elements_per_thread`` (E) values ``t + i * T`` (``T = size // E`` threads per FFT), in registers. Each stage is one or
-more radix-R butterflies per thread (R = E, and one smaller radix for the remaining factor), fully unrolled with
+more radix-R butterflies per thread (R = E, then smaller divisors of E for the remaining factors), fully unrolled with
 constant twiddles inside the butterfly; the inter-stage twiddles are computed with ``sincospi`` (no table, no local
 memory). With that layout the first stage reads and the last stage writes the thread's own registers, so an FFT of
 ``s`` stages needs ``s - 1`` exchanges through shared memory. The exchange buffer is planar (real parts, then imaginary
@@ -251,7 +251,6 @@ class FFTDescription(DescriptionNamespace):
                 f"use fewer ffts_per_block (at most {max(1, MAX_SHARED_MEMORY // (plane * itemsize))}) "
                 "or a smaller size"
             )
-        self._functions = None
 
     def _describe(self):
         return (
@@ -265,19 +264,10 @@ class FFTDescription(DescriptionNamespace):
         return (max(1, -(-int(batch) // self.ffts_per_block)), 1, 1)
 
     # Device functions are generated on first access and cached on the (cached) description.
-    def __getattr__(self, name):
-        if name in _FUNCTIONS:
-            functions = self.__dict__.get("_functions")
-            if functions is None:
-                functions = _generate(self)
-                self.__dict__["_functions"] = functions
-                for k, v in functions.items():
-                    setattr(self, k, v)
-            return functions[name]
-        raise AttributeError(name)
+    _function_names = ("execute", "load", "store", "multiply", "batch_index")
 
-
-_FUNCTIONS = ("execute", "load", "store", "multiply", "batch_index")
+    def _generate_functions(self):
+        return _generate(self)
 
 
 def _radices(size, ept):
@@ -668,7 +658,7 @@ def _generate(d):
     ns.update(consts.values)
     source = "\n".join(src)
     d.source = source
-    return compile_device_functions(source, list(_FUNCTIONS), ns, d.__name__)
+    return compile_device_functions(source, list(d._function_names), ns, d.__name__)
 
 
 def _check_choice(name, value, allowed):

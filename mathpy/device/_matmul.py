@@ -134,7 +134,6 @@ class MatmulDescription(DescriptionNamespace):
                 f"memory for A and B, more than the {MAX_SHARED_MEMORY} allowed; use a smaller k (a k-slice) and "
                 "loop over K with mma()"
             )
-        self._functions = None
 
     def _describe(self):
         engine = (f"tensor cores, warp tile={self.warp_tile_m}x{self.warp_tile_n}" if self.tensor_cores
@@ -144,35 +143,28 @@ class MatmulDescription(DescriptionNamespace):
             f"{engine} shared_memory_size={self.shared_memory_size}"
         )
 
-    def __getattr__(self, name):
-        if name in _FUNCTIONS:
-            if name in ("execute", "load_c", "store_c") and self.shared_memory_size > MAX_SHARED_MEMORY:
-                raise ValueError(
-                    f"{name}() keeps C in shared memory: A, B and C need {self.shared_memory_size} bytes, more than "
-                    f"the {MAX_SHARED_MEMORY} allowed; use mma() with register accumulators and "
-                    "store_accumulator_batched() instead"
-                )
-            functions = self.__dict__.get("_functions")
-            if functions is None:
-                functions = _generate(self)
-                self.__dict__["_functions"] = functions
-                for key, v in functions.items():
-                    setattr(self, key, v)
-            return functions[name]
-        raise AttributeError(name)
+    _function_names = (
+        "execute",
+        "clear",
+        "mma",
+        "store_accumulator",
+        "store_accumulator_batched",
+        "load_a",
+        "load_b",
+        "load_c",
+        "store_c",
+    )
 
+    def _generate_functions(self):
+        return _generate(self)
 
-_FUNCTIONS = (
-    "execute",
-    "clear",
-    "mma",
-    "store_accumulator",
-    "store_accumulator_batched",
-    "load_a",
-    "load_b",
-    "load_c",
-    "store_c",
-)
+    def _check_function(self, name):
+        if name in ("execute", "load_c", "store_c") and self.shared_memory_size > MAX_SHARED_MEMORY:
+            raise ValueError(
+                f"{name}() keeps C in shared memory: A, B and C need {self.shared_memory_size} bytes, more than "
+                f"the {MAX_SHARED_MEMORY} allowed; use mma() with register accumulators and "
+                "store_accumulator_batched() instead"
+            )
 
 
 def _thread_grid(m, n, block_size):
@@ -493,7 +485,7 @@ def _generate(d):
     ns.update(consts.values)
     source = "\n\n".join(src) + "\n"
     d.source = source
-    return compile_device_functions(source, list(_FUNCTIONS), ns, d.__name__)
+    return compile_device_functions(source, list(d._function_names), ns, d.__name__)
 
 
 def matmul(m, n, k, precision=np.float32, block_size=None, a_arrangement="row_major", epilogue=None,
