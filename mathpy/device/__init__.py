@@ -47,13 +47,14 @@ Design
 - **How numba sees ``FFT.execute``.** Descriptions subclass ``types.ModuleType``; numba types a module global as
   ``types.Module`` and resolves its attributes at compile time, so ``FFT.execute(...)`` inside a kernel is a direct
   call of a device function -- no numba extension types needed.
-- **FFT algorithm.** Stockham auto-sort, radix ``elements_per_thread`` (2..16) stages plus one smaller radix for the
-  remainder; thread ``t`` holds elements ``t + i*T`` so the first stage reads and the last stage writes registers,
-  and ``s`` stages need ``s-1`` shared-memory exchanges (planar real/imaginary buffers padded every 32 elements;
-  for large double-precision sizes the real and imaginary parts are exchanged one after the other to fit 48 KiB).
-  Inter-stage twiddles come from ``sincospi`` (two calls per butterfly, the rest by products): no table, no local
-  memory. ``r2c``/``c2r`` of even size run a complex FFT of half the size on packed pairs of reals, with one extra
-  shared-memory exchange to split/merge the spectrum (odd sizes run the full-length complex transform).
+- **FFT algorithm.** Stockham auto-sort, radix ``elements_per_thread`` (2..16) stages, then smaller radices dividing
+  it for the remainder (96 with 12 per thread: radices 12, 4, 2); thread ``t`` holds elements ``t + i*T`` so the
+  first stage reads and the last stage writes registers, and ``s`` stages need ``s-1`` shared-memory exchanges
+  (planar real/imaginary buffers padded every 32 elements; for large double-precision sizes the real and imaginary
+  parts are exchanged one after the other to fit 48 KiB). Inter-stage twiddles come from ``sincospi`` (at most two
+  calls per butterfly, the rest by products): no table, no local memory. ``r2c``/``c2r`` of even size run a complex
+  FFT of half the size on packed pairs of reals, with one extra shared-memory exchange to split/merge the spectrum
+  (odd sizes run the full-length complex transform).
 - **GEMM.** fp32/fp64 (and fp16/bf16 shapes the tensor cores cannot take): each thread owns a ``TM x TN`` tile of C
   in registers; the k loop reads A (broadcast within a warp, or conflict-free when A is stored column-major) and
   consecutive B columns from shared memory. fp16/bf16 with m % 16 == n % 8 == k % 16 == 0 and whole warps: each warp
