@@ -78,7 +78,7 @@ def main():
             launch(d_signals, d_filter, d_out)
         cuda.synchronize()
         ms = (time.perf_counter() - t0) / 20 * 1e3
-        print(f"{ms:.3f} ms per call, {2 * signals.nbytes / ms / 1e9:.0f} GB/s effective")
+        print(f"{ms:.3f} ms per call, {2 * signals.nbytes / (ms * 1e-3) / 1e9:.0f} GB/s effective")
     print("OK")
 
 

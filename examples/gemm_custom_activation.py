@@ -89,7 +89,7 @@ def main():
             launch(d_a, d_b, d_out)
         cuda.synchronize()
         ms = (time.perf_counter() - t0) / 20 * 1e3
-        print(f"{ms:.3f} ms per call, {2 * batch * m * n * k_total / ms / 1e9:.0f} GFLOP/s")
+        print(f"{ms:.3f} ms per call, {2 * batch * m * n * k_total / (ms * 1e-3) / 1e9:.0f} GFLOP/s")
     print("OK")
 
 
