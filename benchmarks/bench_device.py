@@ -31,7 +31,9 @@ import numba  # noqa: E402
 from numba import cuda  # noqa: E402
 
 import mathpy.device  # noqa: E402
-from mathpy.device._checks import bf16_bits, bf16_to_float32, fft_kernel, matmul_kernel  # noqa: E402
+from mathpy.device._checks import (  # noqa: E402
+    bf16_bits, bf16_to_float32, convolution_kernel, fft_kernel, matmul_kernel,
+)
 
 QUICK = "--quick" in sys.argv
 SMOKE = "--smoke" in sys.argv  # tiny sizes: checks the script itself (e.g. under the simulator), not the GPU
@@ -67,7 +69,8 @@ if not cuda.is_available():
 
 
 def gpu_time(fn, min_seconds=0.03, max_iters=200):
-    """Median-free simple timing: warm up, then events around enough launches to last ~min_seconds. ms per call."""
+    """ms per call: warm up, then the best of three rounds of CUDA events around enough launches to last
+    ~min_seconds."""
     fn()
     cp.cuda.runtime.deviceSynchronize()
     start, end = cp.cuda.Event(), cp.cuda.Event()
@@ -149,25 +152,12 @@ def bench_convolution():
         FWD = mathpy.device.fft(size=n, precision=np.float32, direction="forward")
         INV = mathpy.device.fft(size=n, precision=np.float32, direction="inverse",
                                 elements_per_thread=FWD.elements_per_thread, ffts_per_block=FWD.ffts_per_block)
-        storage = FWD.storage_size
-
-        @cuda.jit
-        def conv(x, f, y):
-            td = cuda.local.array(storage, numba.complex64)
-            sm = cuda.shared.array(0, numba.float32)
-            b = FWD.batch_index()
-            FWD.load(x, td, b)
-            FWD.execute(td, sm)
-            FWD.multiply(td, f)
-            INV.execute(td, sm)
-            INV.store(td, y, b)
-
         x = (cp.random.standard_normal((batch, n), dtype=cp.float32)
              + 1j * cp.random.standard_normal((batch, n), dtype=cp.float32)).astype(cp.complex64)
         filt = (cp.random.standard_normal(n, dtype=cp.float32) / n).astype(cp.complex64)
         y = cp.empty_like(x)
         xn, fn_, yn = as_numba(x), as_numba(filt), as_numba(y)
-        launch = conv[FWD.grid_dim(batch), FWD.block_dim, 0, FWD.shared_memory_size]
+        launch = convolution_kernel(FWD, INV)[FWD.grid_dim(batch), FWD.block_dim, 0, FWD.shared_memory_size]
         launch(xn, fn_, yn)
         cuda.synchronize()
         ref = cp.fft.ifft(cp.fft.fft(x, axis=-1) * (filt * n), axis=-1)
@@ -346,10 +336,6 @@ def plot():
         print(f"(no plot: matplotlib unavailable: {e!r})")
         return
     os.makedirs(RESULTS, exist_ok=True)
-    sections = []
-    for r in rows:
-        if r[0].split()[0] not in sections:
-            sections.append(r[0].split()[0])
     groups = [("FFT c64", "block FFT / cuFFT throughput", 0.8),
               ("FFT conv c64", "fused conv vs cuFFT+epilog, cuFFT", 1.5),
               ("GEMM", "block GEMM / cuBLAS speed", None)]
