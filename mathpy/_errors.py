@@ -21,7 +21,8 @@ class MathpyError(Exception):
 
 
 class CUDALibraryError(MathpyError, RuntimeError):
-    """A CUDA library call returned an error status; ``str()`` reads ``"CUFFT_INVALID_SIZE (4): cufftXtMakePlanMany ..."``."""
+    """A CUDA library call returned an error status; ``str()`` reads
+    ``"CUFFT_INVALID_SIZE (4): cufft cufftXtMakePlanMany failed"`` (plus the detail, when given)."""
 
     def __init__(self, library, function, status, status_name, detail=""):
         self.library, self.function, self.status, self.status_name = library, function, status, status_name

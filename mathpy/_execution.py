@@ -19,15 +19,14 @@ ValueError: ExecutionCUDA.device_id must be None or a non-negative int, not -1
 import contextlib
 import contextvars
 import dataclasses
-import os
 
 __all__ = ["ExecutionCPU", "ExecutionCUDA", "execution_space", "get_execution_space"]
 
 
 @dataclasses.dataclass(frozen=True)
 class ExecutionCPU:
-    """Run on the CPU with NumPy/SciPy. ``num_threads``: worker threads for SciPy's FFT and the BLAS-free loops
-    (None: all cores, as ``os.cpu_count()`` reports)."""
+    """Run on the CPU with NumPy/SciPy. ``num_threads``: worker threads for SciPy's FFT (None: all cores); the CPU
+    matmul runs on NumPy's BLAS with the BLAS library's own threads."""
 
     num_threads: int | None = None
     name = "cpu"
@@ -35,10 +34,6 @@ class ExecutionCPU:
     def __post_init__(self):
         if self.num_threads is not None and (not isinstance(self.num_threads, int) or self.num_threads < 1):
             raise ValueError(f"ExecutionCPU.num_threads must be None or a positive int, not {self.num_threads!r}")
-
-    @property
-    def workers(self):
-        return self.num_threads or os.cpu_count() or 1
 
 
 @dataclasses.dataclass(frozen=True)

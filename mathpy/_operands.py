@@ -170,7 +170,6 @@ class _Torch:
 
     @staticmethod
     def as_numpy(tensor):
-        import torch
         dtype = _torch_dtypes()[0][tensor.dtype]
         if dtype in _VIEW_AS:
             return tensor.detach().view(_torch_dtypes()[1][np.dtype(_VIEW_AS[dtype])]).numpy().view(dtype)

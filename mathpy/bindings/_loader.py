@@ -91,10 +91,14 @@ class Library:
         return c_function
 
     def status_name(self, status):
-        return self._status_names.get(status, f"{self._name.upper()}_STATUS_{status}")
+        return _status_name(self._name, self._status_names, status)
+
+
+def _status_name(library, names, status):
+    return names.get(status, f"{library.upper()}_STATUS_{status}")
 
 
 def _check(library, names, function, status, c_function, arguments):
     if status != 0:
-        raise CUDALibraryError(library, function, status, names.get(status, f"{library.upper()}_STATUS_{status}"))
+        raise CUDALibraryError(library, function, status, _status_name(library, names, status))
     return status
