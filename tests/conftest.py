@@ -6,12 +6,10 @@ every package and execution space; GPU-only tests carry ``@pytest.mark.gpu`` and
 """
 
 import importlib.util
-import os
 
 import numpy as np
 import pytest
 
-import mathpy
 from mathpy import _cuda
 
 
@@ -39,7 +37,6 @@ class ArrayPackage:
         if self.name == "cupy":
             import cupy
             return cupy.asarray(array)
-        import torch
         from mathpy._operands import _Torch
         return _Torch.from_numpy(array, 0 if self.on_gpu else None, None)
 
