@@ -162,6 +162,13 @@ def _numba_signature(spec: CallbackSpec):
     return types.void, (data, types.uint64, elem, info, types.voidptr)
 
 
+def _repack(builder, pair, struct_type):
+    """A ``struct_type`` value holding the two fields of the aggregate ``pair`` (a complex as another struct type)."""
+    value = ir.Constant(struct_type, ir.Undefined)
+    value = builder.insert_value(value, builder.extract_value(pair, 0), 0)
+    return builder.insert_value(value, builder.extract_value(pair, 1), 1)
+
+
 def build_ltoir(spec: CallbackSpec, fn, inner_name):
     """Compile ``fn`` for ``spec`` and return LTO-IR bytes exporting ``spec.mangled_name`` with cuFFT's exact type.
 
@@ -210,10 +217,7 @@ def build_ltoir(spec: CallbackSpec, fn, inner_name):
         if spec.kind == "epilog" and position == 2 and spec.is_complex:
             want = params[len(call_args)]
             if isinstance(want, (ir.LiteralStructType, ir.IdentifiedStructType)):
-                lit = ir.Constant(want, ir.Undefined)
-                lit = builder.insert_value(lit, builder.extract_value(arg, 0), 0)
-                lit = builder.insert_value(lit, builder.extract_value(arg, 1), 1)
-                call_args.append(lit)
+                call_args.append(_repack(builder, arg, want))
             else:
                 call_args.append(builder.extract_value(arg, 0))
                 call_args.append(builder.extract_value(arg, 1))
@@ -223,13 +227,7 @@ def build_ltoir(spec: CallbackSpec, fn, inner_name):
         raise RuntimeError(f"unexpected numba C-ABI signature {callee_ty} for {spec.kind} {spec.element_dtype}")
     result = builder.call(callee, call_args)
     if spec.kind == "prolog":
-        if spec.is_complex:
-            out = ir.Constant(element_ty, ir.Undefined)
-            out = builder.insert_value(out, builder.extract_value(result, 0), 0)
-            out = builder.insert_value(out, builder.extract_value(result, 1), 1)
-            builder.ret(out)
-        else:
-            builder.ret(result)
+        builder.ret(_repack(builder, result, element_ty) if spec.is_complex else result)
     else:
         builder.ret_void()
 
