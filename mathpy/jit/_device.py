@@ -85,7 +85,7 @@ def _alignment(context, dtype):
     return context.get_abi_sizeof(context.get_data_type(dtype))
 
 
-def _element_pointer(context, builder, ptrty, ptr, idxty, idx):
+def _element_pointer(context, builder, ptr, idxty, idx):
     idx = context.cast(builder, idx, idxty, types.int64)
     return builder.gep(ptr, [idx])
 
@@ -93,7 +93,7 @@ def _element_pointer(context, builder, ptrty, ptr, idxty, idx):
 def _lower_load(context, builder, sig, args):
     ptrty, idxty = sig.args
     dtype = ptrty.dtype
-    elem = _element_pointer(context, builder, ptrty, args[0], idxty, args[1])
+    elem = _element_pointer(context, builder, args[0], idxty, args[1])
     vptr = _vector_pointer(builder, elem, dtype, ptrty.readonly)
     raw = builder.load(vptr, align=_alignment(context, dtype))
     if ptrty.readonly:
@@ -109,7 +109,7 @@ def _lower_store(context, builder, sig, args):
     ptrty, idxty, valty = sig.args
     dtype = ptrty.dtype
     val = context.cast(builder, args[2], valty, dtype)
-    elem = _element_pointer(context, builder, ptrty, args[0], idxty, args[1])
+    elem = _element_pointer(context, builder, args[0], idxty, args[1])
     vptr = _vector_pointer(builder, elem, dtype, False)
     if isinstance(dtype, types.Complex):
         raw = ir.Constant(vptr.type.pointee, ir.Undefined)
