@@ -138,8 +138,7 @@ class _Prepared:
     Immutable once made, so the stateless functions share them between calls and threads (see :func:`prepare`)."""
 
     __slots__ = ("fft_type", "axes", "transform", "execution", "options", "on_gpu", "local", "copy_input",
-                 "default_direction", "device_package", "device_id", "in_perm", "out_perm", "key", "package",
-                 "op_on_host", "scale_type")
+                 "default_direction", "device_package", "device_id", "in_perm", "key", "scale_type")
 
     def __init__(self, op, axes, options, execution):
         fft_type, precision = _resolve_type(op.dtype, options.fft_type)
@@ -201,9 +200,7 @@ class _Prepared:
         if on_gpu:
             self.device_package = op.package if not op.on_host else _operands.gpu_array_package()
         self.in_perm = _dense(shape, transform.input_strides)
-        self.out_perm = _dense(out_shape, transform.output_strides)
         self.key = (transform, execution, self.device_id)
-        self.package, self.op_on_host = op.package, op.on_host
         self.scale_type = np.dtype(precision).type
 
     def stream_pointer(self, stream):
