@@ -407,13 +407,8 @@ def irfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, 
     result, key = _recipe("irfft", a, (n, axis, norm), out, prolog, epilog, options, execution, stream)
     if result is not None:
         return result
-    shape = _shape(a)
-    if not shape:
-        raise ValueError("an FFT needs an operand with at least one dimension")
-    (axis,) = normalize_axes((axis,), len(shape))
-    if n is None:
-        n = 2 * (shape[axis] - 1)
-    n = _check_n(n)
+    axis, m = _one_axis(a, None, axis)
+    n = _check_n(2 * (m - 1) if n is None else n)
     return _run("C2R", a, (n,), (axis,), norm, out, True, prolog, epilog, options, execution, stream, key)
 
 
