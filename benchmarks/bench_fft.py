@@ -96,7 +96,8 @@ def relative_error(a, b):
 # --- mathpy, through the public API or (fallback) the engine --------------------------------------------------------
 
 class EnginePlan:
-    """The cuFFT engine on a C-contiguous CuPy array, used only when mathpy.fft cannot be imported."""
+    """The cuFFT engine on a C-contiguous CuPy array: the overhead table's floor row (one cufftXtExec), and the
+    stand-in for the API when mathpy.fft cannot be imported."""
 
     def __init__(self, x, axes, kind):
         from mathpy._execution import ExecutionCUDA
