@@ -45,6 +45,11 @@ def _pad(p):
     return p + (p >> 5)
 
 
+def _plane(n):
+    """Length of one padded plane (real or imaginary parts) of the shared-memory exchange of an n-point FFT."""
+    return _pad(n - 1) + 1
+
+
 def _is_pow2(n):
     return n >= 1 and n & (n - 1) == 0
 
@@ -227,7 +232,7 @@ class FFTDescription(DescriptionNamespace):
         self.output_dtype = self.real_dtype if fft_type == "c2r" else self.complex_dtype
         self.radices = _radices(n_c, elements_per_thread)
         needs_shared = self.threads_per_fft > 1 and (len(self.radices) > 1 or fft_type != "c2c")
-        plane = _pad(n_c - 1) + 1
+        plane = _plane(n_c)
         itemsize = self.real_dtype.itemsize
         if not needs_shared:
             self.shared_layout, per_fft = "none", 0
@@ -727,7 +732,7 @@ def fft(
     if ffts_per_block is None:
         ffts_per_block = max(1, 256 // threads)
         itemsize = np.dtype(precision).itemsize
-        plane = _pad(n_c - 1) + 1
+        plane = _plane(n_c)
         while ffts_per_block > 1 and ffts_per_block * 2 * plane * itemsize > MAX_SHARED_MEMORY:
             ffts_per_block //= 2
     ffts_per_block = _int_arg("ffts_per_block", ffts_per_block)
