@@ -65,7 +65,7 @@ def report():
     for name, label in (("cufft", "cuFFT"), ("cublasLt", "cuBLASLt"), ("nvJitLink", "nvJitLink"), ("nvvm", "NVVM")):
         version, where = _library_version(name)
         libraries.append((label, f"{version}  ({where})" if version else f"not found ({where}); "
-                                                                         "pip install 'mathpy[cu13]' (or cu12)"))
+                                                                         "pip install -e '.[cu13]' (or cu12)"))
     packages = []
     for module, distribution in (("numpy", "numpy"), ("scipy", "scipy"), ("numba", "numba"),
                                  ("numba_cuda", "numba-cuda"), ("cuda.bindings", "cuda-bindings"),

@@ -248,7 +248,7 @@ def gpu_array_package():
         if name in sys.modules or importlib.util.find_spec(name) is not None:
             return name
     raise LibraryNotFoundError("GPU execution of NumPy or foreign device arrays needs CuPy or PyTorch to hold device "
-                               "memory: pip install 'mathpy[cupy]' (or torch)")
+                               "memory: pip install -e '.[cupy]' in mathpy's source tree (or install torch)")
 
 
 def wrap_operand(obj, name="operand"):

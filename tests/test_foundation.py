@@ -255,7 +255,7 @@ class TestLibraries:
     def test_missing_library_says_what_to_install(self):
         lib = Library("cufft_does_not_exist", {}, extra="cu13")
         lib.declare({"cufftCreate": (STATUS, [])})
-        with pytest.raises(LibraryNotFoundError, match=r"pip install 'mathpy\[cu13\]'"):
+        with pytest.raises(LibraryNotFoundError, match=r"pip install -e '\.\[cu13\]'"):
             lib.cufftCreate()
 
     def test_undeclared_function(self):
