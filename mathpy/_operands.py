@@ -124,7 +124,7 @@ _external_streams = {}
 
 
 def _cupy_stream(stream):
-    """A context making raw handle ``stream`` CuPy's current stream; the wrapper objects are reused (they own nothing)."""
+    """A context making raw handle ``stream`` CuPy's current stream (wrappers are reused: they own nothing)."""
     import contextlib
 
     import cupy
@@ -222,7 +222,8 @@ def _torch_stream(stream, device_id):
         return contextlib.nullcontext()
     wrapper = _external_streams.get(("torch", stream))
     if wrapper is None:
-        wrapper = _external_streams[("torch", stream)] = torch.cuda.ExternalStream(stream, device=_torch_device(device_id))
+        wrapper = torch.cuda.ExternalStream(stream, device=_torch_device(device_id))
+        _external_streams[("torch", stream)] = wrapper
     return torch.cuda.stream(wrapper)
 
 

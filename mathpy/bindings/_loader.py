@@ -33,7 +33,8 @@ def load_library(name, extra):
         loaded = pathfinder.load_nvidia_dynamic_lib(name)
     except Exception as e:
         raise LibraryNotFoundError(f"the CUDA library {name!r} was not found ({e.__class__.__name__}). Install it "
-                                   f"with: pip install -e '.[{extra}]' in mathpy's source tree (or a CUDA toolkit)") from e
+                                   f"with: pip install -e '.[{extra}]' in mathpy's source tree "
+                                   f"(or a CUDA toolkit)") from e
     logger.debug("loaded %s from %s", name, loaded.abs_path)
     return ctypes.CDLL(loaded.abs_path, mode=ctypes.RTLD_GLOBAL)
 
