@@ -147,6 +147,8 @@ def test_finalizer_frees_engine():
     (lambda x: mfft.fftn(x, s=(4, 0)), ValueError, "Invalid number"),
     (lambda x: mfft.fftn(x, s=(4,), axes=(0, 1)), ValueError, "same length"),
     (lambda x: mfft.fft(x, norm="sideways"), ValueError, "norm"),
+    (lambda x: mfft.hfft(x, norm=""), ValueError, "Invalid norm value ''"),
+    (lambda x: mfft.ihfft(x.real.copy(), norm="sideways"), ValueError, "Invalid norm value 'sideways'"),
     (lambda x: mfft.fft(x.real.astype(np.float16)), TypeError, "half precision"),
     (lambda x: mfft.fft(np.array([["a"]])), TypeError, "not supported"),
     (lambda x: mfft.rfft(x), TypeError, "real"),

@@ -417,18 +417,20 @@ def hfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, o
     """FFT of a Hermitian-symmetric signal given by its first half: a real spectrum (as ``numpy.fft.hfft``).
 
     Computed as ``irfft(conj(a), n, norm=swapped)``; callbacks apply to that C2R transform."""
+    swapped = _SWAP[_check_norm(norm)]  # before any work: a bad norm is refused as numpy.fft does
     op = _operands.wrap_operand(a)
     op = _astype(op, _promoted(op.dtype, True))
-    return irfft(_conj(op).tensor, n, axis, _SWAP[_check_norm(norm) if norm else None], out, prolog=prolog,
-                 epilog=epilog, options=options, execution=execution, stream=stream)
+    return irfft(_conj(op).tensor, n, axis, swapped, out, prolog=prolog, epilog=epilog, options=options,
+                 execution=execution, stream=stream)
 
 
 def ihfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
           stream=None):
     """Inverse of :func:`hfft` (as ``numpy.fft.ihfft``): ``conj(rfft(a, n, norm=swapped))``."""
+    swapped = _SWAP[_check_norm(norm)]
     out_op = _operands.wrap_operands({"a": a, "out": out})["out"]  # a and out: one package, one device
-    result = rfft(a, n, axis, _SWAP[_check_norm(norm) if norm else None], prolog=prolog, epilog=epilog,
-                  options=options, execution=execution, stream=stream)
+    result = rfft(a, n, axis, swapped, prolog=prolog, epilog=epilog, options=options, execution=execution,
+                  stream=stream)
     result = _conj(_operands.wrap_operand(result)).tensor
     if out_op is not None and tuple(out_op.shape) != tuple(result.shape):
         raise ValueError(f"out has shape {out_op.shape}, but the result has shape {tuple(result.shape)}")
