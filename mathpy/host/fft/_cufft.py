@@ -39,7 +39,7 @@ import weakref
 import numpy as np
 
 from ... import _cuda, _operands
-from ..._errors import InvalidPlanStateError, UnsupportedLayoutError
+from ..._errors import CUDALibraryError, InvalidPlanStateError, UnsupportedLayoutError
 from ..._log import logger
 from ...bindings import cufft
 from ...jit._spec import CALLBACK_TYPES
@@ -106,7 +106,7 @@ def _runtime_call(name, *args):
     from cuda.bindings import runtime
     status, *values = getattr(runtime, name)(*args)
     if int(status):
-        raise RuntimeError(f"{name} failed: {status}")
+        raise CUDALibraryError("cudart", name, int(status), getattr(status, "name", str(status)))
     return values[0] if values else None
 
 
