@@ -681,24 +681,39 @@ def fft(
 ):
     """Describe a block-level FFT and get its device functions.
 
-    Args:
-        size: transform length from 2 to 8192 made of the prime factors 2, 3, 5, 7 (powers of two are the fast
-            path; limited further by shared memory and 1024 threads).
-        precision: ``np.float32`` or ``np.float64`` (``np.complex64``/``np.complex128`` mean the same).
-        direction: ``"forward"`` or ``"inverse"``; defaults to forward for c2c/r2c and inverse for c2r.
-        fft_type: ``"c2c"``, ``"r2c"`` (forward only) or ``"c2r"`` (inverse only).
-        ffts_per_block: FFTs computed by one block (the block's ``threadIdx.y``); default aims at 256 threads.
-        elements_per_thread: values each thread holds in registers, 2 to 16, dividing ``size`` so that every stage
-            radix divides it; default 16 for size >= 512, 8 from 32 to 256 (powers of two), ``size`` up to 16.
+    Parameters
+    ----------
+    size : int
+        Transform length from 2 to 8192 made of the prime factors 2, 3, 5, 7 (powers of two are the fast path;
+        limited further by shared memory and 1024 threads).
+    precision : dtype, optional
+        ``np.float32`` (default) or ``np.float64`` (``np.complex64``/``np.complex128`` mean the same).
+    direction : {"forward", "inverse"}, optional
+        Defaults to forward for c2c/r2c and inverse for c2r.
+    fft_type : {"c2c", "r2c", "c2r"}, optional
+        ``"r2c"`` is forward only, ``"c2r"`` inverse only.
+    ffts_per_block : int, optional
+        FFTs computed by one block (the block's ``threadIdx.y``); the default aims at 256 threads.
+    elements_per_thread : int, optional
+        Values each thread holds in registers, 2 to 16, dividing ``size`` so that every stage radix divides it;
+        default 16 for size >= 512, 8 from 32 to 256 (powers of two), ``size`` up to 16.
 
-    Returns:
-        An :class:`FFTDescription` (cached: equal arguments return the same object, so kernels reuse compiled code).
+    Returns
+    -------
+    FFTDescription
+        Cached: equal arguments return the same object, so kernels reuse compiled code.
 
-    Example:
-        >>> import numpy as np, mathpy.device
-        >>> FFT = mathpy.device.fft(size=256, precision=np.float32, direction="forward")
-        >>> FFT.block_dim, FFT.elements_per_thread, FFT.ffts_per_block, FFT.shared_memory_size
-        ((32, 8, 1), 8, 8, 16832)
+    Raises
+    ------
+    ValueError
+        For an unsupported size, precision, direction, type or block shape, naming the allowed values.
+
+    Examples
+    --------
+    >>> import numpy as np, mathpy.device
+    >>> FFT = mathpy.device.fft(size=256, precision=np.float32, direction="forward")
+    >>> FFT.block_dim, FFT.elements_per_thread, FFT.ffts_per_block, FFT.shared_memory_size
+    ((32, 8, 1), 8, 8, 16832)
     """
     size = _int_arg("size", size)
     if not (MIN_SIZE <= size <= MAX_SIZE and _smooth(size) and _valid_elements_per_thread(size)):

@@ -30,7 +30,7 @@ GPU's (NoDeviceError without a GPU: pass e.g. ``(9, 0)`` to compile on a CPU-onl
 Internal API for the FFT layer
 ------------------------------
 ``compile_callback(fn, kind, element_dtype, user_info_dtype=None, compute_capability=None, *, cache=True)
--> CompiledCallback`` where ``kind`` is "prolog" or "epilog". Fields of the frozen dataclass ``CompiledCallback``:
+-> CompiledCallback`` where ``kind`` is "prolog" or "epilog". Fields of the frozen dataclass ``CompiledCallback``::
 
     ltoir: bytes                 give to cufftXtSetJITCallback and keep referenced until cufftXtMakePlanMany returns
     symbol: None                 pass as the symbol argument (NULL): the default name is exported

@@ -13,16 +13,25 @@ __all__ = ["CompiledCallback", "compile_callback", "compile_epilog", "compile_pr
 
 @dataclasses.dataclass(frozen=True)
 class CompiledCallback:
-    """A callback compiled for cuFFT's LTO (JIT) callbacks.
+    """A callback compiled for cuFFT's LTO (JIT) callbacks (returned by :func:`compile_callback`).
 
-    ltoir               LTO-IR bytes; pass to ``cufftXtSetJITCallback`` and keep alive until planning returns.
-    symbol              what to pass as the symbol argument: always None (NULL), because the LTO-IR exports
-                        cuFFT's default name for ``cufft_callback_type``.
-    mangled_name        that default name, e.g. ``_Z27cufftJITCallbackLoadComplexPvyS_S_`` (informative).
-    cufft_callback_type cuFFT's ``cufftXtCallbackType`` code (LD_COMPLEX 0 ... ST_REAL_DOUBLE 7).
-    kind, element_dtype, user_info_dtype, compute_capability   what it was compiled for (dtype names as str).
-    key                 the cache key (hex), or None when the function could not be fingerprinted.
-    function_name       ``name (file:line)`` of the user's function, for messages.
+    Attributes
+    ----------
+    ltoir : bytes
+        LTO-IR; pass to ``cufftXtSetJITCallback`` and keep alive until planning returns.
+    symbol : None
+        What to pass as the symbol argument: always None (NULL), because the LTO-IR exports cuFFT's default name
+        for ``cufft_callback_type``.
+    mangled_name : str
+        That default name, e.g. ``_Z27cufftJITCallbackLoadComplexPvyS_S_`` (informative).
+    cufft_callback_type : int
+        cuFFT's ``cufftXtCallbackType`` code (LD_COMPLEX 0 ... ST_REAL_DOUBLE 7).
+    kind, element_dtype, user_info_dtype, compute_capability : str, str, str or None, tuple
+        What it was compiled for (dtype names as str).
+    key : str or None
+        The cache key (hex), or None when the function could not be fingerprinted.
+    function_name : str
+        ``name (file:line)`` of the user's function, for messages.
     """
 
     ltoir: bytes
@@ -84,9 +93,36 @@ def _build(py, spec, key, where):
 
 
 def compile_callback(fn, kind, element_dtype, user_info_dtype=None, compute_capability=None, *, cache=True):
-    """Compile ``fn`` as a cuFFT LTO ``kind`` ("prolog" | "epilog") callback; returns a :class:`CompiledCallback`.
+    """Compile ``fn`` as a cuFFT LTO ``kind`` callback.
 
-    Cached in memory and on disk (``cache=False`` skips the disk). See the package docstring for the contract."""
+    Parameters
+    ----------
+    fn : function
+        ``prolog(data_in, offset, user_info, unused) -> value`` or ``epilog(data_out, offset, value, user_info,
+        unused)`` (see :mod:`mathpy.jit` for what works inside).
+    kind : {"prolog", "epilog"}
+    element_dtype : {"float32", "float64", "complex64", "complex128"}
+        The element the callback loads (prolog) or stores (epilog).
+    user_info_dtype : dtype or None, optional
+        dtype of the user data (``user_info[i]`` reads element ``i``); None compiles without user data.
+    compute_capability : tuple of int, optional
+        ``(major, minor)``; by default the current GPU's (a :class:`mathpy.NoDeviceError` without a GPU).
+    cache : bool, optional
+        False skips the disk cache (the in-memory cache is always used).
+
+    Returns
+    -------
+    CompiledCallback
+
+    Raises
+    ------
+    TypeError
+        ``fn`` has the wrong parameters, a prolog returns nothing or an epilog returns a value.
+    ValueError
+        An unsupported element or user-data dtype, or compute capability.
+    mathpy.CallbackCompileError
+        numba cannot type or compile the function (the message names the function and its line).
+    """
     start = time.perf_counter()
     py = check_function(fn, kind)
     if compute_capability is None:
@@ -137,16 +173,55 @@ def compile_callback(fn, kind, element_dtype, user_info_dtype=None, compute_capa
 
 
 def compile_prolog(fn, element_dtype, user_info_dtype=None, *, compute_capability=None):
-    """Compile ``fn(data_in, offset, user_info, unused) -> value`` to LTO-IR for cuFFT; returns the bytes.
+    """Compile ``fn(data_in, offset, user_info, unused) -> value`` to LTO-IR for a cuFFT load callback.
 
-    The LTO-IR exports cuFFT's default load-callback name for ``element_dtype``: pass symbol NULL to
-    ``cufftXtSetJITCallback``."""
+    Parameters
+    ----------
+    fn : function
+        The prolog; it returns the element the FFT loads.
+    element_dtype : {"float32", "float64", "complex64", "complex128"}
+        The FFT's input element (real for R2C, complex for C2C and C2R).
+    user_info_dtype : dtype or None, optional
+        dtype of the user data the prolog reads, or None.
+    compute_capability : tuple of int, optional
+        ``(major, minor)``, e.g. ``(9, 0)``; by default the current GPU's.
+
+    Returns
+    -------
+    bytes
+        LTO-IR exporting cuFFT's default load-callback name for ``element_dtype``: pass symbol NULL to
+        ``cufftXtSetJITCallback``, or give the bytes as ``prolog=`` to :func:`mathpy.fft.fft` on the GPU.
+
+    Examples
+    --------
+    >>> import numpy as np, mathpy.fft
+    >>> def triple(data_in, offset, user_info, unused):
+    ...     return data_in[offset] * np.float32(3)
+    >>> ltoir = mathpy.fft.compile_prolog(triple, "complex64", compute_capability=(9, 0))
+    >>> type(ltoir), len(ltoir) > 0
+    (<class 'bytes'>, True)
+    """
     return compile_callback(fn, "prolog", element_dtype, user_info_dtype, compute_capability).ltoir
 
 
 def compile_epilog(fn, element_dtype, user_info_dtype=None, *, compute_capability=None):
-    """Compile ``fn(data_out, offset, value, user_info, unused)`` to LTO-IR for cuFFT; returns the bytes.
+    """Compile ``fn(data_out, offset, value, user_info, unused)`` to LTO-IR for a cuFFT store callback.
 
-    The LTO-IR exports cuFFT's default store-callback name for ``element_dtype``: pass symbol NULL to
-    ``cufftXtSetJITCallback``."""
+    Parameters
+    ----------
+    fn : function
+        The epilog; it stores ``value`` (or what it computes from it) with ``data_out[offset] = ...``.
+    element_dtype : {"float32", "float64", "complex64", "complex128"}
+        The FFT's output element (real for C2R, complex for C2C and R2C).
+    user_info_dtype : dtype or None, optional
+        dtype of the user data the epilog reads, or None.
+    compute_capability : tuple of int, optional
+        ``(major, minor)``, e.g. ``(9, 0)``; by default the current GPU's.
+
+    Returns
+    -------
+    bytes
+        LTO-IR exporting cuFFT's default store-callback name for ``element_dtype``: pass symbol NULL to
+        ``cufftXtSetJITCallback``, or give the bytes as ``epilog=`` to :func:`mathpy.fft.fft` on the GPU.
+    """
     return compile_callback(fn, "epilog", element_dtype, user_info_dtype, compute_capability).ltoir

@@ -1,0 +1,139 @@
+"""The documentation site builds from the docstrings with warnings as errors, documents every public name, and every
+code example in the guides runs (on the CPU) and says what it claims.
+
+The build is the README's command (``python -m sphinx -W --keep-going -b html docs docs/_build/html``) into a
+temporary folder, from scratch (``-E``) so that warnings of unchanged pages are not hidden by a cached build.
+"""
+
+import importlib.util
+import linecache
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+GUIDES = DOCS / "guides"
+
+# Docstrings that still break the -W build, in modules this branch does not own: the FFT/matmul host modules are
+# being rewritten by the house refactor (issue 9), after which issue 10's second half writes numpydoc docstrings for
+# them; mathpy/device/_matmul.py belongs to the device-GEMM work (issue 14). Their warnings are reported by
+# test_docs_build_has_no_warnings_in_modules_owned_elsewhere (strict xfail: it fails loudly, as XPASS, once they are
+# fixed, so this list must then shrink).
+OWNED_ELSEWHERE = (
+    "mathpy/host/fft/_plan.py",        # FFT class docstring: an indented block after a paragraph
+    "mathpy/host/fft/_options.py",     # FFTOptions: a field table written as an indented block
+    "mathpy/host/matmul/_options.py",  # MatmulOptions: the same
+    "mathpy/device/_matmul.py",        # device matmul(): Google-style "Args:" (not numpydoc)
+)
+
+
+def _needs_sphinx():
+    for module in ("sphinx", "numpydoc", "myst_parser"):
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"{module} is not installed (pip install -e '.[test]')")
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory):
+    """(return code, warning lines, output folder) of one from-scratch -W build of the site."""
+    _needs_sphinx()
+    out = tmp_path_factory.mktemp("docs")
+    warnings = out / "warnings.txt"
+    result = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-E", "-W", "--keep-going", "-q", "-b", "html", "-d", str(out / "doctrees"),
+         "-w", str(warnings), str(DOCS), str(out / "html")],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    lines = [line for line in warnings.read_text().splitlines() if line.strip()] if warnings.exists() else []
+    if result.returncode and not lines:  # a crash, not warnings: show it
+        pytest.fail(f"sphinx failed without warnings:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return result.returncode, lines, out / "html"
+
+
+def _owned_elsewhere(line):
+    return any(str(ROOT / path) in line or line.startswith(path) for path in OWNED_ELSEWHERE)
+
+
+def test_docs_build_has_no_warnings_in_this_branchs_modules(build):
+    _, lines, html = build
+    ours = [line for line in lines if not _owned_elsewhere(line)]
+    assert not ours, "sphinx warnings (fix the docstring or page they name):\n" + "\n".join(ours)
+    assert (html / "index.html").exists()
+
+
+@pytest.mark.xfail(strict=True, reason="docstrings in modules owned by issue 9 (house) and 14 (gemm) still warn: "
+                                       + ", ".join(OWNED_ELSEWHERE))
+def test_docs_build_has_no_warnings_in_modules_owned_elsewhere(build):
+    returncode, lines, _ = build
+    assert returncode == 0 and not lines, "\n".join(lines)
+
+
+def test_every_public_name_has_a_reference_page(build):
+    """A name added to ``__all__`` must be added to docs/api/index.rst too."""
+    import mathpy
+    import mathpy.device
+    import mathpy.fft
+
+    _, _, html = build
+    generated = {p.stem for p in (html / "api" / "generated").glob("*.html")}
+    expected = {f"mathpy.{name}" for name in mathpy.__all__ if name not in ("__version__", "fft")}
+    expected |= {f"mathpy.fft.{name}" for name in mathpy.fft.__all__ if name != "scipy_backend"}
+    expected |= {f"mathpy.device.{name}" for name in mathpy.device.__all__}
+    missing = sorted(expected - generated)
+    assert not missing, f"public names without a page in docs/api/index.rst: {missing}"
+
+
+def test_fft_reference_page_has_the_docstring(build):
+    """The pages are made from the docstrings: help() and the site say the same."""
+    import mathpy.fft
+
+    _, _, html = build
+    page = (html / "api" / "generated" / "mathpy.fft.FFT.html").read_text()
+    first_line = mathpy.fft.FFT.__doc__.strip().splitlines()[0]
+    words = re.findall(r"[A-Za-z]{4,}", first_line)[:4]
+    assert words and all(word in page for word in words)
+
+
+# --- the guides' code -------------------------------------------------------------------------------------------
+
+def python_blocks(path):
+    """The ```python blocks of a Markdown page, in order."""
+    return re.findall(r"^```python\n(.*?)^```", path.read_text(), flags=re.S | re.M)
+
+
+@pytest.mark.parametrize("page", sorted(p.name for p in GUIDES.glob("*.md")))
+def test_guide_examples_run(page, monkeypatch, tmp_path):
+    """Each guide's Python blocks run in order in one namespace, on the CPU (their asserts are the claims)."""
+    monkeypatch.chdir(tmp_path)
+    blocks = python_blocks(GUIDES / page)
+    assert blocks, f"{page} has no python example"
+    namespace = {"__name__": f"__guide_{page}__"}
+    for index, block in enumerate(blocks):
+        name = f"{GUIDES / page}[python block {index}]"
+        linecache.cache[name] = (len(block), None, block.splitlines(True), name)  # tracebacks show the line
+        exec(compile(block, name, "exec"), namespace)
+
+
+# --- the differences page stays true -------------------------------------------------------------------------------
+
+def _differences_checker():
+    spec = importlib.util.spec_from_file_location("check_differences", GUIDES / "check_differences.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_differences_page_and_checks_name_the_same_differences():
+    page_ids = set(re.findall(r"^\| `([a-z0-9-]+)` \|", (GUIDES / "differences.md").read_text(), flags=re.M))
+    checked = set(_differences_checker().CHECKS)
+    assert page_ids == checked, (f"rows without a check: {sorted(page_ids - checked)}; "
+                                 f"checks without a row: {sorted(checked - page_ids)}")
+
+
+def test_every_documented_difference_still_exists():
+    """A fix that removes a difference fails here: delete its row from differences.md and its check."""
+    results = _differences_checker().run_all()
+    assert len(results) >= 20
