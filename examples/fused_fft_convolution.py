@@ -52,6 +52,9 @@ def fft_convolve(signals, filter_spectrum, out):
 
 
 def main():
+    if not cuda.is_available():  # True under numba's CUDA simulator too
+        sys.exit("fused_fft_convolution.py: no CUDA GPU found; run it on numba's CUDA simulator instead: "
+                 "NUMBA_ENABLE_CUDASIM=1 python examples/fused_fft_convolution.py --small")
     rng = np.random.default_rng(0)
     signals = (rng.standard_normal((batch, size)) + 1j * rng.standard_normal((batch, size))).astype(np.complex64)
     kernel_taps = np.zeros(size, np.complex64)

@@ -66,6 +66,9 @@ def gemm_gelu(a, b, out):
 
 
 def main():
+    if not cuda.is_available():  # True under numba's CUDA simulator too
+        sys.exit("gemm_custom_activation.py: no CUDA GPU found; run it on numba's CUDA simulator instead: "
+                 "NUMBA_ENABLE_CUDASIM=1 python examples/gemm_custom_activation.py --small")
     rng = np.random.default_rng(0)
     a = (rng.standard_normal((batch, m, k_total)) / np.sqrt(k_total)).astype(np.float32)
     b = rng.standard_normal((batch, k_total, n)).astype(np.float32)
