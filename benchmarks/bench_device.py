@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from mathpy._compat import patch_numpy_for_numba_cuda  # noqa: E402
 
@@ -30,6 +31,7 @@ patch_numpy_for_numba_cuda()
 import numba  # noqa: E402
 from numba import cuda  # noqa: E402
 
+import _report  # noqa: E402  (the Markdown table docs/benchmarks.md shows)
 import mathpy.device  # noqa: E402
 from mathpy.device._checks import (  # noqa: E402
     bf16_bits, bf16_to_float32, convolution_kernel, fft_kernel, matmul_kernel,
@@ -307,14 +309,9 @@ def sweep_fft():
         print(f"n={n:<5} " + " | ".join(r[1] for r in results[:6]))
 
 
-def print_table():
-    print()
-    print(f"{'section':<15} {'problem':<56} {'mathpy ms':>10}  {'peers (ms)':<72} {'ratio':>6}  {'target':<8} note")
-    for section, problem, t_m, peers, ratio, target, note in rows:
-        peer_s = ", ".join(f"{k} {v:.3f}" for k, v in peers.items())
-        print(f"{section:<15} {problem:<56} {t_m:>10.3f}  {peer_s:<72} {ratio:>6.2f}  {target:<8} {note}")
-    print("ratio = time of the vendor reference / mathpy time (FFT: cuFFT; conv: cuFFT with the filter fused as an LTO "
-          "epilog + inverse cuFFT, through mathpy.fft; GEMM: best cuBLAS)")
+def print_table(gpu_name):
+    print("\n" + _report.environment(gpu_name) + "\n")
+    print(_report.device_table(rows))
     print("nvmath-python device API:", "importable (not benchmarked here)" if HAVE_NVMATH else "not installed")
 
 
@@ -371,7 +368,7 @@ def main():
     bench_fft()
     bench_convolution()
     bench_gemm()
-    print_table()
+    print_table(dev['name'].decode())
     plot()
     os.makedirs(RESULTS, exist_ok=True)
     with open(os.path.join(RESULTS, "bench_device.json"), "w") as f:

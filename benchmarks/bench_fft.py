@@ -4,7 +4,8 @@
    problems of 256 MB input: c64, c128 and r2c (float32 in); results are checked to agree.
 2. Host overhead per call on 8 x 1024 complex64, asynchronous: 2000 calls timed with perf_counter, then one sync.
 
-Prints two tables (ratios vs torch and cupy) and saves benchmarks/results/bench_fft.png.
+Prints two Markdown tables as docs/benchmarks.md shows them (ratios: peer time / mathpy time) and saves
+benchmarks/results/bench_fft.png.
 Run on a GPU machine:  python benchmarks/bench_fft.py     (needs cupy; torch and nvmath-python are optional)
 Uses the public mathpy.fft API; when it cannot be imported it falls back to the cuFFT engine directly and says so.
 """
@@ -17,6 +18,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _report  # noqa: E402  (the Markdown tables docs/benchmarks.md shows)
 from mathpy._compat import patch_numpy_for_numba_cuda  # noqa: E402
 
 patch_numpy_for_numba_cuda()  # numba-cuda 0.30 with NumPy 2.5 (only matters if something imports numba-cuda)
@@ -230,25 +233,9 @@ def overheads():
 
 # --- report ----------------------------------------------------------------------------------------------------------
 
-def ratio(a, b):
-    return f"{a / b:.3f}" if b else "-"
-
-
-def print_tables(transforms, overhead):
-    peers = [p for p in ("torch", "cupy", "nvmath") if any(p in t for _, _, t, _ in transforms)]
-    print("\n| problem (256 MB in) | shape | mathpy ms | " + " | ".join(f"{p} ms" for p in peers) +
-          " | mathpy/torch | mathpy/cupy | max rel. err vs cupy |")
-    print("|---|---|---|" + "---|" * len(peers) + "---|---|---|")
-    for label, shape, times, errors in transforms:
-        cells = [f"{times.get(p, float('nan')):.3f}" for p in peers]
-        print(f"| {label} | {'x'.join(map(str, shape))} | {times['mathpy']:.3f} | " + " | ".join(cells) +
-              f" | {ratio(times['mathpy'], times.get('torch', 0))} | {ratio(times['mathpy'], times['cupy'])} | "
-              f"{max(errors.values()):.1e} |")
-    torch_us, cupy_us = overhead.get("torch.fft.fft"), overhead["cupy.fft.fft"]
-    print("\n| call, 8 x 1024 complex64, async | us per call | vs torch.fft.fft | vs cupy.fft.fft |")
-    print("|---|---|---|---|")
-    for name, us in overhead.items():
-        print(f"| {name} | {us:.1f} | {ratio(us, torch_us) if torch_us else '-'} | {ratio(us, cupy_us)} |")
+def print_tables(transforms, overhead, gpu_name, cufft_version):
+    print("\n" + _report.environment(gpu_name, (f"cuFFT {cufft_version}",)) + "\n")
+    print(_report.fft_tables(transforms, overhead))
 
 
 def plot(transforms, overhead, path):
@@ -284,7 +271,8 @@ def plot(transforms, overhead, path):
 
 def main():
     start = time.perf_counter()
-    print(f"GPU: {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}; cupy {cp.__version__}; "
+    gpu_name = cp.cuda.runtime.getDeviceProperties(0)['name'].decode()
+    print(f"GPU: {gpu_name}; cupy {cp.__version__}; "
           f"torch {torch.__version__ if torch else 'absent'}; nvmath {nvmath.__version__ if nvmath else 'absent'}")
     from mathpy.bindings import cufft
     print(f"cuFFT version {cufft.version()}")
@@ -294,7 +282,7 @@ def main():
     transforms = transform_times()
     print("host overhead...", flush=True)
     overhead = overheads()
-    print_tables(transforms, overhead)
+    print_tables(transforms, overhead, gpu_name, cufft.version())
     plot(transforms, overhead, os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "bench_fft.png"))
     print(f"\ntotal {time.perf_counter() - start:.0f} s")
 

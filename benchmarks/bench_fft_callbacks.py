@@ -17,7 +17,6 @@ cuda-pathfinder, matplotlib for the plot). Writes benchmarks/results/bench_fft_c
 """
 
 import ctypes
-import math
 import os
 import subprocess
 import sys
@@ -30,6 +29,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+import _report  # noqa: E402
 
 # --- the callbacks (module level: the warm-compile measurement imports them in a new process) ----------------------
 THREE, TWO = np.float32(3), np.float32(2)
@@ -208,7 +210,8 @@ def main():
 
     cc = tuple(int(c) for c in cp.cuda.Device().compute_capability)  # "90" -> (9, 0)
     cufft = CuFFT()
-    print(f"GPU {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()} cc {cc}, cuFFT {cufft.version}, "
+    gpu_name = cp.cuda.runtime.getDeviceProperties(0)['name'].decode()
+    print(f"GPU {gpu_name} cc {cc}, cuFFT {cufft.version}, "
           f"numba-cuda import {numba_import_s:.2f} s")
     try:
         import nvmath.fft as nvmath_fft
@@ -383,22 +386,10 @@ def main():
     if warm and min(warm) > 5:
         failures.append(f"warm compile {min(warm):.2f} ms > 5 ms")
 
-    # --- table ---
+    # --- table (Markdown, as docs/benchmarks.md shows it) ---
     variants = ["plain", "C++", "numba", "mathpy"] + (["nvmath"] if nvmath_fft is not None else []) + ["cupy"]
-    print("\n" + f"{'case':44s}" + "".join(f"{v:>9s}" for v in variants) + f"{'mathpy/C++':>12s}{'numba/mathpy':>14s}")
-    ratios_cpp, ratios_numba = [], []
-    for row in rows:
-        cells = "".join(f"{row[v]:9.3f}" if v in row else f"{'-':>9s}" for v in variants)
-        r1 = row["mathpy"] / row["C++"] if "mathpy" in row and "C++" in row else float("nan")
-        r2 = row["numba"] / row["mathpy"] if "mathpy" in row and "numba" in row else float("nan")
-        ratios_cpp.append(r1)
-        ratios_numba.append(r2)
-        flag = " " if r1 <= 1.10 else "!"
-        print(f"{row['case']:44s}{cells}{r1:11.2f}{flag}{r2:14.2f}")
-    geo = lambda v: math.exp(sum(math.log(a) for a in v if a == a) / max(1, sum(1 for a in v if a == a)))  # noqa
-    print(f"{'geometric mean':44s}{'':{9 * len(variants)}s}{geo(ratios_cpp):11.2f} {geo(ratios_numba):14.2f}")
-    print("targets: mathpy/C++ <= 1.10 (rows over it marked !); numba/mathpy >= 1.5 where numba's call overhead "
-          "shows (prologs, filter epilogs)")
+    print("\n" + _report.environment(gpu_name, (f"cuFFT {cufft.version}",)) + "\n")
+    print(_report.callbacks_table(rows, variants))
 
     # --- plot ---
     try:

@@ -8,8 +8,8 @@ What it measures (random non-zero data, warm-up first, medians of several rounds
 1. GEMM throughput: 8192^3 bf16 and fp16, 4096^3 fp32, 16384 x 16384 x 256 bf16, 64 x 8192 x 8192 bf16. Each
    library runs a stateful, planned product (mathpy ``Matmul``, nvmath ``Matmul``, torch ``matmul(out=)``). Time is
    GPU time: CUDA events around ``reps`` calls queued behind a long sleep kernel, so the host's per-call cost cannot
-   hide in it. Ratio = mathpy's speed / the faster of torch and nvmath (target >= 0.98). An extra column times the
-   cuBLASLt engine alone with a row-major result (the swapped NN form nvmath uses for row-major operands). With no
+   hide in it. Ratios are peer time / mathpy time (target >= 0.98 against the faster of torch and nvmath). An extra
+   column times the cuBLASLt engine alone with a row-major result (the swapped NN form nvmath uses for row-major operands). With no
    epilog the API stores D column-major (TT form) for 16-bit operands and row-major (NN form) for float32 (see
    ``mathpy.host.matmul._problem``), so the column shows what the other choice would cost for 16-bit dtypes and
    times the API's own form for float32.
@@ -36,6 +36,8 @@ if not hasattr(np, "row_stack"):  # numba-cuda (under nvmath) still references n
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # run from a checkout without installing
+sys.path.insert(0, HERE)
+import _report  # noqa: E402  (the Markdown tables docs/benchmarks.md shows)
 
 try:
     import torch
@@ -292,22 +294,7 @@ def bench_overhead(quick):
 
 def write(gemm, overhead, device):
     os.makedirs(RESULTS, exist_ok=True)
-    lines = [f"# mathpy matmul benchmark ({device}; torch {torch.__version__}"
-             f"{', nvmath ' + nvmath.__version__ if nvmath is not None else ', no nvmath'})", "",
-             "GPU time per call (ms, median), TFLOP/s; ratio = faster of torch/nvmath over mathpy (>= 0.98 wanted).",
-             "",
-             "| M x N x K | dtype | mathpy ms (TF/s) | torch ms (TF/s) | nvmath ms (TF/s) | ratio | RELU_BIAS mathpy "
-             "| nvmath | torch relu(addmm) | fused ratio | engine, row-major D |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in gemm:
-        nv = f"{r['nvmath_ms']:.3f} ({r['nvmath_tflops']:.0f})" if "nvmath_ms" in r else "-"
-        nve = f"{r['nvmath_relu_bias_ms']:.3f}" if "nvmath_relu_bias_ms" in r else "-"
-        lines.append(f"| {r['shape']} | {r['dtype']} | {r['mathpy_ms']:.3f} ({r['mathpy_tflops']:.0f}) | "
-                     f"{r['torch_ms']:.3f} ({r['torch_tflops']:.0f}) | {nv} | {r['ratio']:.3f} | "
-                     f"{r['mathpy_relu_bias_ms']:.3f} | {nve} | {r['torch_relu_bias_ms']:.3f} | "
-                     f"{r['relu_bias_ratio']:.3f} | {r['engine_row_major_d_ms']:.3f} |")
-    lines += ["", "Host cost per call, 128^3 fp16, asynchronous (us):", "", "| call | us |", "|---|---|"]
-    lines += [f"| {name} | {us:.1f} |" for name, us in overhead.items()]
+    lines = [_report.environment(device), "", _report.matmul_tables(gemm, overhead)]
     text = "\n".join(lines) + "\n"
     with open(os.path.join(RESULTS, "bench_matmul.md"), "w") as f:
         f.write(text)

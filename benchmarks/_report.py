@@ -1,0 +1,158 @@
+"""How every benchmark script reports: Markdown tables exactly as docs/benchmarks.md shows them, and one line saying
+what produced them, so that a run's output can be pasted into the page whole.
+
+Ratio convention, everywhere: ``peer time / mathpy time``; above 1 means mathpy is faster.
+"""
+
+import datetime
+import platform
+import sys
+from importlib import metadata
+
+RATIO_NOTE = "Ratios are peer time / mathpy time: above 1 means mathpy is faster."
+
+
+def ratio(peer, mathpy):
+    """``peer / mathpy`` as text, or "-" when either is missing."""
+    if peer is None or mathpy is None or peer != peer or mathpy != mathpy or not mathpy:
+        return "-"
+    return f"{peer / mathpy:.2f}"
+
+
+def ms(value, digits=3):
+    return "-" if value is None or value != value else f"{value:.{digits}f}"
+
+
+def table(headers, rows):
+    """A Markdown table: ``headers`` a list of str, ``rows`` lists of cells (str or numbers)."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for row in rows:
+        if len(row) != len(headers):
+            raise ValueError(f"row {row} has {len(row)} cells for {len(headers)} columns")
+        lines.append("| " + " | ".join(str(cell) for cell in row) + " |")
+    return "\n".join(lines)
+
+
+def _version(distribution):
+    for name in ([distribution] if isinstance(distribution, str) else distribution):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def environment(gpu_name, extra=()):
+    """One Markdown line naming the GPU, the date and the versions this run used (numpy included: the GPU machine's
+    numpy may be newer than the pin in pyproject.toml, which covers fresh installs)."""
+    packages = [("numpy", "numpy"), ("numba-cuda", "numba-cuda"), ("CuPy", ("cupy-cuda13x", "cupy-cuda12x", "cupy")),
+                ("torch", "torch"), ("nvmath-python", ("nvmath-python", "nvmath_python"))]
+    versions = [f"{label} {_version(dist) or 'absent'}" for label, dist in packages]
+    parts = [f"{gpu_name}", *extra, f"Python {platform.python_version()}", *versions,
+             f"run {datetime.date.today().isoformat()}", f"`{' '.join(['python', *sys.argv])}`"]
+    return "Environment: " + ", ".join(parts) + "."
+
+
+def _geomean(values):
+    import math
+    values = [v for v in values if v == v and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+# --- bench_fft_callbacks.py ----------------------------------------------------------------------------------------
+
+CALLBACK_LABELS = {"plain": "plain cuFFT", "C++": "C++", "numba": "numba", "mathpy": "**mathpy**", "nvmath": "nvmath",
+                   "cupy": "unfused CuPy"}
+CALLBACK_PEERS = {"C++": "C++", "numba": "numba", "nvmath": "nvmath", "cupy": "CuPy"}
+
+
+def callbacks_table(rows, variants):
+    """``rows``: dicts with "case" and ms per variant ("plain", "C++", "numba", "mathpy", "nvmath", "cupy");
+    ``variants``: the columns present in this run, in order."""
+    peers = [v for v in CALLBACK_PEERS if v in variants]
+    headers = (["case"] + [CALLBACK_LABELS[v] for v in variants]
+               + [f"{CALLBACK_PEERS[p]} / mathpy" for p in peers])
+    cells, slow = [], []
+    for row in rows:
+        times = [f"**{ms(row.get(v))}**" if v == "mathpy" else ms(row.get(v)) for v in variants]
+        cells.append([row["case"]] + times + [ratio(row.get(p), row.get("mathpy")) for p in peers])
+        if "mathpy" in row and "C++" in row and row["C++"] / row["mathpy"] < 1 / 1.10:
+            slow.append(row["case"])
+    means = [_geomean([row[p] / row["mathpy"] for row in rows if p in row and "mathpy" in row]) for p in peers]
+    cells.append(["geometric mean"] + [""] * len(variants) + [f"{m:.2f}" for m in means])
+    return "\n".join([
+        table(headers, cells), "",
+        "Time per transform (ms), medians. " + RATIO_NOTE,
+        "Targets: C++ / mathpy >= 0.91 (mathpy within 1.10x of hand-written C++): "
+        + (f"missed by {', '.join(slow)}" if slow else "met by every row")
+        + "; numba / mathpy >= 1.5 where numba's call overhead shows (prologs, filter epilogs)."])
+
+
+# --- bench_fft.py -------------------------------------------------------------------------------------------------
+
+FFT_PEERS = {"torch": "torch", "cupy": "CuPy", "nvmath": "nvmath"}
+
+
+def fft_tables(transforms, overhead):
+    """``transforms``: (label, shape, {library: ms}, {library: relative error vs CuPy}); ``overhead``: {call: us}."""
+    peers = [p for p in FFT_PEERS if any(p in times for _, _, times, _ in transforms)]
+    headers = (["problem (256 MB in)", "shape", "**mathpy** ms"] + [f"{FFT_PEERS[p]} ms" for p in peers]
+               + [f"{FFT_PEERS[p]} / mathpy" for p in peers] + ["max rel. err vs CuPy"])
+    cells = []
+    for label, shape, times, errors in transforms:
+        error = f"{max(errors.values()):.1e}" if errors else "-"
+        cells.append([label, "x".join(map(str, shape)), f"**{ms(times['mathpy'])}**"]
+                     + [ms(times.get(p)) for p in peers] + [ratio(times.get(p), times["mathpy"]) for p in peers]
+                     + [error])
+    cells.append(["geometric mean", "", ""] + [""] * len(peers)
+                 + [f"{_geomean([t[p] / t['mathpy'] for _, _, t, _ in transforms if p in t]):.2f}" for p in peers]
+                 + [""])
+    overhead_rows = [[name, f"{us:.1f}"] for name, us in overhead.items()]
+    return "\n".join([
+        table(headers, cells), "",
+        "GPU time per transform (ms), medians of interleaved rounds. " + RATIO_NOTE, "",
+        table(["call, 8 x 1024 complex64, async", "us per call"], overhead_rows), "",
+        "Host time per asynchronous call (2000 calls, one synchronisation)."])
+
+
+# --- bench_matmul.py ----------------------------------------------------------------------------------------------
+
+def matmul_tables(gemm, overhead):
+    """``gemm``: row dicts of bench_matmul.bench_gemm; ``overhead``: {call: us}."""
+    headers = ["M x N x K", "dtype", "**mathpy** ms (TFLOP/s)", "torch ms (TFLOP/s)", "nvmath ms (TFLOP/s)",
+               "torch / mathpy", "nvmath / mathpy", "RELU_BIAS: **mathpy** ms", "nvmath ms", "torch relu(addmm) ms",
+               "nvmath / mathpy", "torch / mathpy", "engine, row-major D ms"]
+
+    def with_tflops(r, lib):
+        return f"{r[f'{lib}_ms']:.3f} ({r[f'{lib}_tflops']:.0f})" if f"{lib}_ms" in r else "-"
+
+    cells = []
+    for r in gemm:
+        cells.append([r["shape"], r["dtype"], f"**{with_tflops(r, 'mathpy')}**", with_tflops(r, "torch"),
+                      with_tflops(r, "nvmath"), ratio(r.get("torch_ms"), r["mathpy_ms"]),
+                      ratio(r.get("nvmath_ms"), r["mathpy_ms"]), f"**{ms(r['mathpy_relu_bias_ms'])}**",
+                      ms(r.get("nvmath_relu_bias_ms")), ms(r.get("torch_relu_bias_ms")),
+                      ratio(r.get("nvmath_relu_bias_ms"), r["mathpy_relu_bias_ms"]),
+                      ratio(r.get("torch_relu_bias_ms"), r["mathpy_relu_bias_ms"]),
+                      ms(r.get("engine_row_major_d_ms"))])
+    return "\n".join([
+        table(headers, cells), "",
+        "GPU time per call (ms), medians; RELU_BIAS is fused in cuBLASLt for mathpy and nvmath, torch runs "
+        "relu(addmm). " + RATIO_NOTE + " Target: >= 0.98 against the faster of torch and nvmath.", "",
+        table(["call, 128^3 fp16, async", "us per call"], [[name, f"{us:.1f}"] for name, us in overhead.items()]),
+        "", "Host time per asynchronous call (median of 3 rounds of 2000 calls)."])
+
+
+# --- bench_device.py ----------------------------------------------------------------------------------------------
+
+def device_table(rows):
+    """``rows``: (section, problem, mathpy ms, {peer: ms}, ratio, target, note) as bench_device.py collects them;
+    ratio = the vendor reference's time / mathpy's."""
+    cells = [[section, problem, f"**{ms(t)}**", ", ".join(f"{k} {v:.3f}" for k, v in peers.items()), f"{r:.2f}",
+              target, note] for section, problem, t, peers, r, target, note in rows]
+    return "\n".join([
+        table(["section", "problem", "**mathpy** ms", "peers (ms)", "reference / mathpy", "target", "note"], cells),
+        "",
+        "The reference is cuFFT for the block FFT, cuFFT with the filter fused as an LTO epilog plus an inverse cuFFT "
+        "(through mathpy.fft) for the fused convolution, and the faster cuBLAS call (torch.bmm, cupy.matmul) for the "
+        "block GEMM; best of three rounds. " + RATIO_NOTE])

@@ -1,0 +1,112 @@
+"""docs/benchmarks.md shows the tables exactly as the benchmark scripts print them (so a GPU run's output can be pasted
+whole), every ratio is peer time / mathpy time, and the page says which numpy ran where."""
+
+import importlib.util
+import pathlib
+import re
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "benchmarks.md"
+
+
+@pytest.fixture(scope="module")
+def report():
+    spec = importlib.util.spec_from_file_location("_report", ROOT / "benchmarks" / "_report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def tables(text):
+    """Each Markdown table of ``text`` as (header cells, rows of cells)."""
+    found, current = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            current.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+        elif current:
+            found.append((current[0], [row for row in current[2:]]))
+            current = []
+    return found
+
+
+def number(cell):
+    match = re.search(r"-?\d+(\.\d+)?", cell.replace("**", ""))
+    return float(match.group()) if match else None
+
+
+def script_headers(report):
+    """The header rows the scripts print, every optional peer present."""
+    callbacks = report.callbacks_table([{"case": "c", "plain": 1, "C++": 1, "numba": 1, "mathpy": 1, "nvmath": 1,
+                                         "cupy": 1}], ["plain", "C++", "numba", "mathpy", "nvmath", "cupy"])
+    fft = report.fft_tables([("1-D c64", (2, 4), {"mathpy": 1, "torch": 1, "cupy": 1, "nvmath": 1}, {"torch": 0})],
+                            {"cupy.fft.fft": 1.0})
+    row = {"shape": "1x1x1", "dtype": "float16", "mathpy_ms": 1, "mathpy_tflops": 1, "mathpy_relu_bias_ms": 1}
+    matmul = report.matmul_tables([row], {"torch.matmul": 1.0})
+    device = report.device_table([("FFT c64", "n=64", 1.0, {"cuFFT (cupy)": 1.0}, 1.0, ">= 0.80", "")])
+    return [tuple(header) for text in (callbacks, fft, matmul, device) for header, _ in tables(text)]
+
+
+def test_page_tables_are_the_scripts_tables(report):
+    page = [tuple(header) for header, _ in tables(PAGE.read_text())]
+    assert page == script_headers(report)
+
+
+def _check(rows, pairs, where):
+    checked = 0
+    for row in rows:
+        for ratio_index, peer_index, mathpy_index in pairs:
+            r, peer, mathpy = (number(row[i]) for i in (ratio_index, peer_index, mathpy_index))
+            if None in (r, peer, mathpy) or row[0] == "geometric mean":
+                continue
+            assert abs(r - peer / mathpy) <= 0.011, f"{where} row {row[0]}: ratio {r} is not {peer} / {mathpy}"
+            checked += 1
+    return checked
+
+
+def test_every_ratio_is_peer_time_over_mathpy_time():
+    found = tables(PAGE.read_text())
+    checked = 0
+    for header, rows in found:
+        if header[0] == "case":  # callbacks
+            mathpy = header.index("**mathpy**")
+            names = {"CuPy": "unfused CuPy"}
+            pairs = [(i, header.index(names.get(h[:-len(" / mathpy")], h[:-len(" / mathpy")])), mathpy)
+                     for i, h in enumerate(header) if h.endswith(" / mathpy")]
+        elif header[0].startswith("problem"):  # bench_fft
+            mathpy = header.index("**mathpy** ms")
+            names = {"CuPy": "CuPy ms", "torch": "torch ms", "nvmath": "nvmath ms"}
+            pairs = [(i, header.index(names[h.split(" /")[0]]), mathpy) for i, h in enumerate(header)
+                     if h.endswith(" / mathpy")]
+        elif header[0] == "M x N x K":  # bench_matmul: plain GEMM, then RELU_BIAS
+            plain, fused = header.index("**mathpy** ms (TFLOP/s)"), header.index("RELU_BIAS: **mathpy** ms")
+            pairs = [(5, 3, plain), (6, 4, plain), (10, 8, fused), (11, 9, fused)]
+            assert [header[i] for i in (5, 6, 10, 11)] == ["torch / mathpy", "nvmath / mathpy", "nvmath / mathpy",
+                                                            "torch / mathpy"]
+        elif header[0] == "section":  # bench_device: the reference is the fastest peer
+            for row in rows:
+                peers = [float(v) for v in re.findall(r"\d+\.\d+", row[3])]
+                r = number(row[4])
+                assert abs(r - min(peers) / number(row[2])) <= 0.011, row
+                checked += 1
+            continue
+        else:
+            continue
+        checked += _check(rows, pairs, header[0])
+    assert checked > 50
+
+
+def test_ratio_direction_of_the_scripts(report):
+    """mathpy twice as fast gives 2.00 in every script's table."""
+    text = report.callbacks_table([{"case": "c", "C++": 2.0, "mathpy": 1.0}], ["C++", "mathpy"])
+    assert tables(text)[0][1][0][-1] == "2.00"
+    assert report.ratio(2.0, 1.0) == "2.00" and report.ratio(None, 1.0) == "-"
+    assert "above 1 means mathpy is faster" in text
+
+
+def test_page_says_which_numpy_ran_where():
+    text = PAGE.read_text()
+    assert "numpy 2.5.2" in text and "numpy<2.5" in text and "numpy 2.4" in text
+    pin = re.search(r'"numpy[^"]*"', (ROOT / "pyproject.toml").read_text()).group()
+    assert "<2.5" in pin, "the page explains a pin of numpy<2.5; update it with the pin"
