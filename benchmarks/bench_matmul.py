@@ -9,10 +9,10 @@ What it measures (random non-zero data, warm-up first, medians of several rounds
    library runs a stateful, planned product (mathpy ``Matmul``, nvmath ``Matmul``, torch ``matmul(out=)``). Time is
    GPU time: CUDA events around ``reps`` calls queued behind a long sleep kernel, so the host's per-call cost cannot
    hide in it. Ratios are peer time / mathpy time (target >= 0.98 against the faster of torch and nvmath). An extra
-   column times the cuBLASLt engine alone with a row-major result (the swapped NN form nvmath uses for row-major operands). With no
-   epilog the API stores D column-major (TT form) for 16-bit operands and row-major (NN form) for float32 (see
-   ``mathpy.host.matmul._problem``), so the column shows what the other choice would cost for 16-bit dtypes and
-   times the API's own form for float32.
+   column times the cuBLASLt engine alone with a row-major result (the swapped NN form nvmath uses for row-major
+   operands). With no epilog the API stores D column-major (TT form) for 16-bit operands and row-major (NN form)
+   for float32 (see ``mathpy.host.matmul._problem``), so the column shows what the other choice would cost for
+   16-bit dtypes and times the API's own form for float32.
 2. Fused RELU_BIAS (bias per row of the result): mathpy vs nvmath (both fused in cuBLASLt) vs torch ``relu(addmm)``.
 3. Host overhead of the stateful execute on 128^3 fp16: wall time per call over 2000 asynchronous calls (GPU time is
    ~3 us, so this is the Python + launch cost): mathpy ``Matmul.execute``, mathpy's engine alone, mathpy ``matmul()``
