@@ -1,7 +1,10 @@
-"""Every example in examples/ behaves on a machine without a GPU: run plainly it says so in one line and how to run it
-instead; run that way (the command its docstring gives after "Run without one", e.g. on numba's CUDA simulator at
-a small size) it finishes and checks its own result. On a GPU machine tests/test_device_gpu.py runs them at full
-size."""
+"""Every GPU-only example in examples/ behaves on a machine without a GPU: run plainly it says so in one line and how
+to run it instead; run that way (the command its docstring gives after "Run without one", e.g. on numba's CUDA
+simulator at a small size) it finishes and checks its own result. On a GPU machine tests/test_device_gpu.py runs them
+at full size.
+
+An example is GPU-only when its docstring has a "Run without one" line. Examples that run on the CPU as they are (the
+host APIs' CPU execution space) have no such line and are run by the tests of what they demonstrate."""
 
 import ast
 import os
@@ -16,7 +19,15 @@ import pytest
 from mathpy import _cuda
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.py") if not p.name.startswith("_"))
+_RUN_WITHOUT_ONE = re.compile(r"^Run without one[^:]*:\s*(.+)$", flags=re.M)
+
+
+def _docstring(path):
+    return ast.get_docstring(ast.parse(path.read_text())) or ""
+
+
+EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.py")
+                  if not p.name.startswith("_") and _RUN_WITHOUT_ONE.search(_docstring(p)))
 
 
 def _env(**extra):
@@ -29,8 +40,7 @@ def _env(**extra):
 def no_gpu_route(example):
     """(environment variables, arguments) of the docstring's "Run without one ...: [VAR=1 ...] python examples/x.py
     [args]" line."""
-    doc = ast.get_docstring(ast.parse((ROOT / "examples" / example).read_text())) or ""
-    match = re.search(r"^Run without one[^:]*:\s*(.+)$", doc, flags=re.M)
+    match = _RUN_WITHOUT_ONE.search(_docstring(ROOT / "examples" / example))
     assert match, f"examples/{example}'s docstring must say how to run it without a GPU (a 'Run without one: ...' line)"
     words = shlex.split(match.group(1))
     env = dict(w.split("=", 1) for w in words if re.fullmatch(r"[A-Z_]+=\S*", w))
