@@ -1,0 +1,113 @@
+"""The pipeline written with array expressions: NumPy + SciPy's FFT on the CPU, or CuPy on the GPU (the same code;
+CuPy is a drop-in for NumPy here). This is what a careful array programmer writes: the stamps are batched into one
+FFT per stage, results are written into preallocated arrays with ``out=``, the FFT plans are cached (scipy.fft's
+and cupy.fft's own plan caches), nothing leaves the device until the detections. Every pointwise step is its own
+pass over memory, because an array library cannot reach inside its FFTs.
+"""
+
+import numpy as np
+
+from . import sfft
+
+__all__ = ["ArrayPipeline", "NullTimer"]
+
+
+class NullTimer:
+    """The ``timer`` protocol: ``mark(stage)`` closes a stage of the pipeline."""
+
+    def mark(self, stage):
+        pass
+
+
+class _SciPyFFT:
+    """scipy.fft with all cores (``workers=-1``): NumPy's FFT, multithreaded."""
+
+    def __init__(self):
+        import scipy.fft
+        self._fft = scipy.fft
+
+    def __getattr__(self, name):
+        function = getattr(self._fft, name)
+        return lambda *args, **kwargs: function(*args, workers=-1, **kwargs)
+
+
+class ArrayPipeline:
+    """``ArrayPipeline(config, xp=numpy)`` (or ``xp=cupy``); ``run(...)`` subtracts one image pair."""
+
+    def __init__(self, config, xp=np):
+        self.config, self.xp = config, xp
+        if xp is np:
+            self.fft = _SciPyFFT()
+        else:
+            self.fft = xp.fft
+        self.tables = t = sfft.Tables(config)
+        self._kernel_pixels = tuple(xp.asarray(a) for a in t.kernel_pixels)
+        self._psf_pixels = tuple(xp.asarray(a) for a in t.psf_pixels)
+        self._lags = xp.asarray(t.lag_index)
+        self._projection, self._half_projection = xp.asarray(t.projection), xp.asarray(t.half_projection)
+
+    def _stamps(self, image, scale, out):
+        """Cut the image into overlapping stamps (reflected at the image border), scaled, into ``out`` (B, P, P)."""
+        xp, c = self.xp, self.config
+        padded = xp.pad(image, c.pad, mode="reflect")
+        row, item = padded.shape[1] * padded.itemsize, padded.itemsize
+        windows = xp.lib.stride_tricks.as_strided(padded, (c.grid, c.grid, c.stamp, c.stamp),
+                                                  (c.core * row, c.core * item, row, item))
+        xp.multiply(windows, np.float32(scale), out=out.reshape(windows.shape))
+
+    def run(self, science, reference, psfs, sigma_science, sigma_reference, timer=None):
+        """Difference (counts) and score (sigma) images, (n, n) float32 each, of one image pair.
+
+        science, reference  (n, n) float32 images on one pixel grid
+        psfs                (B, 2r+1, 2r+1) science PSF model at each stamp's centre (unit sum)
+        sigma_*             each image's sky noise (1 sigma)
+        """
+        xp, fft, c, t = self.xp, self.fft, self.config, self.tables
+        timer = timer or NullTimer()
+        p, lags = c.stamp, self._lags
+
+        stack = xp.empty((2, c.batch, p, p), np.float32)
+        self._stamps(science, 1 / sigma_science, stack[0])
+        self._stamps(reference, 1 / sigma_reference, stack[1])
+        spectra = fft.rfft2(stack)
+        i_hat, j_hat = spectra[0], spectra[1]
+        j_hat[:, 0, 0] = 0  # fit the reference's fluctuations: its mean is the background's business
+        timer.mark("stamps + forward FFTs")
+
+        products = xp.empty((2, c.batch, p, c.half), np.complex64)
+        j_conj = j_hat.conj()
+        xp.multiply(j_conj, j_hat, out=products[0])
+        xp.multiply(j_conj, i_hat, out=products[1])
+        correlations = fft.irfft2(products, s=(p, p))
+        windows = correlations[:, :, lags[:, None], lags[None, :]]
+        rows = (xp.stack((i_hat[:, 0, :], j_hat[:, 0, :]), axis=1) @ self._half_projection).real
+        columns = (xp.stack((i_hat[:, :, 0], j_hat[:, :, 0]), axis=1) @ self._projection).real
+        kb, rhs_b = sfft.background_blocks(xp, t, rows, columns, i_hat[:, 0, 0].real, j_hat[:, 0, 0].real)
+        timer.mark("normal equations (correlations)")
+
+        kernels, backgrounds = sfft.solve(xp, c, t, windows[0], windows[1], kb, rhs_b)
+        timer.mark("solve")
+
+        images = xp.zeros((2, c.batch, p, p), np.float32)
+        images[0][:, self._kernel_pixels[0], self._kernel_pixels[1]] = kernels
+        images[1][:, self._psf_pixels[0], self._psf_pixels[1]] = psfs.reshape(c.batch, -1)
+        kernel_spectra = fft.rfft2(images)
+        k_hat, p_hat = kernel_spectra[0], kernel_spectra[1]
+        norms = sfft.score_norm(xp, fft, c, t, kernels, psfs)
+        timer.mark("kernel + PSF spectra")
+
+        k0 = k_hat[:, 0, 0].real
+        phi = xp.sqrt((1 + k0 * k0)[:, None, None] / (1 + (k_hat * k_hat.conj()).real))
+        out = xp.empty((2, c.batch, p, c.half), np.complex64)
+        d_hat, s_hat = out[0], out[1]
+        xp.multiply(k_hat, j_hat, out=d_hat)
+        xp.subtract(i_hat, d_hat, out=d_hat)
+        d_hat *= phi
+        xp.multiply(p_hat.conj(), phi, out=s_hat)
+        s_hat *= d_hat
+        difference = fft.irfft2(out, s=(p, p))
+        timer.mark("difference, decorrelation, score")
+
+        images = sfft.stitch(xp, c, t, difference[0], difference[1], backgrounds, norms, sigma_science)
+        timer.mark("stitch")
+        return images

@@ -1,0 +1,251 @@
+"""The difference-imaging algorithm shared by the NumPy, CuPy and mathpy pipelines: the stamp layout, the SFFT normal
+equations assembled from Fourier-space correlations, the batched solve, the score normalisation, stitching and
+detection. Every function takes the array module ``xp`` (NumPy or CuPy) so that each pipeline runs it where its data
+lives; the pipelines differ only in how they compute the FFTs and the pointwise work around them.
+
+The model (Hu et al. 2022, "Image Subtraction in Fourier Space", SFFT): on each stamp the science image I is
+matched by the reference J convolved with a kernel K expanded on delta functions (one free value per kernel pixel,
+``(2w+1)^2`` of them) plus a differential background (a plane), ``I ~ K (x) J + b0 + bu u + bv v``. The least-squares
+normal equations are built in Fourier space: the kernel-kernel block is J's autocorrelation at lags s - t, the
+kernel-right-hand side J's cross-correlation with I, both one inverse FFT of a spectral product; the kernel-background
+blocks reduce to J's row and column sums, which are the zero row and column of J's spectrum. SFFT expands the kernel
+in polynomials of position over a whole image; here the image is cut into overlapping stamps, each with its own
+kernel and background (the stamps are batched into single FFTs), which follows a PSF that varies over the field.
+
+Both images are divided by their sky noise first, so the difference's noise spectrum is ``1 + |K^|^2`` and the
+decorrelation filter (Reiss & Lupton 2016, as in SFFT's decorrelation) is ``phi^ = sqrt((1 + k0^2) / (1 + |K^|^2))``,
+``k0 = sum(K)``. The detection statistic is the matched filter of the decorrelated difference with its own PSF,
+``phi (x) P``, in units of its noise (ZOGY's score image): ``S^ = conj(P^) phi^ D'^ / (sigma_D ||phi (x) P||)``.
+
+Conventions: stamps are ``P = core + 2 pad`` pixels wide, ``B = (n / core)^2`` of them; a correlation
+``c(tau) = sum_y J(y) X(y + tau)`` is ``irfft2(conj(J^) X^)``; kernel offsets s = (dy, dx) run over ``[-w, w]^2``,
+dy major, and the kernel image holds K(s) at (dy mod P, dx mod P).
+"""
+
+import dataclasses
+
+import numpy as np
+
+__all__ = ["Config", "Tables", "background_blocks", "solve", "score_norm", "stitch", "crop", "detect", "match"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The stamp decomposition and the model's sizes.
+
+    n              image size (square images, n x n), a multiple of ``core``
+    core           stamp core: each stamp's result is kept on core x core pixels
+    pad            stamp border on each side; it must hold the kernel and the PSF so that circular convolutions
+                   do not wrap into the core
+    kernel_radius  w: the kernel has (2w + 1)^2 delta-function coefficients
+    psf_radius     the science PSF model is given on (2 psf_radius + 1)^2 pixels
+    norm_grid      FFT size on which the score's normalisation ||phi (x) P|| is evaluated (P and K are compact)
+    ridge          Tikhonov regularisation of the kernel, relative to the mean diagonal of the normal matrix
+    threshold      detection threshold of the score (sigma)
+    """
+
+    n: int
+    core: int = 256
+    pad: int = 16
+    kernel_radius: int = 4
+    psf_radius: int = 8
+    norm_grid: int = 64
+    ridge: float = 1e-6
+    threshold: float = 5.0
+
+    def __post_init__(self):
+        for name in ("n", "core", "pad", "kernel_radius", "psf_radius", "norm_grid"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"Config.{name} must be a positive integer, got {value!r}")
+        if self.n % self.core:
+            raise ValueError(f"Config.n ({self.n}) must be a multiple of core ({self.core})")
+        if self.pad < self.kernel_radius + self.psf_radius:
+            raise ValueError(f"Config.pad ({self.pad}) must be at least kernel_radius + psf_radius "
+                             f"({self.kernel_radius + self.psf_radius}) so that convolutions do not wrap into the core")
+        if self.norm_grid < 2 * (2 * self.kernel_radius + self.psf_radius) + 1:
+            raise ValueError(f"Config.norm_grid ({self.norm_grid}) is too small for the kernel and the PSF")
+        if self.stamp % 2:
+            raise ValueError(f"the stamp size core + 2 pad ({self.stamp}) must be even")
+
+    @property
+    def stamp(self):
+        """P: stamp width, the FFT size."""
+        return self.core + 2 * self.pad
+
+    @property
+    def grid(self):
+        return self.n // self.core
+
+    @property
+    def batch(self):
+        """B: the number of stamps."""
+        return self.grid ** 2
+
+    @property
+    def half(self):
+        """H = P/2 + 1: the halved axis of a real FFT."""
+        return self.stamp // 2 + 1
+
+    @property
+    def taps(self):
+        """L: kernel coefficients per stamp."""
+        return (2 * self.kernel_radius + 1) ** 2
+
+    @property
+    def lags(self):
+        """Correlation lags needed, per axis: the kernel-kernel block needs s - t in [-2w, 2w]."""
+        return 4 * self.kernel_radius + 1
+
+
+class Tables:
+    """Index tables that depend only on the configuration (NumPy; the pipelines move them to their device)."""
+
+    def __init__(self, config):
+        c = config
+        w, p = c.kernel_radius, c.stamp
+        d = np.arange(-w, w + 1)
+        self.dy, self.dx = (a.reshape(-1) for a in np.meshgrid(d, d, indexing="ij"))
+        lag = np.arange(-2 * w, 2 * w + 1)
+        self.lag_index = lag % p          # where lag tau sits in a P-periodic correlation
+        # normal matrix M[i, j] = A(s_i - s_j): row/column into the (lags x lags) window of J's autocorrelation
+        self.kk_row = (self.dy[:, None] - self.dy[None, :] + 2 * w)
+        self.kk_col = (self.dx[:, None] - self.dx[None, :] + 2 * w)
+        self.rhs_row, self.rhs_col = self.dy + 2 * w, self.dx + 2 * w
+        # background basis along one stamp axis, in [-1, 1)
+        self.ramp = ((np.arange(p) - (p - 1) / 2) / (p / 2)).astype(np.float32)
+        # Kernel-background block: sum_x X(x - d e) ramp(x) for a shift d in [-w, w] along one axis e is
+        # (1/P) sum_k X^_e(k) exp(-2 pi i k d / P) conj(ramp^(k)), X^_e the zero line of X's spectrum along e.
+        k = np.arange(p)
+        line = np.exp(-2j * np.pi * np.outer(k, d) / p) * np.conj(np.fft.fft(self.ramp.astype(np.float64)))[:, None] / p
+        self.projection = line.astype(np.complex64)                      # (P, 2w+1): a full zero line
+        weights = np.full(c.half, 2.0)
+        weights[0] = weights[-1] = 1.0
+        self.half_projection = (line[:c.half] * weights[:, None]).astype(np.complex64)  # (H, 2w+1): a half line
+        self.kernel_pixels = (self.dy % p, self.dx % p)
+        r = c.psf_radius
+        e = np.arange(-r, r + 1)
+        py, px = np.meshgrid(e, e, indexing="ij")
+        self.psf_pixels = (py.reshape(-1) % p, px.reshape(-1) % p)
+        g = c.norm_grid
+        self.norm_kernel_pixels = (self.dy % g, self.dx % g)
+        self.norm_psf_pixels = (py.reshape(-1) % g, px.reshape(-1) % g)
+        # real-FFT weights of the halved axis on the norm grid: the columns 1..G/2-1 stand for two
+        self.norm_weights = np.full(g // 2 + 1, 2.0, np.float32)
+        self.norm_weights[0] = self.norm_weights[-1] = 1.0
+        ramp2 = float(np.sum(self.ramp.astype(np.float64) ** 2))
+        self.bb = np.diag([p * p, p * ramp2, p * ramp2])  # the background-background block (the ramps sum to 0)
+
+
+def background_blocks(xp, tables, rows, columns, total_i, total_j):
+    """(kernel-background block (B, L, 3), background right-hand side (B, 3)) of the normal equations.
+
+    rows[:, 0 / 1, d]     sum_x I(x - (0, d)) u(x) / the same for J, u the ramp along columns, d in [-w, w]
+    columns[:, 0 / 1, d]  the same with shifts (d, 0) along rows and the ramp v along rows
+    total_i, total_j      sum_x I(x), sum_x J(x)
+    (the pipelines get the projections from the zero row and column of the spectra: ``Tables.projection``)."""
+    t = tables
+    w = (rows.shape[-1] - 1) // 2
+    b, taps = rows.shape[0], t.dy.size
+    kb = xp.empty((b, taps, 3), np.float64)
+    kb[:, :, 0] = total_j[:, None]
+    kb[:, :, 1] = rows[:, 1, xp.asarray(t.dx + w)]
+    kb[:, :, 2] = columns[:, 1, xp.asarray(t.dy + w)]
+    rhs = xp.stack([total_i, rows[:, 0, w], columns[:, 0, w]], axis=-1)
+    return kb, rhs
+
+
+def solve(xp, config, tables, window_jj, window_ji, kb, rhs_b):
+    """Kernels (B, L) and backgrounds (B, 3) from the correlation windows (B, lags, lags) of J with itself and of
+    J with I, and the background blocks; one batched float64 solve of the (L + 3)-square normal equations.
+    ``window_jj`` gets the ridge added at lag 0 (in place)."""
+    t = tables
+    b, taps, w2 = window_jj.shape[0], t.dy.size, 2 * config.kernel_radius
+    m = xp.empty((b, taps + 3, taps + 3), np.float64)
+    window_jj[:, w2, w2] *= np.float32(1 + config.ridge)  # the diagonal of M is the autocorrelation at lag 0
+    m[:, :taps, :taps] = window_jj[:, xp.asarray(t.kk_row), xp.asarray(t.kk_col)]
+    m[:, :taps, taps:] = kb
+    m[:, taps:, :taps] = kb.transpose(0, 2, 1)
+    m[:, taps:, taps:] = xp.asarray(t.bb)
+    rhs = xp.empty((b, taps + 3), np.float64)
+    rhs[:, :taps] = window_ji[:, xp.asarray(t.rhs_row), xp.asarray(t.rhs_col)]
+    rhs[:, taps:] = rhs_b
+    x = xp.linalg.solve(m, rhs[..., None])[..., 0]
+    return x[:, :taps].astype(np.float32), x[:, taps:].astype(np.float32)
+
+
+def score_norm(xp, fft, config, tables, kernels, psfs):
+    """1 / (sigma_D ||phi (x) P||) per stamp, with sigma_D^2 = 1 + k0^2, evaluated on the small ``norm_grid``
+    (kernel and PSF are compact there). ``fft`` is the FFT namespace of the pipeline (numpy.fft-compatible)."""
+    t, g = tables, config.norm_grid
+    b = kernels.shape[0]
+    grids = xp.zeros((2, b, g, g), np.float32)
+    grids[0][:, xp.asarray(t.norm_kernel_pixels[0]), xp.asarray(t.norm_kernel_pixels[1])] = kernels
+    grids[1][:, xp.asarray(t.norm_psf_pixels[0]), xp.asarray(t.norm_psf_pixels[1])] = psfs.reshape(b, -1)
+    spectra = fft.rfft2(grids)
+    k_hat, p_hat = spectra[0], spectra[1]
+    k0 = k_hat[:, 0, 0].real
+    phi2 = (1 + k0 * k0)[:, None, None] / (1 + (k_hat * k_hat.conj()).real)
+    weights = xp.asarray(t.norm_weights)
+    norm2 = ((p_hat * p_hat.conj()).real * phi2 * weights).sum(axis=(1, 2)) / (g * g)
+    return (1 / xp.sqrt((1 + k0 * k0) * norm2)).astype(np.float32)
+
+
+def _core_to_image(xp, config, stamps):
+    """(B, core, core) stamp cores -> the (n, n) image."""
+    c = config
+    return stamps.reshape(c.grid, c.grid, c.core, c.core).transpose(0, 2, 1, 3).reshape(c.n, c.n)
+
+
+def crop(xp, config, stamps):
+    """The (n, n) image made of the stamps' cores (a copy)."""
+    c = config
+    core = stamps[:, c.pad:c.pad + c.core, c.pad:c.pad + c.core]
+    return xp.ascontiguousarray(_core_to_image(xp, config, core))
+
+
+def stitch(xp, config, tables, difference, score, backgrounds, norms, sigma_science):
+    """Difference (counts) and score images (n, n) from the stamps' decorrelated difference and unnormalised score
+    (B, P, P), both in science-noise units with the background still in: the background plane is removed here
+    (decorrelation and a centred PSF leave a plane unchanged away from the stamp edges)."""
+    c = config
+    s = slice(c.pad, c.pad + c.core)
+    ramp = xp.asarray(tables.ramp[s])
+    plane = (backgrounds[:, 0, None, None] + backgrounds[:, 1, None, None] * ramp[None, None, :] +
+             backgrounds[:, 2, None, None] * ramp[None, :, None])
+    d = (difference[:, s, s] - plane) * np.float32(sigma_science)
+    z = (score[:, s, s] - plane) * norms[:, None, None]
+    return (xp.ascontiguousarray(_core_to_image(xp, c, d)), xp.ascontiguousarray(_core_to_image(xp, c, z)))
+
+
+def detect(xp, score, threshold, radius=2):
+    """Local maxima of the score above ``threshold`` (their (2 radius + 1)^2 neighbourhood's maximum): an (m, 2)
+    NumPy array of (row, column) and the (m,) peak values, brightest first."""
+    rows, cols = xp.nonzero(score > threshold)
+    if int(rows.size) == 0:
+        return np.empty((0, 2), np.int64), np.empty(0, np.float32)
+    n0, n1 = score.shape
+    d = xp.arange(-radius, radius + 1)
+    nr = xp.clip(rows[:, None, None] + d[None, :, None], 0, n0 - 1)
+    nc = xp.clip(cols[:, None, None] + d[None, None, :], 0, n1 - 1)
+    values = score[rows, cols]
+    peak = values >= score[nr, nc].reshape(rows.size, -1).max(axis=1)
+    rows, cols, values = (_to_numpy(a[peak]) for a in (rows, cols, values))
+    order = np.argsort(-values)
+    return np.stack([rows, cols], axis=1)[order], values[order]
+
+
+def _to_numpy(a):
+    return a.get() if hasattr(a, "get") else np.asarray(a)
+
+
+def match(detections, truth, radius=2.0):
+    """(indices of recovered truth positions, number of detections matching no truth): a detection at pixel
+    (row, col) matches a truth position (y, x) (continuous coordinates, pixel centres at +0.5) within ``radius``."""
+    if len(detections) == 0 or len(truth) == 0:
+        return np.array([], np.int64), len(detections)
+    centre = np.asarray(truth) - 0.5
+    distance = np.hypot(*(detections[:, None, :] - centre[None, :, :]).transpose(2, 0, 1))
+    recovered = np.flatnonzero(distance.min(axis=0) <= radius)
+    spurious = int(np.sum(distance.min(axis=1) > radius))
+    return recovered, spurious
