@@ -1,8 +1,9 @@
-"""The pipeline written with array expressions: NumPy + SciPy's FFT on the CPU, or CuPy on the GPU (the same code;
-CuPy is a drop-in for NumPy here). This is what a careful array programmer writes: the stamps are batched into one
-FFT per stage, results are written into preallocated arrays with ``out=``, the FFT plans are cached (scipy.fft's
-and cupy.fft's own plan caches), nothing leaves the device until the detections. Every pointwise step is its own
-pass over memory, because an array library cannot reach inside its FFTs.
+"""The pipeline written with array expressions: NumPy + scipy.fft on the CPU, or CuPy + cupyx.scipy.fft on the GPU
+(the same code: CuPy is a drop-in for NumPy and SciPy here). This is what a careful array programmer writes: the
+stamps are batched into one FFT per stage, pointwise results go into preallocated arrays with ``out=``, inverse FFTs
+may overwrite their (temporary) input instead of copying it, FFT plans are cached (scipy.fft's and CuPy's own plan
+caches), and nothing leaves the device until the detections. Each pointwise step is still its own pass over memory:
+an array library cannot reach inside its FFTs.
 """
 
 import numpy as np
@@ -39,7 +40,8 @@ class ArrayPipeline:
         if xp is np:
             self.fft = _SciPyFFT()
         else:
-            self.fft = xp.fft
+            import cupyx.scipy.fft
+            self.fft = cupyx.scipy.fft
         self.tables = t = sfft.Tables(config)
         self._kernel_pixels = tuple(xp.asarray(a) for a in t.kernel_pixels)
         self._psf_pixels = tuple(xp.asarray(a) for a in t.psf_pixels)
@@ -78,7 +80,7 @@ class ArrayPipeline:
         j_conj = j_hat.conj()
         xp.multiply(j_conj, j_hat, out=products[0])
         xp.multiply(j_conj, i_hat, out=products[1])
-        correlations = fft.irfft2(products, s=(p, p))
+        correlations = fft.irfft2(products, s=(p, p), overwrite_x=True)
         windows = correlations[:, :, lags[:, None], lags[None, :]]
         rows = (xp.stack((i_hat[:, 0, :], j_hat[:, 0, :]), axis=1) @ self._half_projection).real
         columns = (xp.stack((i_hat[:, :, 0], j_hat[:, :, 0]), axis=1) @ self._projection).real
@@ -105,7 +107,7 @@ class ArrayPipeline:
         d_hat *= phi
         xp.multiply(p_hat.conj(), phi, out=s_hat)
         s_hat *= d_hat
-        difference = fft.irfft2(out, s=(p, p))
+        difference = fft.irfft2(out, s=(p, p), overwrite_x=True)
         timer.mark("difference, decorrelation, score")
 
         images = sfft.stitch(xp, c, t, difference[0], difference[1], backgrounds, norms, sigma_science)
