@@ -52,7 +52,7 @@ def callbacks(config):
     lag = 2 * w
     half_p = p // 2
     f0, f05, f1 = np.float32(0), np.float32(0.5), np.float32(1)
-    inv_pp = np.float32(1 / pp)
+    inv_p, inv_pp = np.float32(1 / p), np.float32(1 / pp)
     centre, inv_half_width = np.float32((p - 1) / 2), np.float32(2 / p)
 
     def stamps_prolog(data_in, offset, user_info, unused):
@@ -98,7 +98,7 @@ def callbacks(config):
     def correlation_epilog(data_out, offset, value, user_info, unused):
         lag_row = np.int64(offset) // two_bh
         if lag_row <= lag or lag_row >= p - lag:
-            data_out[offset] = value
+            data_out[offset] = value * inv_p  # with the 1/P of the irfft over the other axis: irfft2's 1/P^2
 
     def kernel_psf_prolog(data_in, offset, user_info, unused):
         o = np.int64(offset)
@@ -233,7 +233,7 @@ class MathpyPipeline:
 
         rows = self.correlation_fft.execute(direction="inverse")[self._lags]   # (lags, 2 B H): the needed rows
         windows = mathpy.fft.irfft(rows.reshape(lags, 2, b, c.half), n=p)[..., self._lags]
-        windows = windows.transpose(1, 2, 0, 3) * np.float32(1 / p)          # (2, B, lags, lags)
+        windows = windows.transpose(1, 2, 0, 3)                             # (2, B, lags, lags)
         kb, rhs_b = sfft.background_blocks(xp, t, *self._projections())
         timer.mark("normal equations (correlations)")
 

@@ -108,10 +108,15 @@ class Tables:
         self.dy, self.dx = (a.reshape(-1) for a in np.meshgrid(d, d, indexing="ij"))
         lag = np.arange(-2 * w, 2 * w + 1)
         self.lag_index = lag % p          # where lag tau sits in a P-periodic correlation
-        # normal matrix M[i, j] = A(s_i - s_j): row/column into the (lags x lags) window of J's autocorrelation
-        self.kk_row = (self.dy[:, None] - self.dy[None, :] + 2 * w)
-        self.kk_col = (self.dx[:, None] - self.dx[None, :] + 2 * w)
-        self.rhs_row, self.rhs_col = self.dy + 2 * w, self.dx + 2 * w
+        # The normal matrix, gathered per stamp from [J's autocorrelation window (lags^2), the kernel-background
+        # block (L x 3), the background-background block (3 x 3)]: M[i, j] = A(s_i - s_j) for kernel taps i, j.
+        lags = 4 * w + 1
+        taps = self.dy.size
+        kk = (self.dy[:, None] - self.dy[None, :] + 2 * w) * lags + (self.dx[:, None] - self.dx[None, :] + 2 * w)
+        kb = lags * lags + np.arange(taps)[:, None] * 3 + np.arange(3)[None, :]
+        bb = lags * lags + 3 * taps + np.arange(9).reshape(3, 3)
+        self.assembly = np.block([[kk, kb], [kb.T, bb]]).reshape(-1)
+        self.rhs_index = (self.dy + 2 * w) * lags + self.dx + 2 * w  # C(s_i) in the cross-correlation window
         # background basis along one stamp axis, in [-1, 1)
         self.ramp = ((np.arange(p) - (p - 1) / 2) / (p / 2)).astype(np.float32)
         # Kernel-background block: sum_x X(x - d e) ramp(x) for a shift d in [-w, w] along one axis e is
@@ -134,7 +139,7 @@ class Tables:
         self.norm_weights = np.full(g // 2 + 1, 2.0, np.float32)
         self.norm_weights[0] = self.norm_weights[-1] = 1.0
         ramp2 = float(np.sum(self.ramp.astype(np.float64) ** 2))
-        self.bb = np.diag([p * p, p * ramp2, p * ramp2])  # the background-background block (the ramps sum to 0)
+        self.bb = np.diag([p * p, p * ramp2, p * ramp2]).reshape(-1)  # background-background (ramps sum to 0)
 
 
 def background_blocks(xp, tables, rows, columns, total_i, total_j):
@@ -161,16 +166,12 @@ def solve(xp, config, tables, window_jj, window_ji, kb, rhs_b):
     ``window_jj`` gets the ridge added at lag 0 (in place)."""
     t = tables
     b, taps, w2 = window_jj.shape[0], t.dy.size, 2 * config.kernel_radius
-    m = xp.empty((b, taps + 3, taps + 3), np.float64)
     window_jj[:, w2, w2] *= np.float32(1 + config.ridge)  # the diagonal of M is the autocorrelation at lag 0
-    m[:, :taps, :taps] = window_jj[:, xp.asarray(t.kk_row), xp.asarray(t.kk_col)]
-    m[:, :taps, taps:] = kb
-    m[:, taps:, :taps] = kb.transpose(0, 2, 1)
-    m[:, taps:, taps:] = xp.asarray(t.bb)
-    rhs = xp.empty((b, taps + 3), np.float64)
-    rhs[:, :taps] = window_ji[:, xp.asarray(t.rhs_row), xp.asarray(t.rhs_col)]
-    rhs[:, taps:] = rhs_b
-    x = xp.linalg.solve(m, rhs[..., None])[..., 0]
+    source = xp.concatenate([window_jj.reshape(b, -1), kb.reshape(b, -1), xp.broadcast_to(xp.asarray(t.bb), (b, 9))],
+                            axis=1)
+    m = source[:, xp.asarray(t.assembly)].reshape(b, taps + 3, taps + 3)
+    rhs = xp.concatenate([window_ji.reshape(b, -1)[:, xp.asarray(t.rhs_index)], rhs_b], axis=1)
+    x = xp.linalg.solve(m.astype(np.float64), rhs.astype(np.float64)[..., None])[..., 0]
     return x[:, :taps].astype(np.float32), x[:, taps:].astype(np.float32)
 
 
@@ -183,12 +184,11 @@ def score_norm(xp, fft, config, tables, kernels, psfs):
     grids[0][:, xp.asarray(t.norm_kernel_pixels[0]), xp.asarray(t.norm_kernel_pixels[1])] = kernels
     grids[1][:, xp.asarray(t.norm_psf_pixels[0]), xp.asarray(t.norm_psf_pixels[1])] = psfs.reshape(b, -1)
     spectra = fft.rfft2(grids)
-    k_hat, p_hat = spectra[0], spectra[1]
-    k0 = k_hat[:, 0, 0].real
-    phi2 = (1 + k0 * k0)[:, None, None] / (1 + (k_hat * k_hat.conj()).real)
-    weights = xp.asarray(t.norm_weights)
-    norm2 = ((p_hat * p_hat.conj()).real * phi2 * weights).sum(axis=(1, 2)) / (g * g)
-    return (1 / xp.sqrt((1 + k0 * k0) * norm2)).astype(np.float32)
+    power = (spectra * spectra.conj()).real                 # |K^|^2, |P^|^2
+    k0 = spectra[0, :, 0, 0].real
+    # ||phi (x) P||^2 = (1 + k0^2) / G^2 sum_k |P^|^2 / (1 + |K^|^2), the halved axis weighted
+    total = ((power[1] / (1 + power[0])) @ xp.asarray(t.norm_weights)).sum(axis=1)
+    return (g / ((1 + k0 * k0) * xp.sqrt(total))).astype(np.float32)
 
 
 def _core_to_image(xp, config, stamps):
