@@ -26,7 +26,7 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["Config", "Tables", "background_blocks", "solve", "score_norm", "stitch", "crop", "detect", "match"]
+__all__ = ["Config", "Tables", "background_blocks", "solve", "score_norm", "stitch", "crop", "detect", "veto", "match"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,6 +233,17 @@ def detect(xp, score, threshold, radius=2):
     rows, cols, values = (_to_numpy(a[peak]) for a in (rows, cols, values))
     order = np.argsort(-values)
     return np.stack([rows, cols], axis=1)[order], values[order]
+
+
+def veto(detections, peaks, masked, radius):
+    """Drop detections within ``radius`` pixels of a masked position ((m, 2) continuous (y, x), e.g. catalogue
+    bright stars, whose residuals and photon noise the score does not model). Host-side, on the few candidates."""
+    if len(detections) == 0 or len(masked) == 0:
+        return detections, peaks
+    centre = np.asarray(masked) - 0.5
+    distance = np.hypot(*(detections[:, None, :] - centre[None, :, :]).transpose(2, 0, 1))
+    keep = distance.min(axis=1) > radius
+    return detections[keep], peaks[keep]
 
 
 def _to_numpy(a):

@@ -13,7 +13,12 @@ import math
 
 import numpy as np
 
-__all__ = ["PSFField", "Exposure", "Scene", "make_scene", "SCIENCE_PSF", "REFERENCE_PSF"]
+__all__ = ["PSFField", "Exposure", "Scene", "make_scene", "SCIENCE_PSF", "REFERENCE_PSF", "BRIGHT_STAR_FLUX",
+           "BRIGHT_STAR_RADIUS"]
+
+#: Stars brighter than this (science counts) are masked within BRIGHT_STAR_RADIUS pixels, as survey pipelines mask
+#: bright catalogue stars: no transient is injected there and detections there are vetoed.
+BRIGHT_STAR_FLUX, BRIGHT_STAR_RADIUS = 2e4, 12.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +106,11 @@ class Scene:
     stars: np.ndarray        # (n, 3): y, x, flux (science photometric scale)
     galaxies: np.ndarray     # (n, 6): y, x, flux, size, axis ratio, angle
 
+    @property
+    def bright_stars(self):
+        """(m, 2) positions (y, x) of the stars a pipeline masks (a bright-star catalogue)."""
+        return self.stars[self.stars[:, 2] > BRIGHT_STAR_FLUX, :2]
+
 
 def _render(image, y, x, flux, intrinsic, psf, radius, chunk=2048):
     """Add sources (intrinsic: [(weight, covariance (n, 2, 2))] or None for points) convolved with the local PSF."""
@@ -173,9 +183,9 @@ def make_scene(n=512, n_transients=None, seed=0):
     galaxies[:, 4] = rng.uniform(0.35, 1.0, n_galaxies)
     galaxies[:, 5] = rng.uniform(0, np.pi, n_galaxies)
 
-    # Transients: half next to galaxies (supernovae in their hosts), half anywhere; none within 12 px of a bright
-    # star (pipelines mask those) or of the border, none closer than 20 px to each other.
-    bright = stars[stars[:, 2] > 2e4, :2]
+    # Transients: half next to galaxies (supernovae in their hosts), half anywhere; none in a bright star's mask or
+    # within 12 px of the border, none closer than 20 px to each other.
+    bright = stars[stars[:, 2] > BRIGHT_STAR_FLUX, :2]
     chosen = []
     while len(chosen) < n_transients:
         if len(chosen) % 2 == 0:
@@ -186,7 +196,7 @@ def make_scene(n=512, n_transients=None, seed=0):
             position = rng.uniform(0, n, 2)
         if np.any(position < 12) or np.any(position > n - 12):
             continue
-        if len(bright) and np.min(np.hypot(*(bright - position).T)) < 12:
+        if len(bright) and np.min(np.hypot(*(bright - position).T)) < BRIGHT_STAR_RADIUS:
             continue
         if chosen and np.min(np.hypot(*(np.array(chosen) - position).T)) < 20:
             continue

@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from . import sfft
+from .sky import BRIGHT_STAR_RADIUS
 from .array_pipeline import ArrayPipeline
 from .mathpy_pipeline import MathpyPipeline
 
@@ -30,10 +31,11 @@ class Inputs:
     psfs: object
     sigma_science: float
     sigma_reference: float
+    masked: np.ndarray   # (m, 2) positions (y, x) of catalogue bright stars: detections there are vetoed (host)
 
     def to(self, xp):
         return Inputs(xp.asarray(self.science), xp.asarray(self.reference), xp.asarray(self.psfs),
-                      self.sigma_science, self.sigma_reference)
+                      self.sigma_science, self.sigma_reference, self.masked)
 
     def args(self):
         return self.science, self.reference, self.psfs, self.sigma_science, self.sigma_reference
@@ -48,14 +50,14 @@ class Result:
 
 
 def inputs(scene, config):
-    """The pipeline inputs for a scene: both images, their sky noise and the science PSF model at each stamp's
-    centre (NumPy)."""
+    """The pipeline inputs for a scene: both images, their sky noise, the science PSF model at each stamp's
+    centre and the bright-star mask (NumPy)."""
     c = config
     centres = np.arange(c.grid) * c.core + c.core / 2
     cy, cx = np.meshgrid(centres, centres, indexing="ij")
     psfs = scene.science.psf.stamps(cy.reshape(-1), cx.reshape(-1), c.n, c.psf_radius)
     return Inputs(scene.science.image, scene.reference.image, psfs, scene.science.sky_sigma,
-                  scene.reference.sky_sigma)
+                  scene.reference.sky_sigma, scene.bright_stars)
 
 
 def gpu_available():
@@ -89,6 +91,7 @@ def subtract(pipeline, xp, data, timer=None):
     the pipeline ran (see :func:`to_numpy`); the detections are NumPy (finding them waits for the GPU)."""
     difference, score = pipeline.run(*data.args(), timer=timer)
     detections, peaks = sfft.detect(xp, score, pipeline.config.threshold)
+    detections, peaks = sfft.veto(detections, peaks, data.masked, BRIGHT_STAR_RADIUS)
     if timer is not None:
         timer.mark("detection")
     return Result(difference, score, detections, peaks)
