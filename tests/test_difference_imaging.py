@@ -74,6 +74,41 @@ def test_mathpy_cpu_matches_numpy(scene, reference):
     assert len(sfft.match(again.detections, other.transients)[0]) == len(other.transients)
 
 
+@pytest.mark.parametrize("name", ["numpy", "mathpy"])
+def test_fit_is_the_least_squares_solution(name):
+    """The kernels and backgrounds from the Fourier-space normal equations are the least-squares fit of each stamp
+    with an explicit design matrix: the reference shifted circularly by every kernel offset, and a plane. Compared
+    through the fitted models (well conditioned), to the pipeline's single-precision tolerance."""
+    from scipy.ndimage import gaussian_filter
+
+    config = diffim.Config(n=48, core=16, pad=4, kernel_radius=2, psf_radius=2, norm_grid=16)
+    rng = np.random.default_rng(1)
+    p, n = config.stamp, config.n
+    reference = gaussian_filter(rng.standard_normal((n, n)) * 3 + 50, 1.0) + rng.standard_normal((n, n)) * 0.3
+    ramp = 0.1 * np.arange(n)[None, :]
+    science = gaussian_filter(reference, 0.8) * 1.3 + 5 + ramp + rng.standard_normal((n, n)) * 0.3
+    sigmas = 0.7, 0.4
+    pipeline, _ = diffim.make_pipeline(name, config, gpu=False)
+    kernels, backgrounds = pipeline.fit(science.astype(np.float32), reference.astype(np.float32), *sigmas)
+
+    tables = sfft.Tables(config)
+    u = np.broadcast_to(tables.ramp.astype(np.float64)[None, :], (p, p)).reshape(-1)
+    v = np.broadcast_to(tables.ramp.astype(np.float64)[:, None], (p, p)).reshape(-1)
+    padded = [np.pad(image, config.pad, mode="reflect") / sigma for image, sigma in zip((science, reference), sigmas)]
+    worst = 0.0
+    for b in range(config.batch):
+        gy, gx = divmod(b, config.grid)
+        window = np.s_[gy * config.core:gy * config.core + p, gx * config.core:gx * config.core + p]
+        i_stamp, j_stamp = padded[0][window], padded[1][window]
+        j_stamp = j_stamp - j_stamp.mean()
+        design = np.stack([np.roll(j_stamp, (dy, dx), axis=(0, 1)).reshape(-1) for dy, dx in zip(tables.dy, tables.dx)]
+                          + [np.ones(p * p), u, v], axis=1)
+        theta = np.linalg.lstsq(design, i_stamp.reshape(-1), rcond=None)[0]
+        fitted = design @ np.concatenate([kernels[b], backgrounds[b]])
+        worst = max(worst, np.abs(fitted - design @ theta).max() / np.abs(i_stamp).max())
+    assert worst <= diffim.tolerance(config), worst
+
+
 def test_relative_error_sees_a_wrong_kernel(scene, reference):
     """The tolerance is tight enough to catch a small modelling error: one kernel tap fewer per side."""
     config = diffim.Config(n=SMALL.n, core=SMALL.core, kernel_radius=SMALL.kernel_radius - 1)

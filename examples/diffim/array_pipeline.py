@@ -57,6 +57,37 @@ class ArrayPipeline:
                                                   (c.core * row, c.core * item, row, item))
         xp.multiply(windows, np.float32(scale), out=out.reshape(windows.shape))
 
+    def _spectra(self, science, reference, sigma_science, sigma_reference):
+        """I^, J^ (B, P, H) of the noise-normalised stamps; J^(0) = 0."""
+        xp, c = self.xp, self.config
+        stack = xp.empty((2, c.batch, c.stamp, c.stamp), np.float32)
+        self._stamps(science, 1 / sigma_science, stack[0])
+        self._stamps(reference, 1 / sigma_reference, stack[1])
+        spectra = self.fft.rfft2(stack)
+        i_hat, j_hat = spectra[0], spectra[1]
+        j_hat[:, 0, 0] = 0  # fit the reference's fluctuations: its mean is the background's business
+        return i_hat, j_hat
+
+    def _normal_equations(self, i_hat, j_hat):
+        """sfft.solve's arguments: the correlation windows and the background blocks."""
+        xp, c, t, p = self.xp, self.config, self.tables, self.config.stamp
+        lags = self._lags
+        products = xp.empty((2, c.batch, p, c.half), np.complex64)
+        j_conj = j_hat.conj()
+        xp.multiply(j_conj, j_hat, out=products[0])
+        xp.multiply(j_conj, i_hat, out=products[1])
+        correlations = self.fft.irfft2(products, s=(p, p), overwrite_x=True)
+        windows = correlations[:, :, lags[:, None], lags[None, :]]
+        rows = (xp.stack((i_hat[:, 0, :], j_hat[:, 0, :]), axis=1) @ self._half_projection).real
+        columns = (xp.stack((i_hat[:, :, 0], j_hat[:, :, 0]), axis=1) @ self._projection).real
+        kb, rhs_b = sfft.background_blocks(xp, t, rows, columns, i_hat[:, 0, 0].real, j_hat[:, 0, 0].real)
+        return windows[0], windows[1], kb, rhs_b
+
+    def fit(self, science, reference, sigma_science, sigma_reference):
+        """Only the fit: kernels (B, L) and background planes (B, 3) of the noise-normalised stamps."""
+        i_hat, j_hat = self._spectra(science, reference, sigma_science, sigma_reference)
+        return sfft.solve(self.xp, self.config, self.tables, *self._normal_equations(i_hat, j_hat))
+
     def run(self, science, reference, psfs, sigma_science, sigma_reference, timer=None):
         """Difference (counts) and score (sigma) images, (n, n) float32 each, of one image pair.
 
@@ -66,28 +97,13 @@ class ArrayPipeline:
         """
         xp, fft, c, t = self.xp, self.fft, self.config, self.tables
         timer = timer or NullTimer()
-        p, lags = c.stamp, self._lags
+        p = c.stamp
 
-        stack = xp.empty((2, c.batch, p, p), np.float32)
-        self._stamps(science, 1 / sigma_science, stack[0])
-        self._stamps(reference, 1 / sigma_reference, stack[1])
-        spectra = fft.rfft2(stack)
-        i_hat, j_hat = spectra[0], spectra[1]
-        j_hat[:, 0, 0] = 0  # fit the reference's fluctuations: its mean is the background's business
+        i_hat, j_hat = self._spectra(science, reference, sigma_science, sigma_reference)
         timer.mark("stamps + forward FFTs")
-
-        products = xp.empty((2, c.batch, p, c.half), np.complex64)
-        j_conj = j_hat.conj()
-        xp.multiply(j_conj, j_hat, out=products[0])
-        xp.multiply(j_conj, i_hat, out=products[1])
-        correlations = fft.irfft2(products, s=(p, p), overwrite_x=True)
-        windows = correlations[:, :, lags[:, None], lags[None, :]]
-        rows = (xp.stack((i_hat[:, 0, :], j_hat[:, 0, :]), axis=1) @ self._half_projection).real
-        columns = (xp.stack((i_hat[:, :, 0], j_hat[:, :, 0]), axis=1) @ self._projection).real
-        kb, rhs_b = sfft.background_blocks(xp, t, rows, columns, i_hat[:, 0, 0].real, j_hat[:, 0, 0].real)
+        equations = self._normal_equations(i_hat, j_hat)
         timer.mark("normal equations (correlations)")
-
-        kernels, backgrounds = sfft.solve(xp, c, t, windows[0], windows[1], kb, rhs_b)
+        kernels, backgrounds = sfft.solve(xp, c, t, *equations)
         timer.mark("solve")
 
         images = xp.zeros((2, c.batch, p, p), np.float32)

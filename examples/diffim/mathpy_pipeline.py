@@ -219,25 +219,40 @@ class MathpyPipeline:
         split = lambda a: xp.stack((a.real, a.imag), axis=1)  # noqa: E731
         return split(rows), split(columns), z[:, 0, 0].real, z[:, 0, 0].imag
 
+    def _spectra(self, science, reference, sigma_science, sigma_reference):
+        """Fill the stamps' packed spectra I^ + i J^ (``stamp_spectra``) from the image pair; J^(0) = 0."""
+        xp, c = self.xp, self.config
+        xp.stack((science, reference), axis=-1, out=self._pixels)
+        self.pair.reshape(-1)[c.n * c.n] = complex(1 / sigma_science, 1 / sigma_reference)
+        self.stamps_fft.execute()
+        self.stamp_spectra[:, 0, 0] = self.stamp_spectra[:, 0, 0].real  # fit J's fluctuations: its mean is the
+        #                                                                 background's business
+
+    def _normal_equations(self):
+        """sfft.solve's arguments from the packed spectra: the correlation windows and the background blocks."""
+        xp, c = self.xp, self.config
+        rows = self.correlation_fft.execute(direction="inverse")[self._lags]   # (lags, 2 B H): the needed rows
+        windows = mathpy.fft.irfft(rows.reshape(c.lags, 2, c.batch, c.half), n=c.stamp)[..., self._lags]
+        windows = windows.transpose(1, 2, 0, 3)                             # (2, B, lags, lags)
+        kb, rhs_b = sfft.background_blocks(xp, self.tables, *self._projections())
+        return windows[0], windows[1], kb, rhs_b
+
+    def fit(self, science, reference, sigma_science, sigma_reference):
+        """Only the fit: kernels (B, L) and background planes (B, 3) of the noise-normalised stamps."""
+        self._spectra(science, reference, sigma_science, sigma_reference)
+        return sfft.solve(self.xp, self.config, self.tables, *self._normal_equations())
+
     def run(self, science, reference, psfs, sigma_science, sigma_reference, timer=None):
         """Difference (counts) and score (sigma) images (n, n) of one image pair, as views of one complex image."""
         xp, c, t = self.xp, self.config, self.tables
         timer = timer or NullTimer()
-        b, p, lags = c.batch, c.stamp, c.lags
+        b = c.batch
 
-        xp.stack((science, reference), axis=-1, out=self._pixels)
-        self.pair.reshape(-1)[c.n * c.n] = complex(1 / sigma_science, 1 / sigma_reference)
-        self.stamps_fft.execute()
-        self.stamp_spectra[:, 0, 0] = self.stamp_spectra[:, 0, 0].real  # J^(0) = 0: fit J's fluctuations
+        self._spectra(science, reference, sigma_science, sigma_reference)
         timer.mark("stamps + forward FFTs")
-
-        rows = self.correlation_fft.execute(direction="inverse")[self._lags]   # (lags, 2 B H): the needed rows
-        windows = mathpy.fft.irfft(rows.reshape(lags, 2, b, c.half), n=p)[..., self._lags]
-        windows = windows.transpose(1, 2, 0, 3)                             # (2, B, lags, lags)
-        kb, rhs_b = sfft.background_blocks(xp, t, *self._projections())
+        equations = self._normal_equations()
         timer.mark("normal equations (correlations)")
-
-        kernels, backgrounds = sfft.solve(xp, c, t, windows[0], windows[1], kb, rhs_b)
+        kernels, backgrounds = sfft.solve(xp, c, t, *equations)
         timer.mark("solve")
 
         coefficients = self.coefficients.reshape(-1)

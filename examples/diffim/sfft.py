@@ -40,7 +40,8 @@ class Config:
     kernel_radius  w: the kernel has (2w + 1)^2 delta-function coefficients
     psf_radius     the science PSF model is given on (2 psf_radius + 1)^2 pixels
     norm_grid      FFT size on which the score's normalisation ||phi (x) P|| is evaluated (P and K are compact)
-    ridge          Tikhonov regularisation of the kernel, relative to the mean diagonal of the normal matrix
+    ridge          Tikhonov regularisation of the kernel, relative to the normal matrix's diagonal (J's
+                   autocorrelation at lag 0)
     threshold      detection threshold of the score (sigma)
     """
 
