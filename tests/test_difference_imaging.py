@@ -144,6 +144,20 @@ def test_config_rejects_bad_layouts():
         diffim.Config(n=512, core=128, kernel_radius=0)
 
 
+@pytest.mark.parametrize("name", ["numpy", "mathpy"])
+def test_pipelines_reject_bad_inputs(name, scene):
+    pipeline, _ = diffim.make_pipeline(name, SMALL, gpu=False)
+    data = diffim.inputs(scene, SMALL)
+    good = data.args()
+    bad = {0: (data.science[:-1], "shape \\(511, 512\\)"), 1: (data.reference.astype(np.float64), "float64"),
+           2: (data.psfs[:, 1:, 1:], "psfs has shape"), 3: (0.0, "sigma_science"), 4: (float("nan"), "sigma_reference")}
+    for position, (value, message) in bad.items():
+        args = list(good)
+        args[position] = value
+        with pytest.raises((TypeError, ValueError), match=message):
+            pipeline.run(*args)
+
+
 def test_example_small_runs():
     spec = importlib.util.spec_from_file_location("difference_imaging", ROOT / "examples" / "difference_imaging.py")
     example = importlib.util.module_from_spec(spec)

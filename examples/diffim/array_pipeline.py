@@ -85,6 +85,9 @@ class ArrayPipeline:
 
     def fit(self, science, reference, sigma_science, sigma_reference):
         """Only the fit: kernels (B, L) and background planes (B, 3) of the noise-normalised stamps."""
+        c = self.config
+        sfft.check_inputs(c, science, reference, np.zeros((c.batch, 2 * c.psf_radius + 1, 2 * c.psf_radius + 1)),
+                          sigma_science, sigma_reference)
         i_hat, j_hat = self._spectra(science, reference, sigma_science, sigma_reference)
         return sfft.solve(self.xp, self.config, self.tables, *self._normal_equations(i_hat, j_hat))
 
@@ -97,6 +100,7 @@ class ArrayPipeline:
         """
         xp, fft, c, t = self.xp, self.fft, self.config, self.tables
         timer = timer or NullTimer()
+        sfft.check_inputs(c, science, reference, psfs, sigma_science, sigma_reference)
         p = c.stamp
 
         i_hat, j_hat = self._spectra(science, reference, sigma_science, sigma_reference)

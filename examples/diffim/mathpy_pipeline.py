@@ -239,6 +239,9 @@ class MathpyPipeline:
 
     def fit(self, science, reference, sigma_science, sigma_reference):
         """Only the fit: kernels (B, L) and background planes (B, 3) of the noise-normalised stamps."""
+        c = self.config
+        sfft.check_inputs(c, science, reference, np.zeros((c.batch, 2 * c.psf_radius + 1, 2 * c.psf_radius + 1)),
+                          sigma_science, sigma_reference)
         self._spectra(science, reference, sigma_science, sigma_reference)
         return sfft.solve(self.xp, self.config, self.tables, *self._normal_equations())
 
@@ -246,6 +249,7 @@ class MathpyPipeline:
         """Difference (counts) and score (sigma) images (n, n) of one image pair, as views of one complex image."""
         xp, c, t = self.xp, self.config, self.tables
         timer = timer or NullTimer()
+        sfft.check_inputs(c, science, reference, psfs, sigma_science, sigma_reference)
         b = c.batch
 
         self._spectra(science, reference, sigma_science, sigma_reference)

@@ -26,7 +26,8 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["Config", "Tables", "background_blocks", "solve", "score_norm", "stitch", "crop", "detect", "veto", "match"]
+__all__ = ["Config", "Tables", "check_inputs", "background_blocks", "solve", "score_norm", "stitch", "crop", "detect",
+           "veto", "match"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +98,25 @@ class Config:
     def lags(self):
         """Correlation lags needed, per axis: the kernel-kernel block needs s - t in [-2w, 2w]."""
         return 4 * self.kernel_radius + 1
+
+
+def check_inputs(config, science, reference, psfs, sigma_science, sigma_reference):
+    """Refuse, before any work, inputs a pipeline for ``config`` cannot subtract (TypeError / ValueError naming the
+    bad value and what is allowed)."""
+    c = config
+    for name, image in (("science", science), ("reference", reference)):
+        if tuple(image.shape) != (c.n, c.n):
+            raise ValueError(f"the {name} image has shape {tuple(image.shape)}; this pipeline subtracts "
+                             f"({c.n}, {c.n}) images")
+        if np.dtype(image.dtype) != np.float32:
+            raise TypeError(f"the {name} image has dtype {image.dtype}; the pipelines work in float32")
+    expected = (c.batch, 2 * c.psf_radius + 1, 2 * c.psf_radius + 1)
+    if tuple(psfs.shape) != expected:
+        raise ValueError(f"psfs has shape {tuple(psfs.shape)}; expected {expected}: the science PSF at each of the "
+                         f"{c.batch} stamps' centres on (2 psf_radius + 1)^2 pixels")
+    for name, sigma in (("sigma_science", sigma_science), ("sigma_reference", sigma_reference)):
+        if not (isinstance(sigma, (int, float, np.floating)) and np.isfinite(sigma) and sigma > 0):
+            raise ValueError(f"{name} must be a positive number (the image's sky noise), got {sigma!r}")
 
 
 class Tables:
