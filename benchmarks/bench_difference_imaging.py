@@ -17,8 +17,8 @@ NumPy and of mathpy over CuPy (target: >= 2x), and the time per stage (CUDA even
 ``perf_counter`` on the CPU; medians). NumPy runs the full image, a few times (it is the slowest); the GPU versions
 run ``--repeats`` times after two warm-up pairs (planning, callback compilation, plan caches, memory pools). Every
 result is compared with NumPy's before timing (a result over the single-precision tolerance ``diffim.tolerance`` is
-flagged in the table) and its detections are matched to the injected transients. torch is not included: the array pipeline is written against the NumPy API, which CuPy implements and
-torch does not.
+flagged in the table) and its detections are matched to the injected transients. torch is not included: the array
+pipeline is written against the NumPy API, which CuPy implements and torch does not.
 
 Run on a GPU machine, from the repository root:
     python benchmarks/bench_difference_imaging.py [--out DIR]      (about a minute on an H200)

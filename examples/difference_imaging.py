@@ -70,8 +70,9 @@ def main(argv=None):
         result = results[name] = diffim.to_numpy(result)
         recovered, spurious = sfft.match(result.detections, scene.transients)
         where = "GPU" if xp is not np else "CPU"
-        line = (f"{name:6s} ({what}, {where}): {elapsed * 1e3:8.1f} ms per image pair (setup + first pair {first:.1f} s); "
-                f"transients recovered {len(recovered)}/{len(scene.transients)}, spurious detections {spurious}")
+        line = (f"{name:6s} ({what}, {where}): {elapsed * 1e3:8.1f} ms per image pair "
+                f"(setup + first pair {first:.1f} s); transients recovered {len(recovered)}/{len(scene.transients)}, "
+                f"spurious detections {spurious}")
         if name != "numpy":
             errors.append(diffim.relative_error(result, results["numpy"], data))
             line += f"; error vs NumPy {errors[-1]:.1e}"

@@ -5,12 +5,12 @@ must agree with the NumPy one to single precision (``diffim.tolerance``: four FF
 FFT size, relative to the data's dynamic range) and both must recover every injected transient; the same plans must
 serve a second, different image pair; the callbacks must compile to LTO-IR for a GPU. On a GPU, CuPy and mathpy on
 cuFFT are held to the same tolerance against NumPy, at the small size and at a size with a few hundred stamps.
+The notebook is run by tests/test_notebooks.py.
 """
 
 import contextlib
 import importlib.util
 import io
-import json
 import pathlib
 import sys
 
@@ -170,34 +170,6 @@ def test_example_small_runs():
     assert lines[-1].startswith("max relative error vs NumPy reference: ")
     assert float(lines[-1].rsplit(" ", 1)[1]) <= diffim.tolerance(SMALL)
     assert any(line.startswith("mathpy") and "recovered 5/5" in line for line in lines), out.getvalue()
-
-
-NOTEBOOK = ROOT / "notebooks" / "difference_imaging.ipynb"
-
-
-def test_notebook_is_stored_executed():
-    cells = json.loads(NOTEBOOK.read_text())["cells"]
-    code = [c for c in cells if c["cell_type"] == "code"]
-    assert all(c.get("id") for c in cells)
-    assert all(c["execution_count"] for c in code), "store the notebook executed (nbclient)"
-    outputs = [o for c in code for o in c["outputs"]]
-    assert not [o for o in outputs if o["output_type"] == "error"]
-    assert sum(1 for o in outputs if {"image/png", "image/jpeg"} & set(o.get("data", {}))) >= 4
-
-
-def test_notebook_runs(monkeypatch):
-    """Its code cells, in order, in one namespace (no Jupyter kernel needed): its own asserts check agreement."""
-    plt = pytest.importorskip("matplotlib.pyplot")
-    import matplotlib
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    monkeypatch.chdir(NOTEBOOK.parent)
-    cells = json.loads(NOTEBOOK.read_text())["cells"]
-    namespace = {"__name__": "__notebook__"}
-    with matplotlib.rc_context():
-        for index, cell in enumerate(c for c in cells if c["cell_type"] == "code"):
-            exec(compile("".join(cell["source"]), f"{NOTEBOOK.name}[code cell {index}]", "exec"), namespace)
-        plt.close("all")
-    assert namespace["error"] <= diffim.tolerance(namespace["config"])
 
 
 @pytest.mark.gpu

@@ -18,12 +18,15 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 AFTERWARDS = {
     "fft_callbacks.ipynb": "assert smoothed.shape == (64, 1024)\n"
                            "assert rows and all(float(row[header.index('mathpy')]) > 0 for row in rows)",
+    "difference_imaging.ipynb": "assert error <= diffim.tolerance(config)\n"
+                                "assert len(sfft.match(result.detections, scene.transients)[0]) == "
+                                "len(scene.transients)",
 }
 
 
 def _images(notebook):
-    return sum("image/png" in output.get("data", {}) for cell in notebook.cells if cell.cell_type == "code"
-               for output in cell.outputs)
+    return sum(any(kind.startswith("image/") for kind in output.get("data", {})) for cell in notebook.cells
+               if cell.cell_type == "code" for output in cell.outputs)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
