@@ -124,21 +124,25 @@ def measure(name, config, data, scene, reference, repeats, gpu):
 
 
 def environment(gpu):
-    info = {"python": platform.python_version(), "numpy": np.__version__, "cpu_count": os.cpu_count(),
-            "machine": platform.processor() or platform.machine()}
+    """Versions and devices, each probed on its own: a failed probe is recorded, not raised."""
     import scipy
-    info["scipy"] = scipy.__version__
-    try:
-        import mathpy
-        info["mathpy"] = mathpy.__version__
-    except Exception:
-        pass
+
+    info = {"python": platform.python_version(), "numpy": np.__version__, "scipy": scipy.__version__,
+            "cpu_count": os.cpu_count(), "machine": platform.processor() or platform.machine()}
+    probes = {"mathpy": lambda: __import__("mathpy").__version__}
     if gpu:
         import cupy
-        props = cupy.cuda.runtime.getDeviceProperties(0)
-        info.update(gpu=props["name"].decode() if isinstance(props["name"], bytes) else props["name"],
-                    cupy=cupy.__version__, cuda_runtime=cupy.cuda.runtime.runtimeGetVersion(),
-                    cufft=cupy.cuda.cufft.getVersion())
+        probes.update(
+            gpu=lambda: cupy.cuda.runtime.getDeviceProperties(0)["name"],
+            cupy=lambda: cupy.__version__,
+            cuda_runtime=lambda: cupy.cuda.runtime.runtimeGetVersion(),
+            cufft=lambda: cupy.cuda.cufft.getVersion())
+    for key, probe in probes.items():
+        try:
+            value = probe()
+            info[key] = value.decode() if isinstance(value, bytes) else value
+        except Exception as e:
+            info[key] = f"unknown ({type(e).__name__})"
     return info
 
 
