@@ -24,6 +24,7 @@ Run on a GPU machine, from the repository root:
     python benchmarks/bench_difference_imaging.py [--out DIR]      (about a minute on an H200)
 Writes DIR/bench_difference_imaging.json and .png (default benchmarks/results/; the committed copies live in
 docs/images/) and prints the tables last. ``--size 1024`` makes a quick run; without a GPU only NumPy runs.
+``--replot DIR/bench_difference_imaging.json`` redraws the plot and reprints the tables from a saved run.
 """
 
 import argparse
@@ -233,7 +234,15 @@ def main(argv=None):
     parser.add_argument("--numpy-repeats", type=int, default=3, help="timed pairs for NumPy")
     parser.add_argument("--out", default=os.path.join(HERE, "results"), help="directory for the JSON and the plot")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--replot", metavar="JSON", help="only redraw the plot (next to JSON) and print the tables "
+                                                          "from a saved run, e.g. on a machine with matplotlib")
     args = parser.parse_args(argv)
+    if args.replot:
+        with open(args.replot) as f:
+            results = json.load(f)
+        plot(results, os.path.splitext(args.replot)[0] + ".png")
+        print(tables(results))
+        return 0
     os.makedirs(args.out, exist_ok=True)
 
     config = diffim.Config(n=args.size, core=256 if args.size >= 2048 else 128)
