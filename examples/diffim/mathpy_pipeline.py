@@ -22,7 +22,9 @@ difference (C2C)          prolog: unpacks all four spectra, forms phi^ (I^ - K^ 
 A callback reads one array of user data (fixed when the plan is made) and the FFT's own input; the buffers below are
 laid out so that every plan finds what it reads there: arrays the callbacks read are persistent and refilled for each
 pair, and a callback's user data has the shape of the layout it sees (``mathpy.fft.Callback``'s rule), with compact
-contents at its start where they are smaller.
+contents at its start where they are smaller. The two in-place plans' prologs read only their user data (never the
+array being transformed in place); the difference plan's prolog reads its input at k and -k, which an out-of-place
+C2C transform leaves intact. The plans run on the array package's stream that is current when the pipeline is made.
 """
 
 import math
