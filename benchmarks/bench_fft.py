@@ -102,17 +102,18 @@ class EnginePlan:
     """The cuFFT engine on a C-contiguous CuPy array: the overhead table's floor row (one cufftXtExec), and the
     stand-in for the API when mathpy.fft cannot be imported."""
 
-    def __init__(self, x, axes, kind):
+    def __init__(self, x, axes, fft_type):
+        from mathpy import _packages
         from mathpy._execution import ExecutionCUDA
         from mathpy.host.fft._cufft import CUFFTEngine
         precision = np.float32 if x.dtype in (np.complex64, np.float32) else np.float64
         out_shape = list(x.shape)
-        if kind == "R2C":
+        if fft_type == "R2C":
             out_shape[axes[-1]] = x.shape[axes[-1]] // 2 + 1
         self.x = x
         self.out = cp.empty(out_shape, np.complex64 if precision == np.float32 else np.complex128)
-        t = Transform(kind, precision, x.shape, c_strides(x.shape), out_shape, c_strides(out_shape), axes)
-        self.engine = CUFFTEngine(t, execution=ExecutionCUDA(0), package="cupy")
+        t = Transform(fft_type, precision, x.shape, c_strides(x.shape), out_shape, c_strides(out_shape), axes)
+        self.engine = CUFFTEngine(t, execution=ExecutionCUDA(0), allocator=_packages.get("cupy").on(0))
 
     def execute(self):
         self.engine.execute(self.x.data.ptr, self.out.data.ptr, -1, cp.cuda.get_current_stream().ptr)
@@ -122,9 +123,9 @@ class EnginePlan:
         self.engine.free()
 
 
-def mathpy_stateful(x, axes, kind):
+def mathpy_stateful(x, axes, fft_type):
     if mfft is None:
-        return EnginePlan(x, axes, kind)
+        return EnginePlan(x, axes, fft_type)
     plan = mfft.FFT(x, axes=axes)
     plan.plan()
     return plan
@@ -133,13 +134,14 @@ def mathpy_stateful(x, axes, kind):
 # --- 1. transform time ------------------------------------------------------------------------------------------
 
 def problems():
-    """(label, shape, dtype, axes, kind): 256 MB inputs."""
+    """(label, shape, dtype, axes, fft_type): 256 MB inputs."""
     rows = []
-    for dtype, label, kind in ((np.complex64, "c64", "C2C"), (np.complex128, "c128", "C2C"), (np.float32, "r2c", "R2C")):
+    for dtype, label, fft_type in ((np.complex64, "c64", "C2C"), (np.complex128, "c128", "C2C"),
+                                   (np.float32, "r2c", "R2C")):
         count = 256 * MB // np.dtype(dtype).itemsize
-        rows.append((f"1-D {label}", (count // 1024, 1024), dtype, (1,), kind))
-        rows.append((f"2-D {label}", (count // 512 ** 2, 512, 512), dtype, (1, 2), kind))
-        rows.append((f"3-D {label}", (count // 128 ** 3, 128, 128, 128), dtype, (1, 2, 3), kind))
+        rows.append((f"1-D {label}", (count // 1024, 1024), dtype, (1,), fft_type))
+        rows.append((f"2-D {label}", (count // 512 ** 2, 512, 512), dtype, (1, 2), fft_type))
+        rows.append((f"3-D {label}", (count // 128 ** 3, 128, 128, 128), dtype, (1, 2, 3), fft_type))
     return rows
 
 
@@ -155,16 +157,17 @@ def random_array(shape, dtype):
 
 def transform_times():
     results = []
-    for label, shape, dtype, axes, kind in problems():
+    for label, shape, dtype, axes, fft_type in problems():
         x = random_array(shape, dtype)
         outputs = {}
-        plan = mathpy_stateful(x, axes, kind)
+        plan = mathpy_stateful(x, axes, fft_type)
         functions = {"mathpy": plan.execute}
-        cupy_fn = (lambda: cp.fft.rfftn(x, axes=axes)) if kind == "R2C" else (lambda: cp.fft.fftn(x, axes=axes))
+        cupy_fn = (lambda: cp.fft.rfftn(x, axes=axes)) if fft_type == "R2C" else (lambda: cp.fft.fftn(x, axes=axes))
         functions["cupy"] = cupy_fn
         if torch is not None:
             tx = torch.from_dlpack(x)
-            torch_fn = (lambda: torch.fft.rfftn(tx, dim=axes)) if kind == "R2C" else (lambda: torch.fft.fftn(tx, dim=axes))
+            torch_fn = (lambda: torch.fft.rfftn(tx, dim=axes)) if fft_type == "R2C" else \
+                (lambda: torch.fft.fftn(tx, dim=axes))
             functions["torch"] = torch_fn
         nv = None
         if nvmath is not None:

@@ -111,7 +111,9 @@ class EngineMatmul:
                                 MatrixLayout(k, n, b.strides[0], b.strides[1], 1, 0, b.dtype), None,
                                 (row_major if self.row_major_result else col_major)(m, n, 1, d_dtype), compute, scale,
                                 epilog, inputs, ())
-        self.engine = CublasLtEngine(problem, execution=ExecutionCUDA(self.a.device.index or 0), package="torch")
+        from mathpy import _packages
+        self.engine = CublasLtEngine(problem, execution=ExecutionCUDA(self.a.device.index or 0),
+                                     allocator=_packages.get("torch").on(self.a.device.index or 0))
         self.m, self.n = m, n
         self.inputs = {"bias": self.bias.data_ptr()} if epilog is not None else {}
         return self.engine.algorithms

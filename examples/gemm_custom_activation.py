@@ -43,7 +43,7 @@ def gelu(x):  # tanh approximation, all in float32
     return HALF * x * (ONE + math.tanh(C0 * (x + C1 * x * x * x)))
 
 
-GEMM = mathpy.device.matmul(m, n, k_slice, np.float32, a_arrangement="col_major", epilogue=gelu)
+GEMM = mathpy.device.matmul(m, n, k_slice, np.float32, a_arrangement="col_major", epilog=gelu)
 SA, SB, ACC = GEMM.a_size, GEMM.b_size, GEMM.accumulator_size
 N_SLICES = k_total // k_slice
 

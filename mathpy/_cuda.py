@@ -1,6 +1,7 @@
-"""What CUDA hardware is present, asked of the driver through cuda-bindings. Nothing here needs a GPU to import."""
+"""What CUDA hardware is present, asked of the driver through cuda-bindings. Nothing here needs a GPU to import.
 
-import contextlib
+The runtime calls (current device, streams, copies, events) are in :mod:`mathpy._runtime`."""
+
 import functools
 import os
 
@@ -8,7 +9,7 @@ from ._errors import NoDeviceError
 from ._log import logger
 
 __all__ = ["device_count", "is_available", "compute_capability", "device_name", "driver_version",
-           "require_device", "device_scope"]
+           "require_device"]
 
 
 @functools.cache
@@ -88,26 +89,3 @@ def driver_version():
         return None
     version = _call(driver.cuDriverGetVersion)
     return version // 1000, (version % 1000) // 10
-
-
-@functools.cache
-def _runtime():
-    from cuda.bindings import runtime
-    return runtime
-
-
-@contextlib.contextmanager
-def device_scope(device_id):
-    """Make ``device_id`` the current device of the CUDA runtime (which cuFFT and cuBLASLt use) for a block.
-
-    Switching costs a call only when the device differs, so the common single-GPU path stays cheap."""
-    runtime = _runtime()
-    _, current = runtime.cudaGetDevice()
-    if current == device_id:
-        yield
-        return
-    runtime.cudaSetDevice(device_id)
-    try:
-        yield
-    finally:
-        runtime.cudaSetDevice(current)

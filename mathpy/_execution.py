@@ -48,7 +48,7 @@ class ExecutionCUDA:
             raise ValueError(f"ExecutionCUDA.device_id must be None or a non-negative int, not {self.device_id!r}")
 
 
-_KINDS = {"cpu": ExecutionCPU, "cuda": ExecutionCUDA}
+_SPACES = {"cpu": ExecutionCPU, "cuda": ExecutionCUDA}
 _default = contextvars.ContextVar("mathpy_execution", default=None)
 
 
@@ -57,15 +57,15 @@ def as_execution(value, name="execution"):
     if value is None or isinstance(value, (ExecutionCPU, ExecutionCUDA)):
         return value
     if isinstance(value, str):
-        if value not in _KINDS:
-            raise ValueError(f"{name} {value!r} is not supported; allowed are {sorted(_KINDS)}")
-        return _KINDS[value]()
+        if value not in _SPACES:
+            raise ValueError(f"{name} {value!r} is not supported; allowed are {sorted(_SPACES)}")
+        return _SPACES[value]()
     if isinstance(value, dict):
         fields = dict(value)
-        kind = fields.pop("name", None)
-        if kind not in _KINDS:
-            raise ValueError(f"{name}['name'] must be one of {sorted(_KINDS)}, not {kind!r}")
-        return _KINDS[kind](**fields)
+        space = fields.pop("name", None)
+        if space not in _SPACES:
+            raise ValueError(f"{name}['name'] must be one of {sorted(_SPACES)}, not {space!r}")
+        return _SPACES[space](**fields)
     raise TypeError(f"{name} must be None, 'cpu', 'cuda', a dict or an ExecutionCPU/ExecutionCUDA, "
                     f"not {type(value).__name__}")
 

@@ -1,8 +1,13 @@
 """A thread-safe LRU cache of plans behind the stateless calls, bounded by count and by workspace bytes.
 
-A plan is any object with ``free()``. The stateless call borrows a plan with :meth:`PlanCache.borrow`: while borrowed it
-is never freed, even if evicted meanwhile (it is freed when returned), so one thread's eviction cannot pull a plan from
-under another thread's execution.
+A plan is any object with ``free()``. Plans do not depend on the stream they run on (the engines take the stream and,
+when needed, a workspace at each execution), so one cached plan serves every stream and thread.
+
+A caller borrows a plan with :meth:`PlanCache.acquire` (or the ``with`` form :meth:`PlanCache.borrow`) and gives it
+back with :meth:`PlanCache.release`: while borrowed it is never freed, even if evicted meanwhile (it is freed when the
+last borrower returns it), so one thread's eviction cannot pull a plan from under another thread's execution. When
+several threads miss the same key at once, one plans and the others wait for its plan (planning with callbacks can
+take a second: cuFFT JIT-links them).
 
 >>> class Plan:
 ...     def __init__(self, n): self.n, self.freed = n, False
@@ -15,6 +20,10 @@ under another thread's execution.
 ...     pass
 >>> cache.info()
 CacheInfo(plans=1, bytes=60, hits=0, misses=2, evictions=1, max_plans=2, max_bytes=100)
+>>> entry = cache.acquire("b")       # a hit: borrowed until released
+>>> entry.plan.n, cache.acquire("a") # a miss without a way to create: None
+(2, None)
+>>> cache.release(entry)
 """
 
 import collections
@@ -37,7 +46,9 @@ class CacheInfo(NamedTuple):
     max_bytes: int
 
 
-class _Entry:
+class Entry:
+    """A cached plan; ``plan`` is what was created. Returned by :meth:`PlanCache.acquire`."""
+
     __slots__ = ("plan", "nbytes", "borrowers", "evicted")
 
     def __init__(self, plan, nbytes):
@@ -45,60 +56,92 @@ class _Entry:
 
 
 class PlanCache:
-    """LRU of plans keyed by everything that makes plans differ. ``max_bytes`` bounds the workspace held by cached plans."""
+    """LRU of plans keyed by everything that makes plans differ; ``max_bytes`` bounds the workspace held by cached
+    plans."""
 
     def __init__(self, name, max_plans=64, max_bytes=1 << 30):
         self.name = name
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
         self._entries = collections.OrderedDict()
+        self._planning = {}  # key -> threading.Event set when the thread planning it is done
         self._hits = self._misses = self._evictions = 0
         self.resize(max_plans, max_bytes)
 
     def resize(self, max_plans=None, max_bytes=None):
         """Change the bounds (evicting as needed). ``max_plans=0`` disables caching."""
+        if max_plans is not None and (not isinstance(max_plans, int) or max_plans < 0):
+            raise ValueError(f"max_plans must be a non-negative int, not {max_plans!r}")
+        if max_bytes is not None and (not isinstance(max_bytes, int) or max_bytes < 0):
+            raise ValueError(f"max_bytes must be a non-negative int, not {max_bytes!r}")
         with self._lock:
             if max_plans is not None:
-                if not isinstance(max_plans, int) or max_plans < 0:
-                    raise ValueError(f"max_plans must be a non-negative int, not {max_plans!r}")
                 self.max_plans = max_plans
             if max_bytes is not None:
-                if not isinstance(max_bytes, int) or max_bytes < 0:
-                    raise ValueError(f"max_bytes must be a non-negative int, not {max_bytes!r}")
                 self.max_bytes = max_bytes
-            self._evict()
+            idle = self._evict()
+        _free_all(idle)
+
+    def acquire(self, key, create=None):
+        """Borrow the plan cached under ``key``: its :class:`Entry`, to be given back with :meth:`release`. On a miss,
+        None when ``create`` is None; else ``create() -> (plan, workspace_bytes)`` makes it (outside the lock; one
+        thread per key at a time). A plan whose workspace alone exceeds ``max_bytes`` (or any plan, when caching is
+        off) is lent once and freed on release."""
+        while True:
+            with self._lock:
+                entry = self._entries.get(key)
+                if entry is not None:
+                    self._entries.move_to_end(key)
+                    self._hits += 1
+                    entry.borrowers += 1
+                    return entry
+                if create is None:
+                    return None
+                waiting = self._planning.get(key)
+                if waiting is None:
+                    done = self._planning[key] = threading.Event()
+                    break
+            waiting.wait()  # another thread is planning this key: take its plan (or plan again if it failed)
+        try:
+            plan, nbytes = create()
+        except BaseException:
+            with self._lock:
+                del self._planning[key]
+            done.set()
+            raise
+        entry = Entry(plan, nbytes)
+        entry.borrowers = 1
+        with self._lock:
+            del self._planning[key]
+            self._misses += 1
+            if self.max_plans and nbytes <= self.max_bytes:
+                self._entries[key] = entry
+                idle = self._evict(keep=key)
+            else:
+                entry.evicted, idle = True, []
+        done.set()
+        _free_all(idle)
+        return entry
+
+    def release(self, entry):
+        """Give back a plan from :meth:`acquire` (freed now if it was evicted meanwhile and nobody else holds it)."""
+        with self._lock:
+            entry.borrowers -= 1
+            free = entry.evicted and entry.borrowers == 0
+        if free:
+            entry.plan.free()
 
     @contextlib.contextmanager
     def borrow(self, key, create):
-        """Yield the cached plan for ``key``, building it with ``create() -> (plan, workspace_bytes)`` on a miss.
-
-        A plan whose workspace alone exceeds ``max_bytes`` (or any plan, when caching is off) is used once and freed."""
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None:
-                self._entries.move_to_end(key)
-                self._hits += 1
-                entry.borrowers += 1
-        if entry is None:
-            plan, nbytes = create()  # outside the lock: planning can take long (cuFFT JIT-links callbacks)
-            entry = _Entry(plan, nbytes)
-            entry.borrowers = 1
-            with self._lock:
-                self._misses += 1
-                if self.max_plans and nbytes <= self.max_bytes and key not in self._entries:
-                    self._entries[key] = entry
-                    self._evict(keep=key)
-                else:
-                    entry.evicted = True
+        """``with cache.borrow(key, create) as plan``: :meth:`acquire` and :meth:`release` around a block."""
+        entry = self.acquire(key, create)
         try:
             yield entry.plan
         finally:
-            with self._lock:
-                entry.borrowers -= 1
-                release = entry.evicted and entry.borrowers == 0
-            if release:
-                entry.plan.free()
+            self.release(entry)
 
     def _evict(self, keep=None):
+        """Drop least recently used entries until the bounds hold; returns the idle ones to free (outside the lock)."""
+        idle = []
         total = sum(e.nbytes for e in self._entries.values())
         for key in list(self._entries):
             if len(self._entries) <= self.max_plans and total <= self.max_bytes:
@@ -111,7 +154,8 @@ class PlanCache:
             entry.evicted = True
             logger.debug("%s plan cache: evicted %r", self.name, key)
             if entry.borrowers == 0:
-                entry.plan.free()
+                idle.append(entry)
+        return idle
 
     def clear(self):
         """Free every cached plan that is not in use (those in use are freed when returned)."""
@@ -120,8 +164,7 @@ class PlanCache:
             for entry in entries:
                 entry.evicted = True
             idle = [e for e in entries if e.borrowers == 0]
-        for entry in idle:
-            entry.plan.free()
+        _free_all(idle)
 
     def info(self):
         with self._lock:
@@ -131,3 +174,8 @@ class PlanCache:
     def keys(self):
         with self._lock:
             return list(self._entries)
+
+
+def _free_all(entries):
+    for entry in entries:
+        entry.plan.free()

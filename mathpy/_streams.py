@@ -1,32 +1,23 @@
 """CUDA streams given by the caller, in any of the forms the ecosystem uses, reduced to a raw ``cudaStream_t`` value.
 
-Accepted: None (the operand package's current stream), an int (a raw handle), a CuPy stream (``.ptr``), a torch stream
-(``.cuda_stream``) or any object implementing the ``__cuda_stream__`` protocol (cuda.core, ...).
+Accepted: None (the current stream of the package that holds the operands on the device), an int (a raw handle; 0 is
+the legacy default stream), a CuPy stream (``.ptr``), a torch stream (``.cuda_stream``) or any object implementing the
+``__cuda_stream__`` protocol (cuda.core, ...). Streams are a per-call matter: plans do not depend on them (the engines
+take the stream at each execution).
+
+>>> stream_handle(5), stream_handle(None)
+(5, None)
 """
 
-import sys
+from . import _operands
 
-__all__ = ["stream_pointer", "current_stream_pointer"]
-
-
-def current_stream_pointer(package, device_id):
-    """The current stream of ``package`` ("cupy", "torch"; "numpy" uses whichever GPU package is installed)."""
-    if package == "numpy":
-        package = "cupy" if _importable("cupy") else "torch"
-    if package == "cupy":
-        import cupy
-        with cupy.cuda.Device(device_id):
-            return cupy.cuda.get_current_stream().ptr
-    if package == "torch":
-        import torch
-        return torch.cuda.current_stream(device_id).cuda_stream
-    raise ValueError(f"package {package!r} has no CUDA streams")
+__all__ = ["stream_handle", "stream_pointer"]
 
 
-def stream_pointer(stream, package, device_id):
-    """``stream`` as an int handle; None means ``package``'s current stream on ``device_id``."""
+def stream_handle(stream):
+    """``stream`` as an int handle, or None when it is None (the caller then asks the package for its current one)."""
     if stream is None:
-        return current_stream_pointer(package, device_id)
+        return None
     if isinstance(stream, bool):
         raise TypeError("stream must be None, an int handle or a stream object, not a bool")
     if isinstance(stream, int):
@@ -44,8 +35,10 @@ def stream_pointer(stream, package, device_id):
                     f"got {type(stream).__name__}")
 
 
-def _importable(name):
-    if name in sys.modules:
-        return True
-    import importlib.util
-    return importlib.util.find_spec(name) is not None
+def stream_pointer(stream, package, device_id):
+    """``stream`` as an int handle; None means the current stream, on ``device_id``, of the package that holds
+    ``package``'s arrays on the device (``package`` itself, or the device package for NumPy)."""
+    handle = stream_handle(stream)
+    if handle is None:
+        return _operands.holder_of(package).current_stream(device_id)
+    return handle

@@ -37,8 +37,8 @@ class ArrayPackage:
         if self.name == "cupy":
             import cupy
             return cupy.asarray(array)
-        from mathpy._operands import _Torch
-        return _Torch.from_numpy(array, 0 if self.on_gpu else None, None)
+        from mathpy._operands import asarray
+        return asarray(array, "torch", 0 if self.on_gpu else None)
 
     def to_numpy(self, array):
         from mathpy._operands import to_host, wrap_operand

@@ -119,7 +119,8 @@ def test_matmul_description_attributes():
     ((64, 64, 8), {"block_size": 2048}, ["block_size=2048", "allowed"]),
     ((128, 128, 64), {"precision": np.float32}, ["66048", "49152", "k-slice"]),
     ((64, 64, 8), {"a_arrangement": "diagonal"}, ["a_arrangement='diagonal'", "row_major"]),
-    ((64, 64, 8), {"epilogue": 3}, ["epilogue=3"]),
+    ((64, 64, 8), {"epilog": 3}, ["epilog=3"]),
+    ((64, 64, 8), {"epilog": abs, "epilogue": abs}, ["epilog= only"]),
 ])
 def test_matmul_bad_descriptions(args, kwargs, words):
     with pytest.raises(ValueError) as info:
@@ -305,7 +306,7 @@ def test_fused_convolution_kernel_compiles_for_sm90(sm90):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", [np.float32, np.float16, "bfloat16", np.float64])
-def test_matmul_shared_and_epilogue_compile_for_sm90(sm90, precision):
+def test_matmul_shared_and_epilog_compile_for_sm90(sm90, precision):
     import math
 
     import numba
@@ -324,9 +325,11 @@ def test_matmul_shared_and_epilogue_compile_for_sm90(sm90, precision):
 
     from mathpy.device._checks import matmul_kernel
 
-    G2 = md.matmul(32, 32, 16, precision, epilogue=act)
+    G2 = md.matmul(32, 32, 16, precision, epilog=act)
     ptx = _ptx(matmul_kernel(G2, 32).py_func, (st[:, :, :], st[:, :, :], st[:, :, :], numba.float64, numba.float64))
-    assert "tanh" in ptx or "ex2" in ptx  # the epilogue made it into the kernel
+    assert "tanh" in ptx or "ex2" in ptx  # the epilog made it into the kernel
+    with pytest.warns(DeprecationWarning, match="epilog="):
+        assert md.matmul(32, 32, 16, precision, epilogue=act) is G2  # the deprecated spelling, the same description
 
 
 # ---------------------------------------------------------------- tensor-core fragments, emulated on the CPU

@@ -101,7 +101,7 @@ MATMUL_CASES = [
     for (m, n, k, k_total) in [(64, 64, 32, 64), (32, 32, 32, 96)]
     for prec in ("float16", "bfloat16") for arr in ("row_major", "col_major")
 ] + [
-    # tensor-core shapes: 3 warps over 48 x 40, 4 warps over 64 x 64, one warp, shared C, epilogue-free alpha/beta
+    # tensor-core shapes: 3 warps over 48 x 40, 4 warps over 64 x 64, one warp, shared C, epilog-free alpha/beta
     (48, 40, 16, prec, 32, "registers", {"tensor_cores": True}) for prec in ("float16", "bfloat16")
 ] + [
     (64, 64, 64, prec, 128, "registers", {"tensor_cores": True, "block_size": 128, "a_arrangement": arr})

@@ -40,13 +40,13 @@ def random(shape, dtype):
     return x.astype(dtype)
 
 
-def expected(kind, x, axes, n, direction):
+def expected(fft_type, x, axes, n, direction):
     """Unnormalised reference, computed in double precision."""
     x = x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
     scale = np.prod(n)
-    if kind == "C2C":
+    if fft_type == "C2C":
         return np.fft.fftn(x, axes=axes) if direction == -1 else np.fft.ifftn(x, axes=axes) * scale
-    if kind == "R2C":
+    if fft_type == "R2C":
         return np.fft.rfftn(x, axes=axes)
     return np.fft.irfftn(x, s=n, axes=axes) * scale
 
@@ -62,7 +62,7 @@ def view(base, make_view):
     return host, device
 
 
-# (name, kind-independent base shape, view of the base, axes); R2C/C2R shrink the last axis as needed
+# (name, fft_type-independent base shape, view of the base, axes); R2C/C2R shrink the last axis as needed
 LAYOUTS = [
     ("1d-batched", (16, 64), lambda a: a, (1,)),
     ("1d-axis0-fortran-batch", (64, 16), lambda a: a, (0,)),
@@ -141,16 +141,16 @@ def test_c2r_engine_says_it_overwrites_its_input():
     plan.free()
 
 
-@pytest.mark.parametrize("kind", ["C2C", "R2C", "C2R"])
-def test_half_precision_power_of_two(kind):
+@pytest.mark.parametrize("fft_type", ["C2C", "R2C", "C2R"])
+def test_half_precision_power_of_two(fft_type):
     batch, n = 8, 256
-    if kind == "C2C":
+    if fft_type == "C2C":
         x = random((batch, n), np.complex64)
         dx = cp.asarray(np.stack([x.real, x.imag], -1).astype(np.float16))   # complex half: pairs of float16
         out = cp.empty((batch, n, 2), np.float16)
         t = Transform("C2C", np.float16, (batch, n), (n, 1), (batch, n), (n, 1), (1,))
         want = np.fft.fft(dx.get().astype(np.float32).view(np.complex64)[..., 0], axis=1)
-    elif kind == "R2C":
+    elif fft_type == "R2C":
         dx = cp.asarray(random((batch, n), np.float16))
         out = cp.empty((batch, n // 2 + 1, 2), np.float16)
         t = Transform("R2C", np.float16, (batch, n), (n, 1), (batch, n // 2 + 1), (n // 2 + 1, 1), (1,))
@@ -164,7 +164,7 @@ def test_half_precision_power_of_two(kind):
         want = np.fft.irfft(half[..., 0] + 1j * half[..., 1], n=n, axis=1) * n
     plan = engine(t)
     try:
-        plan.execute(dx.data.ptr, out.data.ptr, -1 if kind != "C2R" else 1, 0)
+        plan.execute(dx.data.ptr, out.data.ptr, -1 if fft_type != "C2R" else 1, 0)
         got = cp.asnumpy(out).astype(np.float64)
     finally:
         plan.free()
@@ -337,10 +337,10 @@ def test_failed_plan_leaves_nothing_allocated():
 
 # --- callbacks through the engine ------------------------------------------------------------------------------------
 
-def bound(fn, kind, element_dtype, user_info=None):
+def bound(fn, fft_type, element_dtype, user_info=None):
     """What the API hands the engine: the compiled callback plus the user data's device pointer."""
     from mathpy.jit import compile_callback
-    compiled = compile_callback(fn, kind, element_dtype, None if user_info is None else user_info.dtype)
+    compiled = compile_callback(fn, fft_type, element_dtype, None if user_info is None else user_info.dtype)
     return types.SimpleNamespace(ltoir=compiled.ltoir, symbol=compiled.symbol,
                                  cufft_type=compiled.cufft_callback_type, data=user_info,
                                  data_ptr=0 if user_info is None else user_info.data.ptr, key=compiled.key)
@@ -432,11 +432,11 @@ def test_workspace_from_torch_allocator():
 
 
 @pytest.mark.parametrize("shape,axes", [((3, 1), (0, 1)), ((2, 5, 1), (1, 2)), ((4, 6, 1), (0, 1, 2))])
-@pytest.mark.parametrize("kind", ["R2C", "C2R"])
-def test_halved_axis_of_length_one(kind, shape, axes):
+@pytest.mark.parametrize("fft_type", ["R2C", "C2R"])
+def test_halved_axis_of_length_one(fft_type, shape, axes):
     """cuFFT 12 drops a trailing length-1 dimension of a multi-dimensional R2C/C2R plan (it then halved the axis
     before it: torch-cuda irfft2 with s=[3, 1] was wrong); the engine plans such transforms in two parts."""
-    if kind == "R2C":
+    if fft_type == "R2C":
         x = random(shape, np.float32)
         out = cp.zeros(shape, np.complex64)
         t = Transform("R2C", np.float32, shape, strides_of(out), shape, strides_of(out), axes)

@@ -1,6 +1,7 @@
-"""CUFFTEngine's orchestration on the CPU, with cuFFT, the device and the allocator replaced by recorders: call order,
-arguments, stream caching, looped executes, rollback on failure, free() and the finalizer. The same engine runs for
-real in tests/test_fft_cuda.py on a GPU."""
+"""CUFFTEngine's orchestration on the CPU, with cuFFT replaced by a recorder, the device by mathpy's device queries
+answering "one GPU", and the workspace allocator by a recording array package (the engine's ``allocator`` seam):
+call order, arguments, per-stream work areas, looped executes, rollback on failure, free() and the finalizer. The same
+engine runs for real in tests/test_fft_cuda.py on a GPU."""
 
 import contextlib
 import ctypes
@@ -10,9 +11,12 @@ import types
 import numpy as np
 import pytest
 
+from _fake_gpu import HostMemory, pretend_a_gpu
+from mathpy import _runtime
 from mathpy._errors import CUDALibraryError, InvalidPlanStateError, UnsupportedLayoutError
 from mathpy._execution import ExecutionCUDA
 from mathpy.bindings import cufft as real_cufft
+from mathpy.bindings._types import DataType
 from mathpy.host.fft import _cufft
 from mathpy.host.fft._layout import Transform, cufft_params
 
@@ -24,7 +28,7 @@ class FakeCufft:
         self.calls, self.workspace, self.fail, self.next_handle = [], workspace, fail, 7
         self.lib = types.SimpleNamespace(**{name: self._recorder(name) for name in (
             "cufftCreate", "cufftDestroy", "cufftSetAutoAllocation", "cufftSetWorkArea", "cufftXtMakePlanMany")})
-        self.data_type, self.check = real_cufft.data_type, real_cufft.check
+        self.check = real_cufft.check
 
     def _maybe_fail(self, name):
         if name == self.fail:
@@ -63,27 +67,19 @@ class FakeCufft:
 @pytest.fixture
 def fake(monkeypatch):
     recorder = FakeCufft()
-    monkeypatch.setattr(_cufft, "cufft", recorder)
-    monkeypatch.setattr(_cufft, "_exec", None)
-    monkeypatch.setattr(_cufft._cuda, "require_device", lambda device_id=0: None)
-    monkeypatch.setattr(_cufft._cuda, "device_scope", lambda device_id: contextlib.nullcontext())
-    monkeypatch.setattr(_cufft._cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(_cufft, "_synchronize", lambda stream: recorder.calls.append(("cudaStreamSynchronize", stream)))
-    monkeypatch.setattr(_cufft, "_order_after", lambda resources, previous, stream: recorder.calls.append(
-        ("order", previous, stream)))
-    allocations = []
-
-    def empty(package, shape, dtype, device_id, stream=None):
-        array = np.empty(shape, dtype)
-        allocations.append((package, shape, np.dtype(dtype), device_id, stream))
-        return array
-    monkeypatch.setattr(_cufft._operands, "empty", empty)
-    recorder.allocations = allocations
+    monkeypatch.setattr(_cufft, "cufft", recorder)  # the library
+    monkeypatch.setattr(_cufft, "_hot", {})          # its hot-path functions, made again from the recorder
+    pretend_a_gpu(monkeypatch)
+    monkeypatch.setattr(_runtime, "device_scope", lambda device_id: contextlib.nullcontext())
+    memory = HostMemory()
+    recorder.memory = memory
+    recorder.allocations = memory.allocations
     return recorder
 
 
-def make(t, **kwargs):
-    return _cufft.CUFFTEngine(t, execution=ExecutionCUDA(0), package="cupy", **kwargs)
+def make(t, stream=None, **kwargs):
+    memory = _cufft.cufft.memory
+    return _cufft.CUFFTEngine(t, execution=ExecutionCUDA(0), allocator=memory.on(0, stream), **kwargs)
 
 
 C2C = Transform("C2C", np.float32, (8, 64), (64, 1), (8, 64), (64, 1), (1,))
@@ -99,9 +95,9 @@ def test_plan_sequence_and_arguments(fake):
     assert fake.calls[1] == ("cufftSetAutoAllocation", 7, 0)
     plan = fake.calls[2]
     # a contiguous batch is cuFFT's basic layout: NULL embeds, as torch and CuPy plan it
-    assert plan == ("cufftXtMakePlanMany", 7, 1, (64,), None, 1, 64, real_cufft.CUDA_C_32F, None, 1, 64,
-                    real_cufft.CUDA_C_32F, 8, real_cufft.CUDA_C_32F)
-    assert fake.allocations == [("cupy", (4096,), np.dtype(np.uint8), 0, 11)]
+    assert plan == ("cufftXtMakePlanMany", 7, 1, (64,), None, 1, 64, DataType.C_32F, None, 1, 64, DataType.C_32F, 8,
+                    DataType.C_32F)
+    assert fake.allocations == [((4096,), np.dtype(np.uint8), 0, 11)]  # on the plan's (home) stream
     assert engine.workspace_bytes == 4096 and fake.calls[3][2] != 0
     engine.free()
 
@@ -123,18 +119,18 @@ def test_null_embeds_only_for_the_basic_layout(fake, t, basic):
     assert (plan[4] is None) == (plan[8] is None)
 
 
-@pytest.mark.parametrize("kind", ["R2C", "C2R"])
-def test_halved_axis_of_length_one_is_planned_in_two_parts(fake, kind):
+@pytest.mark.parametrize("fft_type", ["R2C", "C2R"])
+def test_halved_axis_of_length_one_is_planned_in_two_parts(fake, fft_type):
     """cuFFT drops a trailing length-1 dimension of a multi-dimensional R2C/C2R (wrong answers): two plans instead."""
     real, half = ((3, 1), (1, 1)), ((3, 1), (1, 1))
-    t = Transform(kind, np.float32, *(real + half if kind == "R2C" else half + real), (0, 1))
+    t = Transform(fft_type, np.float32, *(real + half if fft_type == "R2C" else half + real), (0, 1))
     engine = make(t)
     plans = [c for c in fake.calls if c[0] == "cufftXtMakePlanMany"]
-    assert [p[3] for p in plans] == ([(1,), (3,)] if kind == "R2C" else [(3,), (1,)])
+    assert [p[3] for p in plans] == ([(1,), (3,)] if fft_type == "R2C" else [(3,), (1,)])
     fake.calls.clear()
     engine.execute(1024, 2048, None, 0)
     execs = [c for c in fake.calls if c[0] == "cufftXtExec"]
-    if kind == "C2R":
+    if fft_type == "C2R":
         assert [e[2:] for e in execs] == [(1024, 1024, 1), (1024, 2048, 1)]
     else:
         assert [e[2:] for e in execs] == [(1024, 2048, -1), (2048, 2048, -1)]
@@ -145,7 +141,8 @@ def test_halved_axis_of_length_one_is_planned_in_two_parts(fake, kind):
 
 def test_misaligned_real_pointer_runs_on_aligned_copies(fake, monkeypatch):
     copies = []
-    monkeypatch.setattr(_cufft, "_memcpy", lambda dst, src, nbytes, stream: copies.append((dst, src, nbytes)))
+    monkeypatch.setattr(_runtime, "copy_device_to_device",
+                        lambda dst, src, nbytes, stream: copies.append((dst, src, nbytes)))
     t = Transform("R2C", np.float32, (16, 64), (130, 2), (16, 33), (33, 1), (1,))
     engine = make(t)
     fake.calls.clear()
@@ -156,15 +153,15 @@ def test_misaligned_real_pointer_runs_on_aligned_copies(fake, monkeypatch):
     engine.free()
 
 
-@pytest.mark.parametrize("kind,precision,types_", [
-    ("R2C", np.float64, (real_cufft.CUDA_R_64F, real_cufft.CUDA_C_64F, real_cufft.CUDA_C_64F)),
-    ("C2R", np.float32, (real_cufft.CUDA_C_32F, real_cufft.CUDA_R_32F, real_cufft.CUDA_C_32F)),
-    ("C2C", np.float16, (real_cufft.CUDA_C_16F, real_cufft.CUDA_C_16F, real_cufft.CUDA_C_16F)),
+@pytest.mark.parametrize("fft_type,precision,types_", [
+    ("R2C", np.float64, (DataType.R_64F, DataType.C_64F, DataType.C_64F)),
+    ("C2R", np.float32, (DataType.C_32F, DataType.R_32F, DataType.C_32F)),
+    ("C2C", np.float16, (DataType.C_16F, DataType.C_16F, DataType.C_16F)),
 ])
-def test_data_types(fake, kind, precision, types_):
-    shapes = {"R2C": ((4, 64), (4, 33)), "C2R": ((4, 33), (4, 64)), "C2C": ((4, 64), (4, 64))}[kind]
+def test_data_types(fake, fft_type, precision, types_):
+    shapes = {"R2C": ((4, 64), (4, 33)), "C2R": ((4, 33), (4, 64)), "C2C": ((4, 64), (4, 64))}[fft_type]
     (i, o) = shapes
-    t = Transform(kind, precision, i, (i[1], 1), o, (o[1], 1), (1,))
+    t = Transform(fft_type, precision, i, (i[1], 1), o, (o[1], 1), (1,))
     make(t).free()
     plan = [c for c in fake.calls if c[0] == "cufftXtMakePlanMany"][0]
     assert (plan[7], plan[11], plan[13]) == types_
@@ -232,22 +229,31 @@ def test_failed_plan_destroys_the_handle(fake, failing):
 
 
 def test_execute_sets_the_stream_only_when_it_changes(fake):
-    engine = make(C2C)
+    engine = make(C2C, stream=5)
     fake.calls.clear()
     engine.execute(1000, 2000, -1, 5)
     engine.execute(1000, 2000, 1, 5)
-    engine.execute(1000, 3000, -1, 6)
-    assert fake.calls == [("cufftSetStream", 7, 5), ("cufftXtExec", 7, 1000, 2000, -1), ("cufftXtExec", 7, 1000, 2000, 1),
-                          ("order", 5, 6), ("cufftSetStream", 7, 6), ("cufftXtExec", 7, 1000, 3000, -1)]
-    engine.free()  # the workspace came from another stream's pool than the last execute's: wait before dropping it
-    assert fake.calls[-2:] == [("cufftDestroy", 7), ("cudaStreamSynchronize", 6)]
-
-
-def test_no_wait_at_free_on_the_allocation_stream(fake):
-    engine = make(C2C, stream=5)
-    engine.execute(1, 2, -1, 5)
+    assert fake.calls == [("cufftSetStream", 7, 5), ("cufftXtExec", 7, 1000, 2000, -1),
+                          ("cufftXtExec", 7, 1000, 2000, 1)]
     engine.free()
-    assert "cudaStreamSynchronize" not in names(fake.calls)
+
+
+def test_other_streams_get_a_workspace_of_their_own(fake):
+    """One plan serves every stream: an execute on a stream other than the plan's home one takes a workspace from the
+    pool in that stream's order, so executes on two streams never share scratch memory and nothing waits."""
+    engine = make(C2C, stream=5)
+    home = [c for c in fake.calls if c[0] == "cufftSetWorkArea"][-1][2]
+    fake.calls.clear()
+    engine.execute(1000, 3000, -1, 6)
+    assert fake.allocations[-1] == ((4096,), np.dtype(np.uint8), 0, 6)  # allocated in stream 6's order
+    (stream, area, execute) = fake.calls
+    assert stream == ("cufftSetStream", 7, 6) and area[0] == "cufftSetWorkArea" and area[2] != home
+    assert execute == ("cufftXtExec", 7, 1000, 3000, -1)
+    fake.calls.clear()
+    engine.execute(1000, 3000, -1, 5)  # back home: the plan's own workspace again
+    assert fake.calls == [("cufftSetStream", 7, 5), ("cufftSetWorkArea", 7, home), ("cufftXtExec", 7, 1000, 3000, -1)]
+    engine.free()
+    assert "cudaStreamSynchronize" not in names(fake.calls)  # its workspace was only used on its own stream
 
 
 def test_looped_batch_executes_at_byte_offsets(fake):
@@ -285,12 +291,12 @@ def test_no_workspace_when_cufft_needs_none(fake):
     engine.free()
 
 
-def test_streams_need_no_ordering_without_a_workspace(fake):
+def test_streams_need_nothing_without_a_workspace(fake):
     fake.workspace = 0
     engine = make(C2C)
     engine.execute(1, 2, -1, 5)
     engine.execute(1, 2, -1, 6)
-    assert "order" not in names(fake.calls)
+    assert "cufftSetWorkArea" not in names(fake.calls) and fake.allocations == []
     engine.free()
 
 
@@ -317,8 +323,12 @@ def test_executor_is_one_call_and_falls_back(fake):
     fake.calls.clear()
     run(1024, 2048, 1, 5)
     assert fake.calls == [("cufftXtExec", 7, 1024, 2048, 1)]
-    run(1024, 2048, -1, 6)                          # another stream: execute() orders and sets it
+    run(1024, 2048, -1, 6)                          # another stream: execute() sets it and a workspace for it
     assert ("cufftSetStream", 7, 6) in fake.calls
+    fake.calls.clear()
+    allocated = len(fake.allocations)
+    run(1024, 2048, -1, 6)                          # and again: its workspace is per execute, not kept
+    assert len(fake.allocations) == allocated + 1 and names(fake.calls)[-1] == "cufftXtExec"
     engine.free()
     with pytest.raises(InvalidPlanStateError):
         run(1024, 2048, -1, 6)

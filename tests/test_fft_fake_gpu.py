@@ -1,15 +1,17 @@
 """The GPU orchestration of the FFT API, exercised on a CPU-only machine.
 
-A stand-in for CuPy (host memory behind CuPy's interface: ``.data.ptr``, ``.device.id``, ``get``/``set``, streams as
-context managers) and a stand-in cuFFT engine that executes a Transform on raw pointers (viewing host memory at those
-addresses with the Transform's strides) run the real code of ``mathpy.host.fft``: ExecutionCUDA resolution, staging
-copies, uploads and downloads, output allocation on the execution stream, pointer arithmetic, the C2R scratch copy,
-in-place plans, scaling, ``out=``, and callbacks bound for the GPU (compiled to real LTO-IR for sm_90, user data moved
-to the "device"). What it cannot check (cuFFT itself, real streams) is covered by tests/test_fft_api_gpu.py on a GPU.
+A stand-in device package (host memory behind CuPy's array interface: ``.data.ptr``, ``.device.id``) plugged in
+through the array package interface (:mod:`mathpy._packages`), and a stand-in cuFFT engine that executes a Transform on
+raw pointers (viewing host memory at those addresses with the Transform's strides) plugged in through the engine table
+(:mod:`mathpy._engines`), run the real code of ``mathpy.host.fft``: ExecutionCUDA resolution, staging copies, uploads
+and downloads, output allocation on the execution stream, pointer arithmetic, the C2R scratch copy, in-place plans,
+scaling, ``out=``, the stateless prepared calls, and callbacks bound for the GPU (compiled to real LTO-IR for sm_90,
+user data moved to the "device"). What it cannot check (cuFFT itself, real streams) is covered by
+tests/test_fft_api_gpu.py on a GPU.
 """
 
-import ctypes
-import sys
+import contextlib
+import threading
 import types
 
 import numpy as np
@@ -17,8 +19,9 @@ import pytest
 
 import mathpy
 import mathpy.fft as mfft
-from mathpy import _cuda
-from mathpy.host.fft import _cpu, _plan
+from _fake_gpu import host_view, pretend_a_gpu
+from mathpy import _engines, _packages
+from mathpy.host.fft import _cpu, _stateless
 
 from _fft_reference import rand
 
@@ -46,6 +49,9 @@ class FakeArray:
     def transpose(self, *axes):
         return FakeArray(self._a.transpose(*axes))
 
+    def swapaxes(self, a, b):
+        return FakeArray(self._a.swapaxes(a, b))
+
     def astype(self, dtype):
         return FakeArray(self._a.astype(dtype))
 
@@ -62,87 +68,84 @@ class FakeArray:
         self._a *= other
         return self
 
-    def get(self, stream=None, order="C"):
-        FakeCupy.events.append(("download", getattr(stream, "ptr", None)))
-        return np.array(self._a, order=order)
 
-    def set(self, array, stream=None):
-        assert isinstance(array, np.ndarray) and array.flags.c_contiguous and self._a.flags.c_contiguous
-        assert array.shape == self._a.shape and array.dtype == self._a.dtype
-        FakeCupy.events.append(("upload", getattr(stream, "ptr", None)))
-        self._a[...] = array
+class FakeCuPy(_packages.ArrayPackage):
+    """The device package: arrays are FakeArrays on device 0; every allocation, copy, upload, download and
+    synchronisation is recorded with the stream it was ordered on."""
 
-
-class FakeStream:
-    current = 0
-
-    def __init__(self, ptr=0):
-        self.ptr = ptr
-
-    def __enter__(self):
-        self._previous, FakeStream.current = FakeStream.current, self.ptr
-        return self
-
-    def __exit__(self, *exc):
-        FakeStream.current = self._previous
-
-    def synchronize(self):
-        FakeCupy.events.append(("sync", self.ptr))
-
-
-class FakeDevice:
-    def __init__(self, device_id=0):
-        assert device_id == 0
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        pass
-
-    def synchronize(self):
-        pass
-
-
-class FakeCupy(types.ModuleType):
-    events = []
+    name = module = "cupy"
+    device_arrays = True
 
     def __init__(self):
-        super().__init__("cupy")
-        self.ndarray = FakeArray
-        self.cuda = types.SimpleNamespace(Device=FakeDevice, ExternalStream=FakeStream,
-                                          Stream=types.SimpleNamespace(null=FakeStream(0)),
-                                          get_current_stream=lambda: FakeStream(FakeStream.current))
-        self.fft = types.SimpleNamespace(fftshift=lambda x, axes=None: FakeArray(np.fft.fftshift(x._a, axes)),
-                                         ifftshift=lambda x, axes=None: FakeArray(np.fft.ifftshift(x._a, axes)))
+        super().__init__()
+        self.events, self._local = [], threading.local()  # the current stream is per thread, as in CUDA
 
-    def _alloc(self, fn, shape, dtype):
-        FakeCupy.events.append(("alloc", FakeStream.current))
-        return FakeArray(fn(shape, dtype))
+    current = property(lambda self: getattr(self._local, "stream", 0),
+                       lambda self, stream: setattr(self._local, "stream", stream))
 
-    def empty(self, shape, dtype=np.float64):
-        return self._alloc(np.empty, shape, dtype)
+    def owns(self, obj):
+        return isinstance(obj, FakeArray)
 
-    def zeros(self, shape, dtype=np.float64):
-        return self._alloc(np.zeros, shape, dtype)
+    def describe(self, array):
+        a = array._a
+        return a.shape, tuple(s // a.itemsize for s in a.strides), a.dtype, 0, array.data.ptr
 
-    def asarray(self, array):
-        return array if isinstance(array, FakeArray) else FakeArray(np.array(array))
+    def pointer(self, array):
+        return array.data.ptr
 
-    def copyto(self, destination, source):
-        FakeCupy.events.append(("copy", FakeStream.current))
-        np.copyto(destination._a, np.asarray(source))
+    def current_stream(self, device_id):
+        return self.current
 
-    asnumpy = staticmethod(lambda array: np.array(array._a))
+    @contextlib.contextmanager
+    def stream_scope(self, device_id, stream):
+        previous = self.current
+        self.current = previous if stream is None else stream
+        try:
+            yield
+        finally:
+            self.current = previous
 
+    def array(self, host):
+        """A "device" copy of NumPy ``host`` (what cupy.asarray would make)."""
+        return FakeArray(np.array(host))
 
-def host_view(pointer, shape, strides, dtype):
-    """The host memory at ``pointer`` seen with element ``strides`` (what cuFFT would address)."""
-    dtype = np.dtype(dtype)
-    span = 1 + sum((e - 1) * s for e, s in zip(shape, strides))
-    buffer = (ctypes.c_char * (span * dtype.itemsize)).from_address(pointer)
-    flat = np.frombuffer(buffer, dtype=dtype, count=span)
-    return np.lib.stride_tricks.as_strided(flat, shape, tuple(s * dtype.itemsize for s in strides))
+    def transpose(self, array, axes):
+        return array.transpose(axes)
+
+    def broadcast_to(self, array, shape):
+        return FakeArray(np.broadcast_to(array._a, shape))
+
+    def contiguous(self, array):
+        return FakeArray(np.ascontiguousarray(array._a))
+
+    def astype(self, array, dtype):
+        return array.astype(dtype)
+
+    def from_dlpack(self, obj):
+        return obj if isinstance(obj, FakeArray) else FakeArray(np.asarray(obj))
+
+    def _empty(self, shape, dtype, device_id, zero):
+        self.events.append(("alloc", self.current))
+        return FakeArray((np.zeros if zero else np.empty)(shape, dtype))
+
+    def _copy_into(self, destination, source):
+        self.events.append(("copy", self.current))
+        np.copyto(destination._a, np.asarray(source), casting="same_kind")
+
+    def _to_numpy(self, array, stream):
+        self.events.append(("download", stream))
+        return np.array(array._a, order="A")
+
+    def _from_numpy(self, host, device_id):
+        return FakeArray(np.array(host))
+
+    def _upload(self, destination, host):
+        assert host.flags.c_contiguous and destination._a.flags.c_contiguous and host.shape == destination.shape
+        self.events.append(("upload", self.current))
+        destination._a[...] = host
+
+    def _synchronize(self, stream):
+        self.events.append(("sync", stream))
 
 
 class FakeCUFFTEngine:
@@ -150,8 +153,8 @@ class FakeCUFFTEngine:
 
     instances = []
 
-    def __init__(self, transform, *, execution, prolog=None, epilog=None, package=None, stream=None):
-        assert isinstance(execution, mathpy.ExecutionCUDA) and package == "cupy"
+    def __init__(self, transform, *, execution, prolog=None, epilog=None, allocator=None):
+        assert isinstance(execution, mathpy.ExecutionCUDA) and allocator.package.name == "cupy"
         for kind, cb in (("prolog", prolog), ("epilog", epilog)):
             if cb is not None:  # what cuFFT would be given
                 assert cb.ltoir[:4] and isinstance(cb.ltoir, bytes) and cb.symbol is None
@@ -159,19 +162,20 @@ class FakeCUFFTEngine:
                 assert cb.cufft_type == mathpy.jit.CALLBACK_TYPES[(kind, np.dtype(element).name)]
                 if cb.data is not None:
                     assert cb.data.package == "cupy" and cb.data_ptr == cb.data.data_ptr
-        self.transform, self.stream, self.freed, self.calls = transform, stream, False, []
+        self.transform, self.stream, self.freed, self.calls = transform, allocator.stream, False, []
         self.workspace_bytes = 1024
-        self.overwrites_input = transform.kind == "C2R"
+        self.overwrites_input = transform.fft_type == "C2R"
         self._cpu = _cpu.CPUEngine(transform, execution=mathpy.ExecutionCPU(), prolog=_host(prolog),
                                    epilog=_host(epilog))
         FakeCUFFTEngine.instances.append(self)
 
     def execute(self, input_ptr, output_ptr, direction, stream):
         assert isinstance(input_ptr, int) and isinstance(output_ptr, int) and isinstance(stream, int)
+        assert not self.freed
         t = self.transform
         self.calls.append((input_ptr, output_ptr, direction, stream))
-        x = host_view(input_ptr, t.input_shape, t.input_strides, t.input_dtype)
-        y = host_view(output_ptr, t.output_shape, t.output_strides, t.output_dtype)
+        x = host_view(input_ptr, t.input_dtype, t.input_shape, t.input_strides)
+        y = host_view(output_ptr, t.output_dtype, t.output_shape, t.output_strides)
         if input_ptr == output_ptr:
             x = x.copy()
         self._cpu.execute(x, y, direction, None)
@@ -192,32 +196,13 @@ def _host(bound):
 
 @pytest.fixture
 def fake_gpu(monkeypatch):
-    cupy = FakeCupy()
-    monkeypatch.setitem(sys.modules, "cupy", cupy)
-    monkeypatch.setattr(_cuda, "require_device", lambda device_id=0: None)
-    monkeypatch.setattr(_cuda, "is_available", lambda: True)
-    monkeypatch.setattr(_cuda, "compute_capability", lambda device_id=0: (9, 0))
-    real_make = _plan._make_engine
-
-    def make(transform, execution, prolog, epilog, package, stream):
-        if isinstance(execution, mathpy.ExecutionCUDA):
-            return FakeCUFFTEngine(transform, execution=execution, prolog=prolog, epilog=epilog, package=package,
-                                   stream=stream)
-        return real_make(transform, execution, prolog, epilog, package, stream)
-
-    monkeypatch.setattr(_plan, "_make_engine", make)
-    _reset()
-    FakeCupy.events.clear()
+    pretend_a_gpu(monkeypatch)
+    cupy = FakeCuPy()
     FakeCUFFTEngine.instances.clear()
-    FakeStream.current = 0
-    yield cupy
-    _reset()
-
-
-def _reset():
     mfft.plan_cache_clear()
-    _plan._prepared.clear()
-    _plan._device_allocator.cache_clear()
+    with _packages.use(cupy, device_package_name="cupy"), _engines.use("fft", "cuda", FakeCUFFTEngine):
+        yield cupy
+    mfft.plan_cache_clear()  # its engines computed on host memory posing as device memory
 
 
 CASES = [("fft", {}, np.complex64), ("ifft", {"n": 12, "norm": "ortho"}, np.complex128),
@@ -230,7 +215,7 @@ CASES = [("fft", {}, np.complex64), ("ifft", {"n": 12, "norm": "ortho"}, np.comp
 @pytest.mark.parametrize("name, kwargs, dtype", CASES)
 def test_device_operands(fake_gpu, name, kwargs, dtype):
     x = rand((3, 5, 8), dtype)
-    device_x = fake_gpu.asarray(x)
+    device_x = fake_gpu.array(x)
     before = x.copy()
     result = getattr(mfft, name)(device_x, **kwargs)
     assert isinstance(result, FakeArray)
@@ -245,7 +230,7 @@ def test_device_operands(fake_gpu, name, kwargs, dtype):
                                    (slice(None), slice(None, None, -2))])
 def test_strided_device_operands(fake_gpu, index):
     base = rand((6, 16))
-    view = fake_gpu.asarray(base)[index]
+    view = fake_gpu.array(base)[index]
     for axis in (0, 1):
         np.testing.assert_allclose(np.asarray(mfft.fft(view, axis=axis)), np.fft.fft(base[index], axis=axis),
                                    atol=1e-3)
@@ -256,7 +241,7 @@ def test_numpy_operand_on_cuda(fake_gpu):
     y = mfft.fft(x, execution="cuda")
     assert isinstance(y, np.ndarray)
     np.testing.assert_allclose(y, np.fft.fft(x), atol=1e-3)
-    assert ("upload", 0) in FakeCupy.events and any(e[0] == "download" for e in FakeCupy.events)
+    assert ("upload", 0) in fake_gpu.events and any(e[0] == "download" for e in fake_gpu.events)
     x5 = rand((2, 3, 2, 3, 4))  # decomposed into two plans, moved to the device once
     np.testing.assert_allclose(mfft.fftn(x5, execution="cuda"), np.fft.fftn(x5), atol=1e-3)
     r = rand((4, 6, 10), np.float64)
@@ -266,7 +251,7 @@ def test_numpy_operand_on_cuda(fake_gpu):
 
 def test_device_operand_on_cpu(fake_gpu):
     x = rand((4, 32))
-    y = mfft.fft(fake_gpu.asarray(x), execution="cpu")
+    y = mfft.fft(fake_gpu.array(x), execution="cpu")
     assert isinstance(y, FakeArray)
     np.testing.assert_allclose(np.asarray(y), np.fft.fft(x), atol=1e-3)
     assert not FakeCUFFTEngine.instances
@@ -274,19 +259,19 @@ def test_device_operand_on_cpu(fake_gpu):
 
 def test_stateful_stream_and_pointers(fake_gpu):
     x = rand((4, 32))
-    operand = fake_gpu.asarray(x)
+    operand = fake_gpu.array(x)
     with mfft.FFT(operand, axes=[1], stream=77) as f:
         f.plan()
         engine = FakeCUFFTEngine.instances[-1]
         assert engine.stream == 77  # the workspace is allocated on the plan's stream
-        FakeCupy.events.clear()
+        fake_gpu.events.clear()
         y = f.execute()
         assert engine.calls[-1][0] == operand.data.ptr and engine.calls[-1][3] == 77
-        assert ("alloc", 77) in FakeCupy.events  # the output is allocated in the execution stream's order
-        z = f.execute(direction="inverse", stream=FakeStream(5))
+        assert ("alloc", 77) in fake_gpu.events  # the output is allocated in the execution stream's order
+        z = f.execute(direction="inverse", stream=5)
         assert engine.calls[-1][2:] == (1, 5)
         x2 = rand((4, 32), seed=3)
-        f.reset_operand(fake_gpu.asarray(x2))
+        f.reset_operand(fake_gpu.array(x2))
         w = f.execute()
     np.testing.assert_allclose(np.asarray(y), np.fft.fft(x), atol=1e-3)
     np.testing.assert_allclose(np.asarray(z), np.fft.ifft(x) * 32, atol=1e-3)
@@ -296,22 +281,22 @@ def test_stateful_stream_and_pointers(fake_gpu):
 
 def test_inplace_and_out_and_blocking(fake_gpu):
     x = rand((4, 32))
-    operand = fake_gpu.asarray(x.copy())
+    operand = fake_gpu.array(x.copy())
     with mfft.FFT(operand, axes=[1], options={"inplace": True, "blocking": True}) as f:
         f.plan()
-        FakeCupy.events.clear()
+        fake_gpu.events.clear()
         assert f.execute() is operand
         engine = FakeCUFFTEngine.instances[-1]
         assert engine.calls[-1][0] == engine.calls[-1][1] == operand.data.ptr
-        assert ("sync", 0) in FakeCupy.events
+        assert ("sync", 0) in fake_gpu.events
     np.testing.assert_allclose(np.asarray(operand), np.fft.fft(x), atol=1e-3)
-    out = fake_gpu.zeros((4, 32), np.complex64)
-    assert mfft.ifft(fake_gpu.asarray(x), out=out) is out
+    out = fake_gpu.array(np.zeros((4, 32), np.complex64))
+    assert mfft.ifft(fake_gpu.array(x), out=out) is out
     np.testing.assert_allclose(np.asarray(out), np.fft.ifft(x), atol=1e-5)
 
 
 def test_plan_cache_reuses_engines(fake_gpu):
-    x = fake_gpu.asarray(rand((8, 64)))
+    x = fake_gpu.array(rand((8, 64)))
     for _ in range(5):
         mfft.fft(x)
     assert len(FakeCUFFTEngine.instances) == 1
@@ -337,8 +322,8 @@ def test_callbacks_bound_for_the_gpu(fake_gpu):
     x = rand((4, 32))
     window = np.hanning(32).astype(np.float32)
     filt = rand((4, 32), seed=8)
-    device_filter = fake_gpu.asarray(filt)
-    y = mfft.fft(fake_gpu.asarray(x), prolog=mfft.Callback(window_prolog, data=window),
+    device_filter = fake_gpu.array(filt)
+    y = mfft.fft(fake_gpu.array(x), prolog=mfft.Callback(window_prolog, data=window),
                  epilog=mfft.Callback(filter_epilog, data=device_filter))
     np.testing.assert_allclose(np.asarray(y), np.fft.fft(x * window) * filt, atol=1e-3)
     engine = FakeCUFFTEngine.instances[-1]
@@ -369,52 +354,126 @@ def test_layouts_property(fake_gpu, shape, steps, name, dtype, norm, data):
         s = [base[index].shape[a] for a in axes]
         s[-1] = 1
     expected = getattr(np.fft, name)(base[index], s=s, axes=axes, norm=norm)
-    result = getattr(mfft, name)(fake_gpu.asarray(base)[index], s=s, axes=axes, norm=norm)
+    result = getattr(mfft, name)(fake_gpu.array(base)[index], s=s, axes=axes, norm=norm)
     assert isinstance(result, FakeArray) and result.dtype == expected.dtype
     np.testing.assert_allclose(np.asarray(result), expected, atol=1e-3 * max(1, np.abs(expected).max()))
 
 
-def test_stateless_fast_path(fake_gpu, monkeypatch):
-    """Repeated plain calls on a device array run a prepared recipe; results, streams, scaling and eviction behave as
-    on the general path."""
-    from mathpy.host.fft import _functions
-    monkeypatch.setattr(_functions, "_single_gpu", True)
+def test_stateless_prepared_calls(fake_gpu):
+    """Repeated plain calls on a device array run the first call's prepared call: one engine for both directions,
+    every stream, scaling as on the full path; an evicted engine is planned again."""
     x = rand((8, 64))
-    device_x = fake_gpu.asarray(x)
+    device_x = fake_gpu.array(x)
+    before = mfft.plan_cache_info()
     for _ in range(3):
         np.testing.assert_allclose(np.asarray(mfft.fft(device_x)), np.fft.fft(x), atol=1e-3)
         np.testing.assert_allclose(np.asarray(mfft.ifft(device_x, norm="ortho")), np.fft.ifft(x, norm="ortho"),
                                    atol=1e-4)
-    assert len(_plan._fast_recipes) == 2 and len(FakeCUFFTEngine.instances) == 1  # one engine, both directions
+    assert _stateless.remembered() == 2 and len(FakeCUFFTEngine.instances) == 1  # one engine, both directions
+    info = mfft.plan_cache_info()
+    assert (info.misses - before.misses, info.hits - before.hits) == (1, 5)  # all calls after the first: hits
     engine = FakeCUFFTEngine.instances[0]
     calls = len(engine.calls)
     mfft.fft(device_x)
     assert len(engine.calls) == calls + 1 and engine.calls[-1][0] == device_x.data.ptr
-    with FakeStream(9):  # another current stream: another recipe, output allocated on that stream
-        FakeCupy.events.clear()
+    with fake_gpu.stream_scope(0, 9):  # another current stream: the same engine, output allocated on that stream
+        fake_gpu.events.clear()
         np.testing.assert_allclose(np.asarray(mfft.fft(device_x)), np.fft.fft(x), atol=1e-3)
-        np.testing.assert_allclose(np.asarray(mfft.fft(device_x)), np.fft.fft(x), atol=1e-3)
-        assert ("alloc", 9) in FakeCupy.events and FakeCUFFTEngine.instances[-1].calls[-1][3] == 9
-    view = fake_gpu.asarray(rand((8, 130)))[:, ::2]  # staged through a copy: the general path each time
+        assert fake_gpu.events == [("alloc", 9)] and engine.calls[-1][3] == 9
+    np.testing.assert_allclose(np.asarray(mfft.fft(device_x, stream=11)), np.fft.fft(x), atol=1e-3)
+    assert engine.calls[-1][3] == 11 and len(FakeCUFFTEngine.instances) == 1
+    view = fake_gpu.array(rand((8, 130)))[:, ::2]  # staged through a copy: a prepared call that copies
     for _ in range(2):
         np.testing.assert_allclose(np.asarray(mfft.fft(view)), np.fft.fft(np.asarray(view)), atol=1e-3)
-    mfft.set_plan_cache_size(max_bytes=512)  # every engine evicted and freed: the recipes must not use them
+    calls = len(engine.calls)
+    mfft.set_plan_cache_size(max_bytes=512)  # every engine evicted and freed: the prepared calls must not use them
     try:
         assert engine.freed
         np.testing.assert_allclose(np.asarray(mfft.fft(device_x)), np.fft.fft(x), atol=1e-3)
-        assert len(engine.calls) == calls + 1 and len(FakeCUFFTEngine.instances) == 4
+        assert len(engine.calls) == calls and len(FakeCUFFTEngine.instances) == 3
     finally:
         mfft.set_plan_cache_size(max_bytes=1 << 30)
 
 
+SCALE = np.complex64(2)
+
+
+def scaled_filter(data_out, offset, value, user_info, unused):
+    data_out[offset] = value * user_info[offset] * SCALE
+
+
+def test_stateless_callback_calls_see_new_data_and_new_globals(fake_gpu):
+    """fft(x, epilog=Callback(f, data=filt)) with device user data reuses its prepared call (no new compile, plan or
+    hash of the function); new contents of the data are seen (read in place), and a rebound global the callback
+    reads makes a new compile and plan, whose result uses the new value."""
+    pytest.importorskip("numba.cuda")
+    global SCALE
+    x, filt = rand((4, 32)), rand((4, 32), seed=4)
+    device_x, device_filt = fake_gpu.array(x), fake_gpu.array(filt)
+    for _ in range(3):
+        y = mfft.fft(device_x, epilog=mfft.Callback(scaled_filter, data=device_filt))
+        np.testing.assert_allclose(np.asarray(y), np.fft.fft(x) * filt * 2, atol=1e-3)
+    assert len(FakeCUFFTEngine.instances) == 1 and _stateless.remembered() == 1
+    device_filt._a[...] = filt * 3  # new contents, same memory
+    y = mfft.fft(device_x, epilog=mfft.Callback(scaled_filter, data=device_filt))
+    np.testing.assert_allclose(np.asarray(y), np.fft.fft(x) * filt * 6, atol=1e-3)
+    assert len(FakeCUFFTEngine.instances) == 1
+    SCALE = np.complex64(5)
+    try:
+        y = mfft.fft(device_x, epilog=mfft.Callback(scaled_filter, data=device_filt))
+        np.testing.assert_allclose(np.asarray(y), np.fft.fft(x) * filt * 15, atol=1e-3)
+        assert len(FakeCUFFTEngine.instances) == 2  # a new compile, a new plan
+    finally:
+        SCALE = np.complex64(2)
+    host_filt = rand((4, 32), seed=6)  # host user data on a GPU call: copied at every call, never reused
+    y = mfft.fft(device_x, epilog=mfft.Callback(scaled_filter, data=host_filt))
+    np.testing.assert_allclose(np.asarray(y), np.fft.fft(x) * host_filt * 2, atol=1e-3)
+    host_filt *= 2
+    y = mfft.fft(device_x, epilog=mfft.Callback(scaled_filter, data=host_filt))
+    np.testing.assert_allclose(np.asarray(y), np.fft.fft(x) * host_filt * 2, atol=1e-3)
+
+
+def test_one_plan_serves_many_threads_and_streams(fake_gpu):
+    """16 threads, each on its own stream, call the stateless fft on 4 sizes: one engine per size, the plan cache
+    hits on all but the first calls, nothing is evicted, every result is right."""
+    sizes = [16, 32, 64, 128]
+    inputs = {n: rand((4, n), seed=n) for n in sizes}
+    device = {n: fake_gpu.array(inputs[n]) for n in sizes}
+    errors = []
+    before = mfft.plan_cache_info()
+
+    def work(stream):
+        try:
+            for _ in range(5):
+                for n in sizes:
+                    with fake_gpu.stream_scope(0, stream):
+                        y = mfft.fft(device[n])
+                    np.testing.assert_allclose(np.asarray(y), np.fft.fft(inputs[n]), atol=1e-3)
+        except Exception as e:  # pragma: no cover (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(100 + i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    info = mfft.plan_cache_info()
+    misses, hits = info.misses - before.misses, info.hits - before.hits
+    assert misses == len(sizes) and info.evictions == before.evictions and hits == 16 * 5 * len(sizes) - len(sizes)
+    assert len(FakeCUFFTEngine.instances) == len(sizes)
+    streams = {call[3] for engine in FakeCUFFTEngine.instances for call in engine.calls}
+    assert streams == set(range(100, 116))
+
+
 def test_stateful_fast_path_follows_reset_and_free(fake_gpu):
     x, x2 = rand((4, 32)), rand((4, 32), seed=5)
-    f = mfft.FFT(fake_gpu.asarray(x), axes=[1])
+    f = mfft.FFT(fake_gpu.array(x), axes=[1])
     with pytest.raises(mathpy.InvalidPlanStateError, match="before plan"):
         f.execute()
     f.plan()
     np.testing.assert_allclose(np.asarray(f.execute()), np.fft.fft(x), atol=1e-3)
-    f.reset_operand(fake_gpu.asarray(x2))
+    f.reset_operand(fake_gpu.array(x2))
     np.testing.assert_allclose(np.asarray(f.execute()), np.fft.fft(x2), atol=1e-3)
     f.free()
     with pytest.raises(mathpy.InvalidPlanStateError, match="freed"):

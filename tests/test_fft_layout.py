@@ -56,10 +56,10 @@ def logical_transforms(t):
 def check_params(t, params):
     """cuFFT, driven by ``params``, touches exactly the elements of ``t``'s arrays, transform by transform, in order."""
     kept = [a for a in t.axes[:-1] if t.input_shape[a] > 1] + [t.axes[-1]]
-    if t.kind == "C2C" and len(kept) > 1 and t.input_shape[t.axes[-1]] == 1:
+    if t.fft_type == "C2C" and len(kept) > 1 and t.input_shape[t.axes[-1]] == 1:
         kept.pop()
     assert params.rank == len(kept) == len(params.n) == len(params.inembed) == len(params.onembed)
-    assert params.n == tuple((t.output_shape if t.kind == "C2R" else t.input_shape)[a] for a in kept)
+    assert params.n == tuple((t.output_shape if t.fft_type == "C2R" else t.input_shape)[a] for a in kept)
     assert params.istride > 0 and params.ostride > 0 and params.batch >= 1
     assert all(e >= x for e, x in zip(params.inembed[1:], [t.input_shape[a] for a in kept[1:]]))
     assert all(e >= x for e, x in zip(params.onembed[1:], [t.output_shape[a] for a in kept[1:]]))
@@ -88,15 +88,15 @@ def transforms(draw):
     ndim = draw(st.integers(1, 4))
     shape = list(draw(st.lists(st.integers(1, 5), min_size=ndim, max_size=ndim)))
     axes = tuple(draw(st.permutations(range(ndim)))[:draw(st.integers(1, min(3, ndim)))])
-    kind = draw(st.sampled_from(["C2C", "R2C", "C2R"]))
+    fft_type = draw(st.sampled_from(["C2C", "R2C", "C2R"]))
     in_shape, out_shape = list(shape), list(shape)
-    if kind == "R2C":
+    if fft_type == "R2C":
         out_shape[axes[-1]] = in_shape[axes[-1]] // 2 + 1
-    elif kind == "C2R":
+    elif fft_type == "C2R":
         in_shape[axes[-1]] = out_shape[axes[-1]] // 2 + 1
     in_strides = draw(layouts(in_shape))
-    out_strides = in_strides if kind == "C2C" and draw(st.booleans()) else draw(layouts(out_shape))
-    return Transform(kind, np.float32, in_shape, in_strides, out_shape, out_strides, axes)
+    out_strides = in_strides if fft_type == "C2C" and draw(st.booleans()) else draw(layouts(out_shape))
+    return Transform(fft_type, np.float32, in_shape, in_strides, out_shape, out_strides, axes)
 
 
 SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -139,7 +139,7 @@ def test_engine_layout_is_always_one_plan(t, allow_loops):
             perm = dense_permutation(new)
             array = np.empty([shape[p] for p in perm], np.complex64).transpose(np.argsort(perm))
             assert all(e == 1 or a // 8 == s for a, s, e in zip(array.strides, new, shape))
-    moved = Transform(t.kind, t.precision, t.input_shape, ins, t.output_shape, outs, t.axes)
+    moved = Transform(t.fft_type, t.precision, t.input_shape, ins, t.output_shape, outs, t.axes)
     params = cufft_params(moved, allow_loops=allow_loops)
     check_params(moved, params)
     if not allow_loops:
@@ -191,7 +191,7 @@ def test_known_layouts():
 
 
 def test_transform_validation():
-    with pytest.raises(ValueError, match="kind"):
+    with pytest.raises(ValueError, match="fft_type"):
         Transform("Z2Z", np.float32, (4,), (1,), (4,), (1,), (0,))
     with pytest.raises(ValueError, match="precision"):
         Transform("C2C", np.int32, (4,), (1,), (4,), (1,), (0,))

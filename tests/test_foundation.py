@@ -49,7 +49,7 @@ class TestOperands:
 
     @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64", "complex64", "complex128", "int64"])
     def test_dtypes_round_trip_between_packages(self, xp, dtype):
-        from mathpy._operands import BFLOAT16
+        from mathpy._dtypes import BFLOAT16
         npdtype = BFLOAT16 if dtype == "bfloat16" else np.dtype(dtype)
         if xp.name == "cupy" and dtype == "bfloat16":
             pytest.skip("CuPy has no bfloat16")

@@ -206,14 +206,46 @@ def test_corrupted_entry_is_ignored(count_builds, tmp_path, monkeypatch):
     assert not [p for p in path.parent.iterdir() if p.name.startswith(".tmp-")]
 
 
-def test_uncacheable_function_compiles_once_per_process(count_builds, monkeypatch):
-    def refuse(fn, spec):
-        raise jit._cache.Uncacheable("test")
-    monkeypatch.setattr(_compile, "callback_key", refuse)
-    fn = _scaled(np.float32(9))
+class _Opaque:
+    pass
+
+
+def _uncacheable_prolog():
+    """A prolog whose globals hold a value the fingerprint cannot represent (``float32`` is read as an attribute
+    name of ``np`` by the code, and is an opaque object in its globals): numba compiles it, the key cannot be made."""
+    namespace = {"np": np, "float32": _Opaque()}
+    exec("def prolog(data_in, offset, user_info, unused):\n    return data_in[offset] * np.float32(2)", namespace)
+    return namespace["prolog"]
+
+
+def test_uncacheable_function_compiles_once_per_process(count_builds):
+    fn = _uncacheable_prolog()
     first = jit.compile_callback(fn, "prolog", "complex64", None, CC)
     second = jit.compile_callback(fn, "prolog", "complex64", None, CC)
     assert first.key is None and first is second and len(count_builds) == 1
+
+
+def test_key_is_reused_while_what_it_read_is_unchanged(tmp_path):
+    """function_key hashes a function once and then only checks its snapshot; a rebound global, a changed closure
+    cell or an array changed in place make it hash again (and the key follows the values)."""
+    from mathpy.jit._cache import function_key
+    spec = jit._spec.make_spec("prolog", "complex64", None, CC)
+    ns = _module_with_global(tmp_path, "snapshot_mod", 2)
+    key, snapshot = function_key(ns["prolog"], spec)
+    again, same_snapshot = function_key(ns["prolog"], spec)
+    assert again == key and same_snapshot is snapshot and snapshot.valid()
+    ns["SCALE"] = np.float32(3)
+    assert not snapshot.valid()
+    changed, new_snapshot = function_key(ns["prolog"], spec)
+    assert changed != key and new_snapshot is not snapshot
+    table = np.arange(4, dtype=np.float32)
+
+    def reads_table(data_in, offset, user_info, unused):
+        return data_in[offset] * table[0]
+    key, snapshot = function_key(reads_table, spec)
+    table[0] = 7  # the same array object, new contents: numba would freeze the new value
+    assert not snapshot.valid() and function_key(reads_table, spec)[0] != key
+    assert function_key(_uncacheable_prolog(), spec) == (None, None)
 
 
 def test_fingerprint_rejects_opaque_values():

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from _matmul_reference import strides_in_bytes
 from mathpy import InvalidPlanStateError
 from mathpy.host.matmul import Matmul, MatmulEpilog, MatmulOptions, matmul, matmul_plan_cache
-from mathpy.host.matmul._matmul import _stage_matrix
+from mathpy.host.matmul._layouts import stage_matrix
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 E4M3, E5M2 = np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2)
@@ -75,13 +75,13 @@ def test_transposed_and_strided_operands_are_not_copied():
     a = rand(2, 8, 6)
     at = np.swapaxes(rand(2, 6, 8), -1, -2)  # column-major matrices
     stepped = rand(2, 8, 12)[:, :, ::2]  # neither stride 1 in the last axis -> only this one is copied
-    assert _stage_matrix("a", _op(a), 8, 6, "row", (2,), False).mode is None
-    staged = _stage_matrix("a", _op(at), 8, 6, "row", (2,), False)
+    assert stage_matrix("a", _op(a), 8, 6, "row", (2,), False).mode is None
+    staged = stage_matrix("a", _op(at), 8, 6, "row", (2,), False)
     assert staged.mode is None and staged.layout.row_stride == 1 and staged.layout.col_stride == 8
-    assert _stage_matrix("a", _op(stepped), 8, 6, "row", (2,), False).mode == "contiguous"
-    broadcast = _stage_matrix("b", _op(rand(6, 5)), 6, 5, "col", (4, 3), False)
+    assert stage_matrix("a", _op(stepped), 8, 6, "row", (2,), False).mode == "contiguous"
+    broadcast = stage_matrix("b", _op(rand(6, 5)), 6, 5, "col", (4, 3), False)
     assert broadcast.mode is None and broadcast.layout.batch_stride == 0 and broadcast.layout.batch == 12
-    partial = _stage_matrix("b", _op(rand(4, 1, 6, 5)), 6, 5, "col", (4, 3), False)  # not one batch stride
+    partial = stage_matrix("b", _op(rand(4, 1, 6, 5)), 6, 5, "col", (4, 3), False)  # not one batch stride
     assert partial.mode == "broadcast"
 
 

@@ -22,6 +22,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from _fake_gpu import HostMemory
 from _matmul_reference import rss_bytes
 from mathpy._errors import InvalidPlanStateError, LibraryNotFoundError, UnsupportedLayoutError
 from mathpy._execution import ExecutionCUDA
@@ -30,8 +31,8 @@ from mathpy.host.matmul import _cublaslt as engine_module
 from mathpy.host.matmul._cublaslt import CublasLtEngine, as_column_major, needs_autotune, orient
 from mathpy.host.matmul._epilog import (MatmulEpilog, epilog_spec, gelu, gelu_aux_rows, gelu_grad, pack_bits,
                                         relu_aux_rows, unpack_bits)
-from mathpy.host.matmul._problem import (MatmulProblem, MatrixLayout, col_major, epilog_output_layouts,
-                                         epilog_output_shape, row_major)
+from mathpy.host.matmul._epilog_operands import HANDLERS, output_layouts
+from mathpy.host.matmul._problem import MatmulProblem, MatrixLayout, col_major, row_major
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
@@ -43,7 +44,7 @@ def make_problem(a, b, d, *, c=None, compute="32F", scale=np.float32, epilog=Non
                  **scales):
     m, k, n = a.rows, a.cols, b.cols
     if outputs is None:
-        outputs = epilog_output_layouts(epilog, m, n, d.batch, d.dtype)
+        outputs = output_layouts(epilog_spec(epilog), m, n, d.batch, d.dtype)
     return MatmulProblem(m, n, k, d.batch, (d.batch,) if d.batch > 1 else (), a, b, c, d, compute, np.dtype(scale),
                          epilog, tuple(inputs), tuple(outputs), **scales)
 
@@ -146,9 +147,10 @@ class TestBindingTables:
         assert (lt.HeuristicResult.algo.offset, lt.HeuristicResult.workspaceSize.offset,
                 lt.HeuristicResult.state.offset, lt.HeuristicResult.wavesCount.offset) == (0, 64, 72, 76)
 
-    def test_epilogue_values_match_the_api_enum(self):
+    def test_epilog_values_match_the_api_enum(self):
         for epilog in MatmulEpilog:
-            assert lt.Epilogue[epilog.name] == epilog.value
+            assert lt.Epilog[epilog.name] == epilog.value
+        assert MatmulEpilog is lt.Epilog  # one enum: the binding's
 
     def test_values(self):
         assert (lt.MatmulDesc.EPILOGUE, lt.MatmulDesc.BIAS_POINTER, lt.MatmulDesc.EPILOGUE_AUX_POINTER,
@@ -165,7 +167,7 @@ class TestBindingTables:
                     E4M3: 28, E5M2: 29}
         for dtype, value in expected.items():
             assert lt.cuda_data_type(dtype) == value
-        with pytest.raises(ValueError, match="no cuBLASLt data type"):
+        with pytest.raises(ValueError, match="no CUDA data type"):
             lt.cuda_data_type(np.int64)
 
     def test_every_api_compute_type_is_a_cublas_one(self):
@@ -256,18 +258,18 @@ def mocked_engine():
     are mocked (the heuristic returns three fake algorithms); cublasLtMatmul is replaced per engine by a recorder."""
     _library_or_skip()
     calls = []
+    memory = HostMemory()
     with mock.patch.object(engine_module._cuda, "require_device"), \
             mock.patch.object(engine_module._cuda, "device_count", return_value=1), \
             mock.patch.object(engine_module._cuda, "compute_capability", return_value=(9, 0)), \
             mock.patch.object(engine_module, "get_handle", return_value=0), \
             mock.patch.object(engine_module.lt, "heuristics", side_effect=_fake_heuristics(calls=calls)):
-        def build(problem, **kwargs):
-            kwargs.setdefault("stream", 0)
-            engine = CublasLtEngine(problem, execution=ExecutionCUDA(0), package="torch", **kwargs)
+        def build(problem, stream=0, **kwargs):
+            engine = CublasLtEngine(problem, execution=ExecutionCUDA(0), allocator=memory.on(0, stream), **kwargs)
             engine.recorded = []
             engine._matmul = lambda *args: engine.recorded.append(args)
             return engine
-        build.heuristic_calls = calls
+        build.heuristic_calls, build.memory = calls, memory
         yield build
 
 
@@ -396,15 +398,15 @@ class TestEnginePlanning:
         bias = MatrixLayout(m, 1, 1, m, 1, m, BF16)
         problem = make_problem(row_major(m, k, 1, E4M3), col_major(k, n, 1, E4M3), col_major(m, n, 1, E4M3),
                                epilog=E.BIAS, inputs=[("bias", bias)], a_scale=1.0, b_scale=1.0, d_scale=1.0)
-        with mock.patch.object(engine_module._operands, "as_package", return_value=None), \
-                mock.patch.object(engine_module._operands, "wrap_operand",
-                                  return_value=mock.Mock(data_ptr=0x7000)):
-            engine = mocked_engine(problem)
+        engine = mocked_engine(problem)
+        scales = engine._resources.scales  # on the "device", from the engine's allocator
+        base = scales.__array_interface__["data"][0]
         assert _desc(engine, lt.MatmulDesc.BIAS_DATA_TYPE) == lt.DataType.R_16BF
-        assert _desc(engine, lt.MatmulDesc.A_SCALE_POINTER) == 0x7000
+        assert _desc(engine, lt.MatmulDesc.A_SCALE_POINTER) == base
         # each scale 256 bytes apart (packed 4 bytes apart, cuBLASLt 13.1 answered CUBLAS_STATUS_NOT_SUPPORTED)
-        assert _desc(engine, lt.MatmulDesc.B_SCALE_POINTER) == 0x7100
-        assert _desc(engine, lt.MatmulDesc.D_SCALE_POINTER) == 0x7200
+        assert _desc(engine, lt.MatmulDesc.B_SCALE_POINTER) == base + 0x100
+        assert _desc(engine, lt.MatmulDesc.D_SCALE_POINTER) == base + 0x200
+        assert list(scales[::64][:3]) == [1.0, 1.0, 1.0]
         # a float8 result takes C as bfloat16 (never read without c)
         assert _layout(engine, 2, lt.MatrixLayout.TYPE) == lt.DataType.R_16BF
 
@@ -432,21 +434,17 @@ class TestEnginePlanning:
         assert engine.algorithms == [third] and third in engine.algorithms
 
     def test_workspace_of_the_chosen_algorithm(self, mocked_engine):
-        with mock.patch.object(engine_module.lt, "heuristics", side_effect=_fake_heuristics((256, 1024, 0))), \
-                mock.patch.object(engine_module._operands, "empty", side_effect=lambda p, shape, *a: np.empty(shape)), \
-                mock.patch.object(engine_module._operands, "wrap_operand",
-                                  side_effect=lambda x: mock.Mock(data_ptr=0x5000 + x.size)):
+        with mock.patch.object(engine_module.lt, "heuristics", side_effect=_fake_heuristics((256, 1024, 0))):
             engine = mocked_engine(make_problem(row_major(8, 8, 1, np.float32), row_major(8, 8, 1, np.float32),
                                                 col_major(8, 8, 1, np.float32)))
-            assert engine.workspace_bytes == 256 and engine._args[13:15] == [0x5000 + 256, 256]
+            workspace = engine._resources.workspace
+            assert engine.workspace_bytes == 256 and workspace.nbytes == 256
+            assert engine._args[13:15] == [workspace.__array_interface__["data"][0], 256]
             engine.algorithms[:] = [engine.algorithms[2]]
             assert engine.workspace_bytes == 0 and engine._args[13:15] == [0, 0]
 
     def test_self_autotune_holds_the_largest_workspace_until_it_chose(self, mocked_engine):
-        with mock.patch.object(engine_module.lt, "heuristics", side_effect=_fake_heuristics((256, 4096, 0))), \
-                mock.patch.object(engine_module._operands, "empty", side_effect=lambda p, shape, *a: np.empty(shape)), \
-                mock.patch.object(engine_module._operands, "wrap_operand",
-                                  side_effect=lambda x: mock.Mock(data_ptr=0x5000 + x.size)):
+        with mock.patch.object(engine_module.lt, "heuristics", side_effect=_fake_heuristics((256, 4096, 0))):
             big = make_problem(row_major(64, 8192, 1, BF16), row_major(8192, 8192, 1, BF16),
                                col_major(64, 8192, 1, BF16))
             engine = mocked_engine(big)
@@ -468,21 +466,27 @@ class TestEnginePlanning:
         with pytest.raises(InvalidPlanStateError):
             engine.autotune({})
 
-    def test_workspace_used_on_another_stream_is_waited_for(self, mocked_engine):
-        with mock.patch.object(engine_module.lt, "heuristics", side_effect=_fake_heuristics((512, 0, 0))), \
-                mock.patch.object(engine_module._operands, "empty", side_effect=lambda p, shape, *a: np.empty(shape)), \
-                mock.patch.object(engine_module._operands, "wrap_operand",
-                                  side_effect=lambda x: mock.Mock(data_ptr=0x9000)):
+    def test_other_streams_take_a_workspace_of_their_own(self, mocked_engine):
+        """One plan serves every stream: on a stream other than its home one, an execute takes a workspace from the
+        pool in that stream's order; the plan's own workspace stays on the home stream (freed without waiting)."""
+        with mock.patch.object(engine_module.lt, "heuristics", side_effect=_fake_heuristics((512, 0, 0))):
             engine = mocked_engine(make_problem(row_major(8, 8, 1, np.float32), row_major(8, 8, 1, np.float32),
-                                                col_major(8, 8, 1, np.float32)))
-        engine.execute(0x1000, 0x2000, None, 0x3000, {}, {}, 1.0, 0.0, 0)     # the allocation's stream
-        assert engine._resources.foreign_streams == set()
+                                                col_major(8, 8, 1, np.float32)), stream=0)
+        memory = mocked_engine.memory
+        home = engine._args[13]
+        engine.execute(0x1000, 0x2000, None, 0x3000, {}, {}, 1.0, 0.0, 0)     # the home stream
+        assert engine.recorded[-1][13] == home and memory.allocations[-1][3] == 0
+        allocated = len(memory.allocations)
         engine.execute(0x1000, 0x2000, None, 0x3000, {}, {}, 1.0, 0.0, 1234)  # another one
-        assert engine._resources.foreign_streams == {1234}
+        assert len(memory.allocations) == allocated + 1 and memory.allocations[-1] == ((512,), np.dtype(np.uint8), 0,
+                                                                                        1234)
+        assert engine.recorded[-1][13] != home and engine.recorded[-1][15] == 1234
+        assert engine._args[13] == home  # back to the plan's own for the next call
+        assert engine._resources.foreign_streams == set()  # no float8 scales: nothing to wait for at free
         from cuda.bindings import runtime
         with mock.patch.object(runtime, "cudaStreamSynchronize") as synchronize:
             engine.free()
-        synchronize.assert_called_once_with(1234)
+        synchronize.assert_not_called()
         assert engine._resources.workspace is None
 
     def test_failed_plan_releases_everything(self, mocked_engine):
@@ -503,9 +507,7 @@ class TestEnginePlanning:
         assert created[1] == (None, [])                               # and released them
 
     def test_float8_hint_in_the_error(self, mocked_engine):
-        with mock.patch.object(engine_module.lt, "heuristics", return_value=[]), \
-                mock.patch.object(engine_module._operands, "as_package", return_value=None), \
-                mock.patch.object(engine_module._operands, "wrap_operand", return_value=mock.Mock(data_ptr=0x7000)):
+        with mock.patch.object(engine_module.lt, "heuristics", return_value=[]):
             with pytest.raises(ValueError, match="TN"):
                 mocked_engine(make_problem(row_major(16, 16, 1, E4M3), row_major(16, 16, 1, E4M3),
                                            col_major(16, 16, 1, BF16), a_scale=1.0, b_scale=1.0, d_scale=1.0))
@@ -517,24 +519,21 @@ class TestEnginePlanning:
             return _fake_heuristics((0,) * 5)(handle, desc, la, lb, lc, ld, preference, count)
 
         class Events:  # "times" each algorithm by its id: id 4 is the fastest
-            def __init__(self, device_id):
-                pass
-
             def __enter__(self):
                 return self
 
             def __exit__(self, *exc):
                 pass
 
-            def record_start(self, stream):
+            def start(self, stream):
                 pass
 
-            def elapsed_after(self, stream):
+            def elapsed(self, stream):
                 return {4: 1.0}.get(engine._algo.data[0], 2.0 + engine._algo.data[0])
 
         big = make_problem(row_major(64, 8192, 1, BF16), row_major(8192, 8192, 1, BF16), col_major(64, 8192, 1, BF16))
         with mock.patch.object(engine_module.lt, "heuristics", side_effect=heuristics), \
-                mock.patch.object(engine_module, "_EventPair", Events):
+                mock.patch.object(engine_module._runtime, "EventTimer", Events):
             engine = mocked_engine(big, preferences=MatmulPlanPreferences(limit=2))
             assert [alg.algo.data[0] for alg in engine.algorithms] == [1, 2]
             assert len(engine._pool) == 5 and engine._autotune_pending
@@ -625,13 +624,19 @@ def _operand(kind, batch, rows, cols, dtype, seed):
     raise ValueError(kind)
 
 
+def _torch_memory():
+    """torch's stream-ordered pool on device 0, as the engines take it."""
+    from mathpy import _packages
+    return _packages.get("torch").on(0)
+
+
 def _stream():
     return _torch().cuda.current_stream().cuda_stream
 
 
 def _run(problem, tensors, inputs=None, outputs=None, alpha=1.0, beta=0.0, engine=None, **kwargs):
     own = engine is None
-    engine = engine or CublasLtEngine(problem, execution=ExecutionCUDA(0), package="torch", **kwargs)
+    engine = engine or CublasLtEngine(problem, execution=ExecutionCUDA(0), allocator=_torch_memory(), **kwargs)
     try:
         a, b, c, d = tensors
         engine.execute(a.data_ptr(), b.data_ptr(), None if c is None else c.data_ptr(), d.data_ptr(),
@@ -737,16 +742,16 @@ class TestEngineOnGPU:
             pre = _to_numpy(aux)[:, :m, :]  # what the GPU sees, rounded to dtype
             inputs["gelu_aux"] = aux
             input_layouts.append(("gelu_aux", MatrixLayout(m, n, 1, rows, batch, rows * n, dtype)))
-        output_layouts = epilog_output_layouts(epilog, m, n, batch, dtype)
+        out_layouts = output_layouts(spec, m, n, batch, dtype)
         outputs = {}
-        for name, layout in output_layouts:
-            shape = epilog_output_shape(name, layout, (batch,))
+        for name, layout in out_layouts:
+            shape = HANDLERS[name].shape(layout, (batch,))
             if name in ("relu_aux", "gelu_aux"):
                 outputs[name] = _col_major_empty(batch, shape[-2], shape[-1], layout.dtype)
             else:
                 outputs[name] = torch.empty((batch, layout.rows), dtype=TORCH_DTYPES[layout.dtype], device="cuda")
         problem = make_problem(_layout_of(a, m, k, dtype), _layout_of(b, k, n, dtype), _layout_of(d, m, n, dtype),
-                               epilog=epilog, inputs=input_layouts, outputs=output_layouts)
+                               epilog=epilog, inputs=input_layouts, outputs=out_layouts)
         _run(problem, (a, b, None, d), inputs, outputs)
 
         A, B = _to_numpy(a), _to_numpy(b)
@@ -824,7 +829,7 @@ class TestEngineOnGPU:
         a, b = _operand("row", 1, m, k, dtype, 30)[0], _operand("row", 1, k, n, dtype, 31)[0]
         d = _col_major_empty(1, m, n, dtype)[0]
         problem = make_problem(_layout_of(a, m, k, dtype), _layout_of(b, k, n, dtype), _layout_of(d, m, n, dtype))
-        engine = CublasLtEngine(problem, execution=ExecutionCUDA(0), package="torch")
+        engine = CublasLtEngine(problem, execution=ExecutionCUDA(0), allocator=_torch_memory())
         try:
             operands = {"a": a.data_ptr(), "b": b.data_ptr(), "c": None, "d": d.data_ptr(), "epilog_inputs": {},
                         "epilog_outputs": {}, "alpha": 1.0, "beta": 0.0}
@@ -845,7 +850,7 @@ class TestEngineOnGPU:
         a, b = _operand("row", 1, m, k, dtype, 32)[0], _operand("row", 1, k, n, dtype, 33)[0]
         d = _col_major_empty(1, m, n, dtype)[0]
         problem = make_problem(_layout_of(a, m, k, dtype), _layout_of(b, k, n, dtype), _layout_of(d, m, n, dtype))
-        engine = CublasLtEngine(problem, execution=ExecutionCUDA(0), package="torch")
+        engine = CublasLtEngine(problem, execution=ExecutionCUDA(0), allocator=_torch_memory())
         try:
             assert engine._autotune_pending == (len(engine.algorithms) > 1)
             _run(problem, (a, b, None, d), engine=engine)
@@ -863,7 +868,7 @@ class TestEngineOnGPU:
         d = _col_major_empty(1, m, n, dtype)[0]
         problem = make_problem(_layout_of(a, m, k, dtype), _layout_of(b, k, n, dtype), _layout_of(d, m, n, dtype))
         engine = _run(problem, (a, b, None, d), engine=CublasLtEngine(problem, execution=ExecutionCUDA(0),
-                                                                       package="torch"))
+                                                                       allocator=_torch_memory()))
         try:
             assert engine._alignment_mask == 1
             _assert_close(_to_numpy(d), _to_numpy(a) @ _to_numpy(b), dtype)
@@ -877,7 +882,7 @@ class TestEngineOnGPU:
         problem = make_problem(row_major(m, k, 1, dtype), row_major(k, n, 1, dtype), col_major(m, n, 1, dtype))
         torch.cuda.synchronize()
         before = torch.cuda.memory_allocated()
-        engine = CublasLtEngine(problem, execution=ExecutionCUDA(0), package="torch")
+        engine = CublasLtEngine(problem, execution=ExecutionCUDA(0), allocator=_torch_memory())
         assert torch.cuda.memory_allocated() - before >= engine.workspace_bytes
         engine.free()
         engine.free()
@@ -893,7 +898,7 @@ class TestEngineOnGPU:
 
         def cycle(count):
             for _ in range(count):
-                engine = CublasLtEngine(problem, execution=ExecutionCUDA(0), package="torch")
+                engine = CublasLtEngine(problem, execution=ExecutionCUDA(0), allocator=_torch_memory())
                 engine.execute(a.data_ptr(), b.data_ptr(), None, d.data_ptr(), {}, {}, 1.0, 0.0, _stream())
                 engine.free()
             torch.cuda.synchronize()

@@ -1,10 +1,11 @@
-"""The GPU code path of the matmul API, run without a GPU: torch CPU tensors pose as device arrays and a stand-in engine
-reads the raw pointers + layouts the API hands to cuBLASLt (as cuBLASLt would) and computes with the CPU engine.
-This checks what the API owns on the GPU path (pointers, strides, copies, host<->device moves, output allocation,
-the prebuilt fast path) on every CI run; tests/test_matmul_api_gpu.py checks the real thing on a GPU."""
+"""The GPU code path of the matmul API, run without a GPU: torch CPU tensors pose as device arrays (an array package
+plugged in through mathpy's package interface) and a stand-in engine (plugged in through the engine table) reads the
+raw pointers + layouts the API hands to cuBLASLt (as cuBLASLt would) and computes with the CPU engine. This checks
+what the API owns on the GPU path (pointers, strides, copies, host<->device moves, output allocation, streams, the
+prepared calls) on every CI run; tests/test_matmul_api_gpu.py checks the real thing on a GPU."""
 
 import contextlib
-import ctypes
+import threading
 
 import ml_dtypes
 import numpy as np
@@ -12,22 +13,59 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from mathpy import _operands  # noqa: E402
-from mathpy.host.matmul import Matmul, MatmulEpilog, matmul  # noqa: E402
-from mathpy.host.matmul import _matmul  # noqa: E402
+from _fake_gpu import host_view, pretend_a_gpu  # noqa: E402
+from mathpy import _engines, _packages  # noqa: E402
+from mathpy._packages._torch import TorchPackage  # noqa: E402
+from mathpy.host.matmul import Matmul, MatmulEpilog, matmul, matmul_plan_cache  # noqa: E402
+from mathpy.host.matmul import _stateless  # noqa: E402
 from mathpy.host.matmul._cpu import CPUEngine  # noqa: E402
 
 RNG = np.random.default_rng(3)
 
 
+class PosingTorch(TorchPackage):
+    """torch, with CPU tensors posing as tensors on cuda:0: "device" allocations, uploads and downloads are CPU
+    tensors and copies; the current stream is per thread (7 unless a test sets another) and synchronisations are
+    recorded."""
+
+    def __init__(self):
+        super().__init__()
+        self._local, self.synchronized = threading.local(), []
+
+    current = property(lambda self: getattr(self._local, "stream", 7),
+                       lambda self, stream: setattr(self._local, "stream", stream))
+
+    def describe(self, tensor):
+        shape, strides, dtype, _, pointer = super().describe(tensor)
+        return shape, strides, dtype, 0, pointer
+
+    def device(self, device_id):
+        return torch.device("cpu")
+
+    def current_stream(self, device_id):
+        return self.current
+
+    @contextlib.contextmanager
+    def stream_scope(self, device_id, stream):
+        previous = self.current
+        self.current = previous if stream is None else stream
+        try:
+            yield
+        finally:
+            self.current = previous
+
+    def _to_numpy(self, tensor, stream):
+        return self.as_numpy(tensor).copy()
+
+    def _from_numpy(self, host, device_id):
+        return self.from_host(np.array(host))
+
+    def _synchronize(self, stream):
+        self.synchronized.append(stream)
+
+
 def _array_at(pointer, dtype, shape, strides):
-    """A NumPy view of raw memory, as a library would address it (element strides)."""
-    dtype = np.dtype(dtype)
-    if min(shape) == 0:
-        return np.zeros(shape, dtype)
-    extent = 1 + sum((n - 1) * s for n, s in zip(shape, strides))
-    raw = np.frombuffer((ctypes.c_uint8 * (extent * dtype.itemsize)).from_address(pointer), np.uint8)
-    return np.lib.stride_tricks.as_strided(raw.view(dtype), shape, tuple(s * dtype.itemsize for s in strides))
+    return host_view(pointer, dtype, shape, strides)
 
 
 class PointerEngine:
@@ -35,11 +73,12 @@ class PointerEngine:
 
     instances = []
 
-    def __init__(self, problem, *, execution=None, options=None, preferences=None, package=None, stream=None):
-        self.problem, self.package, self.stream = problem, package, stream
+    def __init__(self, problem, *, execution=None, options=None, preferences=None, allocator=None):
+        self.problem, self.allocator = problem, allocator
         self.algorithms = ["fake-algorithm"]
         self.workspace_bytes = 1024
-        self.calls, self.freed = 0, False
+        self.calls, self.streams, self.freed = 0, [], False
+        self.lock = threading.Lock()
         self._cpu = CPUEngine(problem)
         PointerEngine.instances.append(self)
 
@@ -61,6 +100,7 @@ class PointerEngine:
             assert isinstance(value, int) and value > 0
         p = self.problem
         self.calls += 1
+        self.streams.append(stream)
         self._cpu.execute(self._matrix(a, p.a), self._matrix(b, p.b), None if c is None else self._matrix(c, p.c),
                           self._matrix(d, p.d),
                           {n: self._epilog_array(n, epilog_inputs[n], lay) for n, lay in p.epilog_inputs},
@@ -77,53 +117,16 @@ class PointerEngine:
 
 @pytest.fixture
 def fake_gpu(monkeypatch):
-    """torch CPU tensors report device 0; device allocations and moves make torch CPU tensors."""
-    real_wrap = _operands.wrap_operand
-
-    def wrap(obj, name="operand"):
-        op = real_wrap(obj, name)
-        if op.package == "torch":
-            op.device_id = 0
-        return op
-
-    def wrap_all(named):
-        return {key: None if value is None else wrap(value, key) for key, value in named.items()}
-
-    def to_device(op, device_id, stream):
-        return wrap(_operands._Torch._from_numpy_host(np.ascontiguousarray(op.numpy())).clone())
-
-    def to_host(op, stream):
-        return real_wrap(op.tensor.numpy() if op.package == "torch" else op.tensor)
-
-    def empty(package, shape, dtype, device_id, stream=None):
-        return _operands.empty("torch" if device_id is not None else package, shape, dtype, None)
-
-    def as_package(array, like, stream=None):
-        if like.package == "numpy" and isinstance(array, torch.Tensor):
-            return _operands._Torch.as_numpy(array).copy()
-        return array
-
-    monkeypatch.setattr(_matmul, "wrap_operand", wrap)
-    monkeypatch.setattr(_matmul, "wrap_operands", wrap_all)
-    monkeypatch.setattr(_matmul, "to_device", to_device)
-    monkeypatch.setattr(_matmul, "to_host", to_host)
-    monkeypatch.setattr(_matmul, "empty", empty)
-    monkeypatch.setattr(_matmul, "_to_caller", as_package)
-    monkeypatch.setattr(_matmul, "require_device", lambda device_id=0: None)
-    monkeypatch.setattr(_matmul, "compute_capability", lambda device_id=0: (9, 0))
-    monkeypatch.setattr(_matmul, "stream_pointer", lambda stream, package, device_id: 7)
-    monkeypatch.setattr(_matmul, "gpu_array_package", lambda: "torch")
-    monkeypatch.setattr(_matmul, "_cublaslt_engine", lambda: PointerEngine)
-    real_allocator = _matmul._allocator
-    monkeypatch.setattr(_matmul, "_allocator", lambda package, device_id, stream, explicit:
-                        real_allocator("torch", None, stream, False))
-    monkeypatch.setattr(_matmul, "_stream_scope", lambda *args: contextlib.nullcontext())
+    """One "GPU": torch CPU tensors pose as its arrays, PointerEngine as cuBLASLt."""
+    pretend_a_gpu(monkeypatch)
+    package = PosingTorch()
     PointerEngine.instances.clear()
-    _matmul.matmul_plan_cache.clear()
-    _matmul._fast_calls.clear()
-    yield
-    _matmul.matmul_plan_cache.clear()
-    _matmul._fast_calls.clear()  # torch CPU tensors posed as device arrays: their fast calls must not outlive this
+    matmul_plan_cache.clear()
+    _stateless.forget()
+    with _packages.use(package, device_package_name="torch"), _engines.use("matmul", "cuda", PointerEngine):
+        yield package
+    matmul_plan_cache.clear()
+    _stateless.forget()  # torch CPU tensors posed as device arrays: their prepared calls must not outlive this
 
 
 def t(x):
@@ -136,10 +139,10 @@ def test_fast_path_uses_the_callers_memory(fake_gpu):
     b = tb.numpy()
     with Matmul(ta, tb) as mm:
         mm.plan(epilog="relu_aux_bias", epilog_inputs={"bias": t(bias)})
-        assert mm._fast is not None  # nothing to copy: pointers prebuilt
+        assert mm.prepared_call.direct  # nothing to copy: the operands' own addresses
         engine = PointerEngine.instances[-1]
-        assert engine.package == "torch" and engine.stream == 7
-        assert mm._problem.b.row_stride == 1  # transposed storage reaches the engine as strides
+        assert engine.allocator.package.name == "torch" and engine.allocator.stream == 7  # workspaces' home
+        assert mm.prepared_call.problem.b.row_stride == 1  # transposed storage reaches the engine as strides
         d, aux = mm.execute()
         assert isinstance(d, torch.Tensor) and engine.calls == 1
         np.testing.assert_allclose(d.numpy(), np.maximum(a @ b + bias[:, None], 0), rtol=1e-12)
@@ -226,61 +229,105 @@ def test_float8_b_is_given_column_major(fake_gpu):
     e4m3 = np.dtype(ml_dtypes.float8_e4m3fn)
     a = (RNG.integers(-3, 4, (8, 16)) / 2).astype(e4m3)
     b = (RNG.integers(-3, 4, (16, 4)) / 2).astype(e4m3)
-    ta, tb = _operands._Torch._from_numpy_host(a), _operands._Torch._from_numpy_host(b)
+    ta, tb = _packages.get("torch").from_host(a), _packages.get("torch").from_host(b)
     with Matmul(ta, tb, options={"result_type": "float32"}) as mm:
         mm.plan()
-        assert mm._problem.a.col_stride == 1 and mm._problem.b.row_stride == 1  # cuBLASLt's "TN"
+        problem = mm.prepared_call.problem
+        assert problem.a.col_stride == 1 and problem.b.row_stride == 1  # cuBLASLt's "TN"
         np.testing.assert_allclose(mm.execute().numpy(), a.astype(np.float32) @ b.astype(np.float32), rtol=1e-6)
 
 
-def test_stateless_fast_path(fake_gpu, monkeypatch):
-    """A repeated stateless call with the same operand facts skips validation and planning (no new Matmul), reads the
-    new operands' memory, and falls back to the full path when a fact or the current stream changes."""
+def test_stateless_prepared_calls(fake_gpu, monkeypatch):
+    """A repeated stateless call with the same operand facts runs the first call's prepared call (no Matmul is
+    planned), reads the new operands' memory, runs on the current stream with the same plan, and plans again when a
+    fact changes or the engine was evicted."""
     a, b, bias = RNG.standard_normal((3, 6, 5)), RNG.standard_normal((5, 4)), RNG.standard_normal(6)
-    _matmul._fast_calls.clear()
     first = matmul(t(a), t(b), epilog="relu_bias", epilog_inputs={"bias": t(bias)})
-    assert len(_matmul._fast_calls) == 1
-    built = []
-    real_init = _matmul.Matmul.__init__
-    monkeypatch.setattr(_matmul.Matmul, "__init__", lambda self, *args, **kw: (built.append(1),
-                                                                                real_init(self, *args, **kw))[1])
+    assert _stateless.remembered() == 1
+    planned = []
+    real_plan = Matmul.plan
+    monkeypatch.setattr(Matmul, "plan", lambda self, *args, **kw: (planned.append(1), real_plan(self, *args, **kw))[1])
     a2, b2, bias2 = RNG.standard_normal((3, 6, 5)), RNG.standard_normal((5, 4)), RNG.standard_normal(6)
     got = matmul(t(a2), t(b2), epilog="relu_bias", epilog_inputs={"bias": t(bias2)})
-    assert not built  # fast path
+    assert not planned  # the prepared call
     np.testing.assert_allclose(first.numpy(), np.maximum(a @ b + bias[:, None], 0), rtol=1e-12)
     np.testing.assert_allclose(got.numpy(), np.maximum(a2 @ b2 + bias2[:, None], 0), rtol=1e-12)
     got = matmul(t(a2), t(b2).T.contiguous().T, epilog="relu_bias", epilog_inputs={"bias": t(bias2)})
-    assert built  # other strides: the full path
+    assert planned  # other strides: the full path
     np.testing.assert_allclose(got.numpy(), np.maximum(a2 @ b2 + bias2[:, None], 0), rtol=1e-12)
-    built.clear()
-    monkeypatch.setattr(_matmul, "stream_pointer", lambda stream, package, device_id: 8)
-    matmul(t(a2), t(b2), epilog="relu_bias", epilog_inputs={"bias": t(bias2)})
-    assert built  # another current stream: planned for it
-    _matmul.matmul_plan_cache.clear()  # plans evicted: the fast path rebuilds the engine through the cache
-    built.clear()
+    planned.clear()
+    engine = PointerEngine.instances[0]
+    with fake_gpu.stream_scope(0, 8):  # another current stream: the same plan, run on that stream
+        matmul(t(a2), t(b2), epilog="relu_bias", epilog_inputs={"bias": t(bias2)})
+    assert not planned and engine.streams[-1] == 8 and len(PointerEngine.instances) == 2
+    matmul(t(a2), t(b2), epilog="relu_bias", epilog_inputs={"bias": t(bias2)}, stream=9)
+    assert not planned and engine.streams[-1] == 9
+    matmul_plan_cache.clear()  # plans evicted: planned again through the cache
     got = matmul(t(a), t(b), epilog="relu_bias", epilog_inputs={"bias": t(bias)})
-    assert not built
+    assert planned and engine.freed
     np.testing.assert_allclose(got.numpy(), np.maximum(a @ b + bias[:, None], 0), rtol=1e-12)
-    vec = matmul(t(a[0, 0]), t(b))  # 1-D a: the fast path drops the same axes
+    vec = matmul(t(a[0, 0]), t(b))  # 1-D a: the prepared call drops the same axes
     vec2 = matmul(t(a2[0, 0]), t(b))
     np.testing.assert_allclose(vec2.numpy(), a2[0, 0] @ b, rtol=1e-12)
     assert vec.shape == vec2.shape == (4,)
 
 
-def test_stateful_plain_run(fake_gpu):
+def test_one_plan_serves_many_threads_and_streams(fake_gpu):
+    """16 threads, each on its own stream, multiply 4 shapes: one plan per shape, cache hits on all but the first
+    calls, every result right."""
+    shapes = [(8, 5, 4), (6, 3, 7), (16, 16, 16), (2, 9, 3)]
+    operands = {s: (RNG.standard_normal(s[:2]), RNG.standard_normal(s[1:])) for s in shapes}
+    before, errors = matmul_plan_cache.info(), []
+
+    def work(stream):
+        try:
+            with fake_gpu.stream_scope(0, stream):
+                for _ in range(5):
+                    for s in shapes:
+                        a, b = operands[s]
+                        np.testing.assert_allclose(matmul(t(a), t(b)).numpy(), a @ b, rtol=1e-12)
+        except Exception as e:  # pragma: no cover (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(100 + i,)) for i in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    info = matmul_plan_cache.info()
+    assert info.misses - before.misses == len(shapes) and info.evictions == before.evictions
+    assert info.hits - before.hits == 16 * 5 * len(shapes) - len(shapes)
+    assert len(PointerEngine.instances) == len(shapes)
+    assert {s for e in PointerEngine.instances for s in e.streams} == set(range(100, 116))
+
+
+def test_blocking_synchronizes_the_stream(fake_gpu):
+    a, b = RNG.standard_normal((4, 3)), RNG.standard_normal((3, 5))
+    matmul(t(a), t(b), options={"blocking": True})
+    assert fake_gpu.synchronized == [7]
+
+
+def test_stateful_direct_call(fake_gpu):
     """A stateful plan with nothing to copy and no epilog output executes through one prebuilt closure: a fresh
     result each call, reading the caller's current memory."""
     a, b = RNG.standard_normal((6, 5)), RNG.standard_normal((5, 4))
     ta, tb = t(a), t(b)
     with Matmul(ta, tb) as mm:
         mm.plan(epilog="relu")
-        assert mm._fast_run is not None
+        assert mm.prepared_call.direct
         d1 = mm.execute()
         np.testing.assert_allclose(d1.numpy(), np.maximum(a @ b, 0), rtol=1e-12)
         a[...] = -a
         d2 = mm.execute()
         assert d2 is not d1
         np.testing.assert_allclose(d2.numpy(), np.maximum(a @ b, 0), rtol=1e-12)
-    with Matmul(ta, tb) as mm:  # an epilog output: the general fast path
+    with Matmul(ta, tb) as mm:  # an epilog output: allocated too, still no copy
         mm.plan(epilog="relu_aux")
-        assert mm._fast is not None and mm._fast_run is None
+        assert mm.prepared_call.direct
+        d, aux = mm.execute()
+        np.testing.assert_allclose(d.numpy(), np.maximum(a @ b, 0), rtol=1e-12)
+    with Matmul(t(a)[:, ::2], tb[::2]) as mm:  # strided rows: copied at every execute
+        mm.plan()
+        assert not mm.prepared_call.direct
+        np.testing.assert_allclose(mm.execute().numpy(), a[:, ::2] @ b[::2], rtol=1e-12)

@@ -13,9 +13,9 @@ size and answers CUBLAS_STATUS_INVALID_VALUE for a wrong one)::
 
 Nothing here needs a GPU or the library at import time; the library is loaded on the first call.
 
->>> ctypes.sizeof(HeuristicResult), HeuristicResult.wavesCount.offset, Epilogue.GELU_AUX_BIAS.value
+>>> ctypes.sizeof(HeuristicResult), HeuristicResult.wavesCount.offset, Epilog.GELU_AUX_BIAS.value
 (96, 76, 164)
->>> cuda_data_type(np.float16), cuda_data_type("bfloat16")
+>>> cuda_data_type("float16"), cuda_data_type("bfloat16")
 (<DataType.R_16F: 2>, <DataType.R_16BF: 14>)
 """
 
@@ -23,14 +23,13 @@ import ctypes
 import enum
 from ctypes import POINTER, c_float, c_int, c_int8, c_int32, c_int64, c_size_t, c_uint32, c_uint64, c_void_p
 
-import numpy as np
 
 from .._errors import CUDALibraryError
-from .._operands import BFLOAT16, FLOAT8_E4M3, FLOAT8_E5M2
 from ._loader import STATUS, Library
+from ._types import DataType, cuda_data_type
 
 __all__ = [
-    "STATUS_NAMES", "DataType", "ComputeType", "Operation", "Order", "PointerMode", "Epilogue", "MatmulDesc",
+    "STATUS_NAMES", "DataType", "ComputeType", "Operation", "Order", "PointerMode", "Epilog", "MatmulDesc",
     "MatrixLayout", "Preference", "AlgoConfig", "MatmulAlgo", "HeuristicResult", "library", "version",
     "cuda_data_type", "create_handle", "destroy_handle", "create_matmul_desc", "destroy_matmul_desc",
     "create_matrix_layout", "destroy_matrix_layout", "create_preference", "destroy_preference", "set_attribute",
@@ -50,23 +49,6 @@ STATUS_NAMES = {
     15: "CUBLAS_STATUS_NOT_SUPPORTED",
     16: "CUBLAS_STATUS_LICENSE_ERROR",
 }
-
-
-class DataType(enum.IntEnum):
-    """cudaDataType_t (library_types.h)."""
-
-    R_32F = 0
-    R_64F = 1
-    R_16F = 2
-    R_8I = 3
-    C_32F = 4
-    C_64F = 5
-    C_16F = 6
-    R_32I = 10
-    R_16BF = 14
-    C_16BF = 15
-    R_8F_E4M3 = 28
-    R_8F_E5M2 = 29
 
 
 class ComputeType(enum.IntEnum):
@@ -110,8 +92,9 @@ class PointerMode(enum.IntEnum):
     DEVICE_VECTOR = 2
 
 
-class Epilogue(enum.IntEnum):
-    """cublasLtEpilogue_t."""
+class Epilog(enum.IntEnum):
+    """cublasLtEpilogue_t: what cuBLASLt applies to ``alpha * A @ B + beta * C`` before it stores D (public as
+    ``mathpy.MatmulEpilog``; inputs, outputs and formats in :mod:`mathpy.host.matmul._epilog`)."""
 
     DEFAULT = 1
     RELU = 2
@@ -288,23 +271,6 @@ _SETTERS = {MatmulDesc: "cublasLtMatmulDescSetAttribute", MatrixLayout: "cublasL
             Preference: "cublasLtMatmulPreferenceSetAttribute"}
 _GETTERS = {MatmulDesc: "cublasLtMatmulDescGetAttribute", MatrixLayout: "cublasLtMatrixLayoutGetAttribute",
             Preference: "cublasLtMatmulPreferenceGetAttribute"}
-
-_DTYPES = {
-    np.dtype(np.float16): DataType.R_16F, BFLOAT16: DataType.R_16BF, np.dtype(np.float32): DataType.R_32F,
-    np.dtype(np.float64): DataType.R_64F, np.dtype(np.complex64): DataType.C_32F,
-    np.dtype(np.complex128): DataType.C_64F, FLOAT8_E4M3: DataType.R_8F_E4M3, FLOAT8_E5M2: DataType.R_8F_E5M2,
-    np.dtype(np.int8): DataType.R_8I, np.dtype(np.int32): DataType.R_32I,
-}
-
-
-def cuda_data_type(dtype):
-    """The cudaDataType of a NumPy (or ml_dtypes) dtype; ValueError naming the supported ones otherwise."""
-    try:
-        return _DTYPES[np.dtype(dtype)]
-    except (KeyError, TypeError):
-        raise ValueError(f"dtype {dtype!r} has no cuBLASLt data type; supported: "
-                         f"{sorted(str(d) for d in _DTYPES)}") from None
-
 
 def version():
     """cuBLASLt's version number (e.g. 130102 for 13.1.2)."""

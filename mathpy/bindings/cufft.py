@@ -28,8 +28,7 @@ from ctypes import POINTER, c_char_p, c_int, c_longlong, c_size_t, c_void_p
 
 from ._loader import STATUS, Library
 
-__all__ = ["lib", "STATUS_NAMES", "CUDA_R_16F", "CUDA_C_16F", "CUDA_R_32F", "CUDA_C_32F", "CUDA_R_64F", "CUDA_C_64F",
-           "FORWARD", "INVERSE", "version", "set_jit_callback", "data_type", "unchecked", "check"]
+__all__ = ["lib", "STATUS_NAMES", "FORWARD", "INVERSE", "version", "set_jit_callback", "unchecked", "check"]
 
 STATUS_NAMES = {
     0: "CUFFT_SUCCESS",
@@ -55,9 +54,7 @@ STATUS_NAMES = {
     20: "CUFFT_NVSHMEM_FAILURE",            # CUDA 13
 }
 
-# cudaDataType (library_types.h)
-CUDA_R_32F, CUDA_R_64F, CUDA_R_16F = 0, 1, 2
-CUDA_C_32F, CUDA_C_64F, CUDA_C_16F = 4, 5, 6
+# cudaDataType arguments: mathpy.bindings._types.cuda_data_type
 
 FORWARD, INVERSE = -1, 1            # CUFFT_FORWARD, CUFFT_INVERSE
 MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL = 0, 1, 2  # libraryPropertyType
@@ -84,15 +81,6 @@ _TABLE = {
 }
 lib = Library("cufft", status_names=STATUS_NAMES, extra="cu13", prerequisites=("nvJitLink",))
 lib.declare(_TABLE)
-
-_DATA_TYPES = {("float16", False): CUDA_R_16F, ("float16", True): CUDA_C_16F, ("float32", False): CUDA_R_32F,
-               ("float32", True): CUDA_C_32F, ("float64", False): CUDA_R_64F, ("float64", True): CUDA_C_64F}
-
-
-def data_type(precision, is_complex):
-    """The cudaDataType code of real ``precision`` ("float16", "float32", "float64"), complex or not."""
-    return _DATA_TYPES[(str(precision), bool(is_complex))]
-
 
 _version = None
 

@@ -25,6 +25,7 @@ registers, which the GPU tests and an emulation of the instruction (tests/test_d
 
 import functools
 import math
+import warnings
 
 import numpy as np
 
@@ -79,7 +80,7 @@ class MatmulDescription(DescriptionNamespace):
     - ``clear(acc)``; ``mma(a, b, acc)``: ``acc += a @ b`` on the thread's register accumulators, a local array of
       ``accumulator_size`` elements of ``compute_dtype``.
     - ``store_accumulator(alpha, acc, beta, c)`` into a flat C; ``store_accumulator_batched(alpha, acc, beta, c3,
-      batch)`` into ``c3[batch]`` of a 3-D global array. Both apply the description's ``epilogue`` if it has one.
+      batch)`` into ``c3[batch]`` of a 3-D global array. Both apply the description's ``epilog`` if it has one.
     - ``load_a(a3, batch, k0, smem_a)``, ``load_b(b3, batch, k0, smem_b)``: copy the k-slice starting at ``k0`` of
       ``a3[batch]`` (``(m, K)``) / ``b3[batch]`` (``(K, n)``) into the shared operands (coalesced, all threads);
       ``load_c(c3, batch, smem_c)`` / ``store_c(smem_c, c3, batch)``.
@@ -88,12 +89,12 @@ class MatmulDescription(DescriptionNamespace):
     before overwriting operands the previous call was reading.
     """
 
-    def __init__(self, m, n, k, precision, block_size, a_arrangement, epilogue, warp_grid):
+    def __init__(self, m, n, k, precision, block_size, a_arrangement, epilog, warp_grid):
         super().__init__(f"mathpy_device_matmul_{m}x{n}x{k}_{precision}")
         self.m, self.n, self.k = m, n, k
         self.precision = precision
         self.a_arrangement = a_arrangement
-        self.epilogue = epilogue
+        self.epilog = epilog
         self.storage_dtype = np.dtype(np.uint16 if precision == "bfloat16" else precision)
         self.compute_dtype = np.dtype(np.float64 if precision == "float64" else np.float32)
         self.block_size = block_size
@@ -262,7 +263,7 @@ def _generate(d):
     M, N, K = d.m, d.n, d.k
     ct = np.float32 if d.compute_dtype == np.float32 else np.float64
     consts = ConstantPool(ct)
-    ns = {"COMPUTE": ct, "ZERO": ct(0), "EPILOGUE": d.epilogue}
+    ns = {"COMPUTE": ct, "ZERO": ct(0), "EPILOG": d.epilog}
     sim = simulator_enabled()
     if d.precision == "bfloat16":
         if sim:
@@ -351,7 +352,7 @@ def _generate(d):
         kloop = scalar_kloop
 
     def finish(v):
-        return f"EPILOGUE({v})" if d.epilogue is not None else v
+        return f"EPILOG({v})" if d.epilog is not None else v
 
     src = []
     # execute
@@ -488,8 +489,8 @@ def _generate(d):
     return compile_device_functions(source, list(d._function_names), ns, d.__name__)
 
 
-def matmul(m, n, k, precision=np.float32, block_size=None, a_arrangement="row_major", epilogue=None,
-           tensor_cores=None):
+def matmul(m, n, k, precision=np.float32, block_size=None, a_arrangement="row_major", epilog=None,
+           tensor_cores=None, *, epilogue=None):
     """Describe a block-level GEMM ``C (m x n) = alpha * A (m x k) @ B (k x n) + beta * C`` and get its device
     functions.
 
@@ -501,8 +502,9 @@ def matmul(m, n, k, precision=np.float32, block_size=None, a_arrangement="row_ma
         block_size: threads per block; default near ``m * n / 16`` (at most 256). Must split the m x n tile evenly.
         a_arrangement: ``"row_major"`` (default) or ``"col_major"`` layout of A in shared memory (col-major reads are
             free of bank conflicts; ``load_a`` transposes while copying).
-        epilogue: optional numba device function ``f(x) -> x`` (compute precision) applied by ``store_accumulator*``
-            to each ``alpha * acc + beta * c`` value before it is stored (e.g. an activation).
+        epilog: optional numba device function ``f(x) -> x`` (compute precision) applied by ``store_accumulator*``
+            to each ``alpha * acc + beta * c`` value before it is stored (e.g. an activation). (``epilogue=`` is
+            its deprecated spelling: mathpy says epilog everywhere.)
         tensor_cores: fp16/bf16 only. None (default): use the tensor cores (``mma.sync.m16n8k16``, fp32
             accumulation, sm_80 or newer) when the shape allows it -- m a multiple of 16, n of 8, k of 16, whole
             warps -- else the CUDA cores; True: require them (ValueError when impossible); False: CUDA cores. Under
@@ -515,6 +517,12 @@ def matmul(m, n, k, precision=np.float32, block_size=None, a_arrangement="row_ma
         >>> GEMM.block_dim, GEMM.accumulator_size, GEMM.shared_memory_size_ab
         ((256, 1, 1), 16, 16640)
     """
+    if epilogue is not None:
+        if epilog is not None:
+            raise ValueError("pass epilog= only (epilogue= is its deprecated spelling)")
+        warnings.warn("mathpy.device.matmul(epilogue=...) is deprecated; use epilog=", DeprecationWarning,
+                      stacklevel=2)
+        epilog = epilogue
     dims = {}
     for name, v in (("m", m), ("n", n), ("k", k)):
         v = _int_arg(name, v)
@@ -552,11 +560,11 @@ def matmul(m, n, k, precision=np.float32, block_size=None, a_arrangement="row_ma
             f"block_size={block_size} cannot split the {m} x {n} tile evenly (at most {MAX_THREADS_PER_BLOCK} "
             f"threads); allowed: {shown[:24]}"
         )
-    if epilogue is not None and not callable(epilogue):
-        raise ValueError(f"epilogue={epilogue!r} must be a numba device function or None")
-    return _cached_matmul(m, n, k, precision, block_size, a_arrangement, epilogue, warp_grid)
+    if epilog is not None and not callable(epilog):
+        raise ValueError(f"epilog={epilog!r} must be a numba device function or None")
+    return _cached_matmul(m, n, k, precision, block_size, a_arrangement, epilog, warp_grid)
 
 
 @functools.lru_cache(maxsize=256)
-def _cached_matmul(m, n, k, precision, block_size, a_arrangement, epilogue, warp_grid):
-    return MatmulDescription(m, n, k, precision, block_size, a_arrangement, epilogue, warp_grid)
+def _cached_matmul(m, n, k, precision, block_size, a_arrangement, epilog, warp_grid):
+    return MatmulDescription(m, n, k, precision, block_size, a_arrangement, epilog, warp_grid)

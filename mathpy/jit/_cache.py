@@ -16,6 +16,13 @@ The key hashes everything the compiled code depends on:
 A value the fingerprint cannot represent faithfully (an arbitrary object) makes the function uncacheable on disk:
 it is then compiled once per process (the in-memory table keys it by identity).
 
+Hashing all that costs about 0.1 ms, too much for a callback passed to every call of a stateless FFT. So
+:func:`function_key` remembers, per function object, the key together with a :class:`Snapshot` of what it was computed
+from: the function's code, defaults and closure cells, and every global (and module attribute) it reads, by identity,
+plus the contents of NumPy arrays among them. While the snapshot holds (a few dict lookups and ``is`` tests), the key
+is reused; when a global is rebound, a cell or an array changes, the key is computed again, so a changed global
+still means a new key (numba freezes globals at compile time: a new compile and a new plan).
+
 Disk entries live in ``$MATHPY_CACHE_DIR`` or ``~/.cache/mathpy/jit``; they are written to a temporary file and
 renamed into place (atomic), and an unreadable or corrupted entry counts as a miss.
 """
@@ -27,11 +34,13 @@ import os
 import struct
 import sys
 import tempfile
+import threading
 import types as pytypes
 
 import numpy as np
 
-__all__ = ["Uncacheable", "callback_key", "cache_dir", "load_entry", "store_entry", "toolchain_id"]
+__all__ = ["Uncacheable", "Snapshot", "callback_key", "function_key", "cache_dir", "load_entry", "store_entry",
+           "toolchain_id"]
 
 _FORMAT = b"MPJIT1\n"
 _SKIP_GLOBALS = frozenset(("__builtins__",))
@@ -115,31 +124,94 @@ def _code_names(code):
     return names
 
 
-def _update_function(h, fn, seen):
+_MISSING = object()
+
+
+class Snapshot:
+    """What a function's key was computed from, checked cheaply: ``valid()`` is True while the function's code,
+    defaults, closure cells, the globals and module attributes it reads are the same objects as when the key was made,
+    and NumPy arrays among them hold the same bytes."""
+
+    __slots__ = ("_checks",)
+
+    def __init__(self):
+        self._checks = []
+
+    def add(self, check, *args):
+        self._checks.append((check, args))
+
+    def valid(self):
+        for check, args in self._checks:
+            if not check(*args):
+                return False
+        return True
+
+
+def _same_code(fn, code, defaults, kwdefaults):
+    return fn.__code__ is code and fn.__defaults__ is defaults and fn.__kwdefaults__ is kwdefaults
+
+
+def _same_cell(cell, value):
+    try:
+        return cell.cell_contents is value
+    except ValueError:  # an empty cell
+        return value is _MISSING
+
+
+def _same_global(namespace, name, value):
+    return namespace.get(name, _MISSING) is value
+
+
+def _same_attribute(module, name, value):
+    return getattr(module, name, _MISSING) is value
+
+
+def _same_array(array, copy):
+    return array.dtype == copy.dtype and array.shape == copy.shape and np.array_equal(array, copy)
+
+
+def _watch(snapshot, value):
+    """Arrays can change in place under the same identity: compare their contents too."""
+    if snapshot is not None and isinstance(value, np.ndarray):
+        snapshot.add(_same_array, value, value.copy())
+
+
+def _update_function(h, fn, seen, snapshot=None):
     if id(fn) in seen:
         h.update(b"recursive")
         return
     seen.add(id(fn))
     code = fn.__code__
+    if snapshot is not None:
+        snapshot.add(_same_code, fn, code, fn.__defaults__, fn.__kwdefaults__)
     names = _code_names(code)
     _update_code(h, code, seen)
-    _update_value(h, fn.__defaults__, seen)
-    _update_value(h, fn.__kwdefaults__, seen)
+    _update_value(h, fn.__defaults__, seen, snapshot=snapshot)
+    _update_value(h, fn.__kwdefaults__, seen, snapshot=snapshot)
     for cell in fn.__closure__ or ():
         try:
             value = cell.cell_contents
         except ValueError:  # empty cell
             h.update(b"empty-cell")
+            if snapshot is not None:
+                snapshot.add(_same_cell, cell, _MISSING)
             continue
-        _update_value(h, value, seen, names=names)
+        if snapshot is not None:
+            snapshot.add(_same_cell, cell, value)
+        _update_value(h, value, seen, names=names, snapshot=snapshot)
     fglobals = fn.__globals__
     for name in sorted(names):
-        if name in fglobals and name not in _SKIP_GLOBALS:
+        if name in _SKIP_GLOBALS:
+            continue
+        value = fglobals.get(name, _MISSING)
+        if snapshot is not None:  # a name read as a builtin or an attribute may become a global later
+            snapshot.add(_same_global, fglobals, name, value)
+        if value is not _MISSING:
             h.update(b"global:" + name.encode())
-            _update_value(h, fglobals[name], seen, names=names)
+            _update_value(h, value, seen, names=names, snapshot=snapshot)
 
 
-def _update_value(h, value, seen, names=()):
+def _update_value(h, value, seen, names=(), snapshot=None):
     if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
         h.update(f"{type(value).__name__}:{value!r};".encode())
     elif isinstance(value, np.generic):
@@ -148,13 +220,16 @@ def _update_value(h, value, seen, names=()):
     elif isinstance(value, np.ndarray):
         h.update(f"nd:{value.dtype.str}:{value.shape}:".encode())
         h.update(np.ascontiguousarray(value).tobytes())
+        _watch(snapshot, value)
     elif isinstance(value, np.dtype):
         h.update(f"dtype:{value.str};".encode())
     elif isinstance(value, (tuple, list, frozenset)):
         h.update(f"{type(value).__name__}[{len(value)}]".encode())
         items = sorted(value, key=repr) if isinstance(value, frozenset) else value
         for item in items:
-            _update_value(h, item, seen)
+            _update_value(h, item, seen, snapshot=snapshot)
+        if snapshot is not None and isinstance(value, list):
+            snapshot.add(_same_list, value, list(value))
     elif isinstance(value, pytypes.ModuleType):
         h.update(f"module:{value.__name__};".encode())
         # Attributes of the module the code names (e.g. ``config.SCALE``), when they are plain values.
@@ -164,13 +239,15 @@ def _update_value(h, value, seen, names=()):
                 continue
             if isinstance(attr, (bool, int, float, complex, str, bytes, np.generic, np.ndarray)):
                 h.update(f"attr:{name}".encode())
-                _update_value(h, attr, seen)
+                _update_value(h, attr, seen, snapshot=snapshot)
+                if snapshot is not None:
+                    snapshot.add(_same_attribute, value, name, attr)
     elif isinstance(value, pytypes.FunctionType):
         h.update(f"function:{value.__module__}.{value.__qualname__};".encode())
-        _update_function(h, value, seen)
+        _update_function(h, value, seen, snapshot)
     elif hasattr(value, "py_func") and isinstance(value.py_func, pytypes.FunctionType):  # numba dispatcher
         h.update(f"dispatcher:{type(value).__module__}.{type(value).__qualname__};".encode())
-        _update_function(h, value.py_func, seen)
+        _update_function(h, value.py_func, seen, snapshot)
     elif isinstance(value, (type, pytypes.BuiltinFunctionType)):
         h.update(f"named:{getattr(value, '__module__', '')}.{value.__qualname__};".encode())
     elif type(value).__module__.startswith("numba") or type(value).__name__ == "_Intrinsic":
@@ -180,13 +257,42 @@ def _update_value(h, value, seen, names=()):
         raise Uncacheable(f"cannot fingerprint a {type(value).__module__}.{type(value).__qualname__}")
 
 
-def callback_key(fn, spec):
-    """Hex key for (function content, spec, toolchain); raises Uncacheable."""
+def _same_list(value, copy):
+    return len(value) == len(copy) and all(a is b for a, b in zip(value, copy))
+
+
+def callback_key(fn, spec, snapshot=None):
+    """Hex key for (function content, spec, toolchain); raises Uncacheable. With ``snapshot`` (a :class:`Snapshot`),
+    records what the key was computed from."""
     h = hashlib.sha256()
     h.update(toolchain_id().encode())
     h.update(repr((spec.kind, spec.element_dtype, spec.user_info_dtype, tuple(spec.compute_capability))).encode())
-    _update_function(h, fn, set())
+    _update_function(h, fn, set(), snapshot)
     return h.hexdigest()
+
+
+_keys = {}  # (id(fn), spec) -> (fn, key or None, Snapshot or None)
+_keys_lock = threading.Lock()
+_KEYS_MAX = 1024
+
+
+def function_key(fn, spec):
+    """``(key, snapshot)``: :func:`callback_key` of ``fn`` for ``spec`` (None when the function cannot be
+    fingerprinted) and the :class:`Snapshot` that keeps it valid, remembered per function object and recomputed only
+    when the snapshot no longer holds. ``snapshot`` is None for an uncacheable function (its key is its identity)."""
+    found = _keys.get((id(fn), spec))
+    if found is not None and found[0] is fn and (found[2] is None or found[2].valid()):
+        return found[1], found[2]
+    snapshot = Snapshot()
+    try:
+        key = callback_key(fn, spec, snapshot)
+    except Uncacheable:
+        key, snapshot = None, None
+    with _keys_lock:
+        if len(_keys) >= _KEYS_MAX:
+            _keys.clear()
+        _keys[(id(fn), spec)] = (fn, key, snapshot)
+    return key, snapshot
 
 
 # --- disk store -----------------------------------------------------------------------------------------------------

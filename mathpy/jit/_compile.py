@@ -6,7 +6,7 @@ import time
 
 from .._errors import CallbackCompileError, LibraryNotFoundError, NoDeviceError
 from .._log import logger
-from ._cache import Uncacheable, callback_key, load_entry, nvvm_file_id, store_entry
+from ._cache import function_key, load_entry, nvvm_file_id, store_entry
 from ._spec import check_function, describe_function, make_spec
 
 __all__ = ["CompiledCallback", "compile_callback", "compile_epilog", "compile_prolog", "current_compute_capability"]
@@ -128,13 +128,7 @@ def compile_callback(fn, kind, element_dtype, user_info_dtype=None, compute_capa
     if compute_capability is None:
         compute_capability = current_compute_capability()
     spec = make_spec(kind, element_dtype, user_info_dtype, compute_capability)
-    where = describe_function(py)
-    try:
-        key = callback_key(py, spec)
-    except Uncacheable as e:
-        key = None
-        logger.debug("mathpy.jit: %s is compiled without the disk cache: %s", where, e)
-
+    key, snapshot = function_key(py, spec)  # hashed again only when the function or what it reads changed
     if key is not None:
         found = _memory.get(key)
         if found is not None:
@@ -143,6 +137,10 @@ def compile_callback(fn, kind, element_dtype, user_info_dtype=None, compute_capa
         found = _memory_by_identity.get((id(py), spec))
         if found is not None and found[0] is py:
             return found[1]
+    where = describe_function(py)
+    if key is None:
+        logger.debug("mathpy.jit: %s cannot be fingerprinted: it is compiled once per process, without the disk "
+                     "cache", where)
 
     def make(ltoir):
         return CompiledCallback(ltoir=ltoir, symbol=None, mangled_name=spec.mangled_name,

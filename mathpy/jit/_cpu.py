@@ -12,7 +12,7 @@ import numpy as np
 
 from .._errors import CallbackCompileError
 from .._log import logger
-from ._cache import Uncacheable, callback_key
+from ._cache import function_key
 from ._spec import CallbackSpec, check_function, describe_function
 
 __all__ = ["apply_epilog_cpu", "apply_prolog_cpu"]
@@ -49,9 +49,8 @@ def _define_loops():
 
 def _jit(py, kind):
     """numba CPU dispatcher for ``py``; a new one when the function's code, closure or globals changed."""
-    try:
-        key = callback_key(py, CallbackSpec(kind, "cpu", None, (0, 0)))
-    except Uncacheable:
+    key, _ = function_key(py, CallbackSpec(kind, "cpu", None, (0, 0)))
+    if key is None:
         key = ("id", id(py))
     with _lock:
         found = _jitted.get(key)

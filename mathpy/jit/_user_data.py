@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-__all__ = ["check_user_info", "dtype_name"]
+__all__ = ["check_user_info", "dtype_name", "user_data_role"]
 
 
 def dtype_name(dtype):
@@ -41,6 +41,31 @@ def _address(array):
     return int(data_ptr()) if callable(data_ptr) else None
 
 
+def user_data_role(shape, layout_shape, function_name="callback"):
+    """The one rule for the shape of user data a callback reads for a layout of shape ``layout_shape``: "scalar" (one
+    element), "full" (the layout's shape: ``user_info[offset]``) or the number k of trailing layout axes it covers
+    (a window broadcast over the leading axes: ``user_info[offset % window.size]``). Leading 1s of ``shape`` are
+    ignored. ValueError otherwise.
+
+    >>> user_data_role((), (4, 8)), user_data_role((1, 4, 8), (4, 8)), user_data_role((8,), (4, 8))
+    ('scalar', 'full', 1)
+    """
+    shape, layout_shape = tuple(int(e) for e in shape), tuple(int(e) for e in layout_shape)
+    if math.prod(shape) == 1:
+        return "scalar"
+    squeezed = shape
+    while squeezed and squeezed[0] == 1:
+        squeezed = squeezed[1:]
+    if squeezed == layout_shape:
+        return "full"
+    for k in range(len(layout_shape) - 1, 0, -1):
+        if squeezed == layout_shape[-k:]:
+            return k
+    suffixes = " or ".join(str(layout_shape[i:]) for i in range(1, len(layout_shape))) or "none"
+    raise ValueError(f"user data of {function_name} has shape {shape}; it must be a scalar, the shape of the layout "
+                     f"the callback sees {layout_shape}, or a suffix of it ({suffixes})")
+
+
 def check_user_info(user_info, compiled_dtype, layout_shape, *, function_name="callback"):
     """Validate ``user_info`` for a callback compiled with ``compiled_dtype`` (a dtype name or None) that sees
     elements of a layout of shape ``layout_shape`` (the operand as the callback indexes it, batch included).
@@ -73,14 +98,5 @@ def check_user_info(user_info, compiled_dtype, layout_shape, *, function_name="c
     if address is not None and size and address % alignment:
         raise ValueError(f"user data of {function_name} must be aligned to {alignment} bytes (its element size) "
                          f"for vector loads; it starts at an address {address % alignment} bytes past that")
-    if size == 1:
-        return 1
-    squeezed = shape
-    while squeezed and squeezed[0] == 1:
-        squeezed = squeezed[1:]
-    suffixes = [layout_shape[i:] for i in range(len(layout_shape))]
-    if squeezed not in suffixes:
-        allowed = " or ".join(str(s) for s in suffixes) or "()"
-        raise ValueError(f"user data of {function_name} has shape {shape}; it must be a scalar, the layout the "
-                         f"callback sees {layout_shape}, or a suffix of it ({allowed})")
+    user_data_role(shape, layout_shape, function_name)
     return size

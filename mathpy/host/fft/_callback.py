@@ -28,7 +28,7 @@ import numpy as np
 
 from ... import _cuda, _operands
 from ..._execution import ExecutionCPU
-from . import _layout
+from ..._strides import c_strides
 
 __all__ = ["Callback", "BoundCallback", "as_callback", "bind_callback", "element_dtype_for"]
 
@@ -79,6 +79,7 @@ class BoundCallback:
     data         the user-data Operand on the execution device (C-contiguous), or None
     data_ptr     its pointer, or 0
     key          hashable; equal keys give identical plans
+    snapshot     for a Python function, the jit Snapshot that keeps its compiled code valid (None otherwise)
     """
 
     kind: str
@@ -91,6 +92,13 @@ class BoundCallback:
     key: tuple
     element_dtype: str
     user_info_dtype: str | None
+    snapshot: object = None
+
+    @property
+    def reusable(self):
+        """Whether the same bound callback is right for a later call with equal facts: no user data, user data read
+        in place, or a scalar (whose value the key holds); copied arrays must be copied again at every call."""
+        return self.data is None or self.key[-1] is None or self.key[-1][0] in ("ptr", "value")
 
     @property
     def user_info(self):
@@ -130,12 +138,16 @@ def _digest(array):
 
 
 def _prepare_data(data, layout_shape, layout_strides, execution, function_name):
-    """User data as (operand on the execution device, C-contiguous, in the callback's layout; key part)."""
-    if isinstance(data, (bool, int, float, complex, np.generic)):
+    """User data as (operand on the execution device, C-contiguous, in the callback's layout; key part). The key part
+    starts with "ptr" when the caller's own memory is used (the plan then reads it in place at every execution),
+    "value" for a Python or NumPy scalar and "copy" for a copy keyed by its contents."""
+    scalar = isinstance(data, (bool, int, float, complex, np.generic))
+    if scalar:
         data = np.asarray(data)
     op = _operands.wrap_operand(data, f"user data of {function_name}")
     dtype = op.dtype
     from ...jit import USER_INFO_DTYPES
+    from ...jit._user_data import user_data_role
     if dtype.name not in USER_INFO_DTYPES:
         raise TypeError(f"user data of {function_name} has dtype {dtype.name}; allowed are {', '.join(USER_INFO_DTYPES)}")
     on_gpu = not isinstance(execution, ExecutionCPU)
@@ -144,28 +156,17 @@ def _prepare_data(data, layout_shape, layout_strides, execution, function_name):
                          f"cuda:{execution.device_id}; move it there first")
     layout_shape, layout_strides = tuple(layout_shape), tuple(layout_strides)
     shape = op.shape
-    squeezed = shape
-    while squeezed and squeezed[0] == 1:
-        squeezed = squeezed[1:]
-    c_layout = _layout.c_strides(layout_shape)
-    relayout = False
-    if op.size == 1:
-        pass
-    elif squeezed == layout_shape:
-        relayout = layout_strides != c_layout and any(e != 1 for e in layout_shape)
-    elif squeezed in [layout_shape[i:] for i in range(1, len(layout_shape))]:
-        k = len(squeezed)
+    role = user_data_role(shape, layout_shape, f"{function_name}")
+    relayout = role == "full" and layout_strides != c_strides(layout_shape) and any(e != 1 for e in layout_shape)
+    if role not in ("scalar", "full"):
+        k = role
         trailing = [(e, s) for e, s in zip(layout_shape[-k:], layout_strides[-k:]) if e != 1]
-        expected = [(e, s) for e, s in zip(squeezed, _layout.c_strides(squeezed)) if e != 1]
+        expected = [(e, s) for e, s in zip(layout_shape[-k:], c_strides(layout_shape[-k:])) if e != 1]
         if trailing != expected:
             raise ValueError(f"user data of {function_name} of shape {shape} is a window over the last {k} axes, but "
                              f"the callback's layout (shape {layout_shape}, strides {layout_strides}) is not "
                              f"C-contiguous over them, so `user_info[offset % {op.size}]` would not find it; give "
                              f"data of the full shape {layout_shape} instead")
-    else:
-        suffixes = " or ".join(str(layout_shape[i:]) for i in range(len(layout_shape)))
-        raise ValueError(f"user data of {function_name} has shape {shape}; it must be a scalar, the shape of the "
-                         f"layout the callback sees {layout_shape}, or a suffix of it ({suffixes})")
 
     copied = relayout or not op.is_c_contiguous or (op.on_host == on_gpu)
     if not copied:
@@ -179,31 +180,12 @@ def _prepare_data(data, layout_shape, layout_strides, execution, function_name):
         host = buffer
     else:
         host = np.ascontiguousarray(host).reshape(-1)
-    key = ("copy", _digest(host), host.shape, dtype.str)
+    key = ("value" if scalar else "copy", _digest(host), host.shape, dtype.str)
     if on_gpu:
         device = _operands.to_device(_operands.wrap_operand(host), execution.device_id, None)
-        _synchronize(device)  # the plan may run on another stream than the copy's
+        device.interface.on(device.device_id).synchronize()  # the plan may run on another stream than the copy's
         return device, key
     return _operands.wrap_operand(host), key
-
-
-def _synchronize(op):
-    if op.package == "cupy":
-        import cupy
-        with cupy.cuda.Device(op.device_id):
-            cupy.cuda.get_current_stream().synchronize()
-    else:
-        import torch
-        torch.cuda.current_stream(op.device_id).synchronize()
-
-
-def _function_key(py, kind, element, info):
-    try:
-        from ...jit._cache import callback_key
-        from ...jit._spec import CallbackSpec
-        return ("fn", callback_key(py, CallbackSpec(kind, element, info, (0, 0))))
-    except Exception:
-        return ("id", id(py), py)
 
 
 def bind_callback(callback, kind, fft_type, precision, layout_shape, layout_strides, execution):
@@ -227,9 +209,10 @@ def bind_callback(callback, kind, fft_type, precision, layout_shape, layout_stri
             data_ptr = data.data_ptr
         return BoundCallback(kind, None, ltoir, None, jit.CALLBACK_TYPES[(kind, element)], data, data_ptr,
                              (kind, "ltoir", hashlib.blake2b(ltoir, digest_size=16).hexdigest(), data_key),
-                             element, None)
+                             element, None, None)
 
-    from ...jit._spec import check_function, describe_function
+    from ...jit._cache import function_key
+    from ...jit._spec import CallbackSpec, check_function, describe_function, make_spec
     py = check_function(function, kind)
     name = describe_function(py)
     data = data_key = None
@@ -237,15 +220,18 @@ def bind_callback(callback, kind, fft_type, precision, layout_shape, layout_stri
     if callback.data is not None:
         data, data_key = _prepare_data(callback.data, layout_shape, layout_strides, execution, f"{kind} {name}")
         info = data.dtype.name
+    cc = _cuda.compute_capability(execution.device_id) if on_gpu else (0, 0)
+    spec = make_spec(kind, element, info, cc) if on_gpu else CallbackSpec(kind, element, info, cc)
+    key, snapshot = function_key(py, spec)  # the compiled code's identity; valid while `snapshot` holds
+    fn_key = ("fn", key) if key is not None else ("id", id(py), py)
     if on_gpu:
-        compiled = jit.compile_callback(py, kind, element, info, _cuda.compute_capability(execution.device_id))
-        fn_key = ("fn", compiled.key) if compiled.key is not None else ("id", id(py), py)
+        compiled = jit.compile_callback(py, kind, element, info, cc)
         return BoundCallback(kind, py, compiled.ltoir, compiled.symbol, compiled.cufft_callback_type, data,
                              0 if data is None else data.data_ptr, (kind, fn_key, element, info, data_key),
-                             element, info)
+                             element, info, snapshot)
     return BoundCallback(kind, py, None, None, jit.CALLBACK_TYPES[(kind, element)], data,
-                         0 if data is None else data.data_ptr, (kind, _function_key(py, kind, element, info),
-                                                                element, info, data_key), element, info)
+                         0 if data is None else data.data_ptr, (kind, fn_key, element, info, data_key), element, info,
+                         snapshot)
 
 
 def dry_run(bound):

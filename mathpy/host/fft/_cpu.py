@@ -39,7 +39,7 @@ class CPUEngine:
         self.workers = execution.num_threads or -1
         self._freed = False
         t = transform
-        self._s = [t.output_shape[a] for a in t.axes] if t.kind == "C2R" else None
+        self._s = [t.output_shape[a] for a in t.axes] if t.fft_type == "C2R" else None
         self._in_offsets = element_offsets(t.input_shape, t.input_strides) if prolog is not None else None
         self._out_offsets = element_offsets(t.output_shape, t.output_strides) if epilog is not None else None
         logger.debug("CPU FFT plan %s workers=%s prolog=%s epilog=%s", t, self.workers, prolog is not None,
@@ -50,12 +50,12 @@ class CPUEngine:
         x = input_array
         if self.prolog is not None:
             x = apply_prolog_cpu(self.prolog.function, _flat_span(x), self._in_offsets, self.prolog.user_info)
-        if t.kind == "C2C":
+        if t.fft_type == "C2C":
             if direction < 0:
                 y = _pocketfft.fftn(x, axes=t.axes, norm="backward", workers=self.workers)
             else:
                 y = _pocketfft.ifftn(x, axes=t.axes, norm="forward", workers=self.workers)
-        elif t.kind == "R2C":
+        elif t.fft_type == "R2C":
             y = _pocketfft.rfftn(x, axes=t.axes, norm="backward", workers=self.workers)
         else:
             y = _pocketfft.irfftn(x, s=self._s, axes=t.axes, norm="forward", workers=self.workers)

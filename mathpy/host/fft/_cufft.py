@@ -1,5 +1,5 @@
 """The cuFFT engine: one :class:`~mathpy.host.fft._layout.Transform` planned once with cufftXtMakePlanMany and executed
-on raw device pointers.
+on raw device pointers, on any stream.
 
 What it does, in order (:class:`CUFFTEngine`):
 
@@ -8,15 +8,17 @@ What it does, in order (:class:`CUFFTEngine`):
    it plans (a freed buffer gives CUFFT_INTERNAL_ERROR).
 2. ``cufftSetAutoAllocation(0)``, then ``cufftXtMakePlanMany`` with the Transform's own layouts (n, embed, stride,
    dist, batch from :func:`~mathpy.host.fft._layout.cufft_params`, 64-bit arguments).
-3. The workspace comes from the operand package's stream-ordered allocator (CuPy's or torch's pool) as a uint8 array
-   and is given to ``cufftSetWorkArea``.
+3. The workspace comes from ``allocator`` (a :class:`~mathpy._packages.PackageStream`: CuPy's or torch's
+   stream-ordered pool, on the stream the plan was made for: its *home* stream) and is given to ``cufftSetWorkArea``.
 
-``execute(input_ptr, output_ptr, direction, stream)`` calls ``cufftSetStream`` only when the stream changed and then
-``cufftXtExec``: a few prebuilt ctypes calls. When the stream changes, the new stream first waits (a CUDA event, no
-host sync) for the executes queued on the previous one, because they share the workspace; so a plan shared between
-threads or streams stays correct. Python-side, one engine must not be executed by two threads at the same time
-(the API holds a lock per engine). Batch axes that one plan cannot fold into a single distance (only
-without callbacks) are covered by a short loop of executes at precomputed pointer offsets.
+**One plan, every stream** (as torch runs its cached cuFFT plans): ``execute(input_ptr, output_ptr, direction,
+stream)`` calls ``cufftSetStream`` when the stream changed, and on a stream other than the home one it takes a
+workspace of its own from the same package's pool in that stream's order (and ``cufftSetWorkArea``s it), so that
+executes on two streams never share scratch memory; on the home stream it uses the plan's workspace. cuFFT reads the
+stream and work area when it launches, so setting them and executing must not interleave between threads: callers
+hold :attr:`CUFFTEngine.lock` (the API does). A plan without workspace (most small transforms) costs one ctypes call
+per execute on any stream. Batch axes that one plan cannot fold into a single distance (only without callbacks) are
+covered by a short loop of executes at precomputed pointer offsets.
 
 Rules the engine enforces (errors are raised before anything is allocated):
 
@@ -38,10 +40,11 @@ import weakref
 
 import numpy as np
 
-from ... import _cuda, _operands
-from ..._errors import CUDALibraryError, InvalidPlanStateError, UnsupportedLayoutError
+from ... import _cuda, _operands, _packages, _runtime
+from ..._errors import InvalidPlanStateError, UnsupportedLayoutError
 from ..._log import logger
 from ...bindings import cufft
+from ...bindings._types import cuda_data_type
 from ...jit._spec import CALLBACK_TYPES
 from ._callback import span
 from ._layout import Transform, cufft_params
@@ -56,84 +59,52 @@ def live_handles():
     return _live_handles[0]
 
 
-_exec = _set_stream = None  # unchecked ctypes functions, made on first use
+_hot = {}  # unchecked ctypes functions of the hot path, made on first use
 
 
 def _hot_functions():
-    global _exec, _set_stream
-    if _exec is None:
-        _set_stream = cufft.unchecked("cufftSetStream")
-        _exec = cufft.unchecked("cufftXtExec")
-    return _exec, _set_stream
+    if not _hot:
+        _hot.update(exec=cufft.unchecked("cufftXtExec"), set_stream=cufft.unchecked("cufftSetStream"),
+                    set_work_area=cufft.unchecked("cufftSetWorkArea"))
+    return _hot["exec"], _hot["set_stream"], _hot["set_work_area"]
 
 
 class _Resources:
-    """What an engine owns on the device: the cuFFT handle and the workspace array. The finalizer holds this small
-    object, not the engine."""
+    """What an engine owns on the device: the cuFFT handle and the home workspace. The finalizer holds this small
+    object, not the engine. The workspace is used on its home stream only, so giving it back to the stream-ordered
+    pool is safe whatever other streams the plan ran on."""
 
-    __slots__ = ("handle", "workspace", "device_id", "stream", "alloc_stream", "event", "__weakref__")
+    __slots__ = ("handle", "workspace", "device_id", "__weakref__")
 
     def __init__(self, device_id):
-        self.handle, self.workspace, self.device_id, self.stream, self.alloc_stream = None, None, device_id, None, None
-        self.event = None  # orders executes on different streams (they share the workspace)
+        self.handle, self.workspace, self.device_id = None, None, device_id
 
 
 def _release(resources, warn):
     """Destroy the handle and drop the workspace. Called by free() (errors raise) or the finalizer (errors warn)."""
-    handle, workspace, event = resources.handle, resources.workspace, resources.event
-    resources.handle = resources.workspace = resources.event = None
+    handle = resources.handle
+    resources.handle = resources.workspace = None
     try:
-        if handle is not None or workspace is not None:
-            with _cuda.device_scope(resources.device_id):
-                if handle is not None:
-                    _live_handles[0] -= 1
-                    cufft.lib.cufftDestroy(handle)
-                if event is not None:
-                    _runtime_call("cudaEventDestroy", event)
-                if workspace is not None and resources.stream not in (None, resources.alloc_stream):
-                    # the pool may hand the workspace to other work on the stream it was allocated on: wait for the
-                    # last execute on another stream first
-                    _synchronize(resources.stream)
+        if handle is not None:
+            _live_handles[0] -= 1
+            with _runtime.device_scope(resources.device_id):
+                cufft.lib.cufftDestroy(handle)
     except Exception as e:
         if not warn:
             raise
         warnings.warn(f"mathpy: releasing a cuFFT plan failed: {e}", RuntimeWarning, stacklevel=2)
-    finally:
-        del workspace
-
-
-def _runtime_call(name, *args):
-    from cuda.bindings import runtime
-    status, *values = getattr(runtime, name)(*args)
-    if int(status):
-        raise CUDALibraryError("cudart", name, int(status), getattr(status, "name", str(status)))
-    return values[0] if values else None
-
-
-def _synchronize(stream):
-    """Wait for ``stream`` (before the pool may reuse a workspace on the stream it was allocated on)."""
-    _runtime_call("cudaStreamSynchronize", stream)
-
-
-def _order_after(resources, previous, stream):
-    """Make ``stream`` wait for the work queued so far on ``previous`` (an event, no host sync)."""
-    from cuda.bindings import runtime
-    if resources.event is None:
-        resources.event = _runtime_call("cudaEventCreateWithFlags", runtime.cudaEventDisableTiming)
-    _runtime_call("cudaEventRecord", resources.event, previous)
-    _runtime_call("cudaStreamWaitEvent", stream, resources.event, 0)
 
 
 class CUFFTEngine:
     """One :class:`Transform` planned on cuFFT for one device (see the module docstring).
 
     Parameters: ``transform``; ``execution`` an ExecutionCUDA (its ``device_id``; None means device 0); ``prolog`` /
-    ``epilog`` None or a BoundCallback (``.ltoir``, ``.symbol``, ``.cufft_type``, ``.data_ptr``); ``package`` the
-    array package whose allocator provides the workspace ("cupy" / "torch"; None: whichever is installed);
-    ``stream`` the raw stream the workspace is allocated on (None: the package's current stream).
+    ``epilog`` None or a BoundCallback (``.ltoir``, ``.symbol``, ``.cufft_type``, ``.data_ptr``); ``allocator`` the
+    :class:`~mathpy._packages.PackageStream` whose pool provides workspaces (its stream, or the package's current
+    one when it has none, is the plan's home stream; None: the device package's current stream).
     """
 
-    def __init__(self, transform, *, execution, prolog=None, epilog=None, package=None, stream=None):
+    def __init__(self, transform, *, execution, prolog=None, epilog=None, allocator=None):
         if not isinstance(transform, Transform):
             raise TypeError(f"transform must be a Transform, not {type(transform).__name__}")
         device_id = getattr(execution, "device_id", None)
@@ -143,27 +114,31 @@ class CUFFTEngine:
         _check_precision(transform, bool(callbacks))
         for kind, cb in callbacks:
             _check_callback(transform, kind, cb)
-        package = package if package in ("cupy", "torch") else _operands.gpu_array_package()
-        self._package = package
+        if allocator is None:
+            allocator = _packages.get(_operands.device_package()).on(device_id)
+        if allocator.stream is None:
+            allocator = allocator.package.on(device_id, allocator.package.current_stream(device_id))
+        self._allocator, self._home = allocator, allocator.stream
         self.lock = threading.RLock()  # the API serialises executes on it; free() takes it too (re-entrant: a
         # garbage-collected FFT may return its borrowed engine, and the cache free it, inside an execute on this thread)
         parts = _split(transform)
         if parts is not None:
-            self._init_parts(transform, parts, execution, device_id, prolog, epilog, package, stream)
+            self._init_parts(transform, parts, execution, device_id, prolog, epilog, allocator)
             return
         params = cufft_params(transform, allow_loops=not callbacks)  # UnsupportedLayoutError if it cannot
         _check_half_strides(transform, params)
         _check_loop_alignment(transform, params)
 
         offsets = _loop_offsets(params, transform)
-        execute, set_stream = _hot_functions()  # resolves the library (LibraryNotFoundError) before planning
+        execute, set_stream, set_work_area = _hot_functions()  # resolves the library (LibraryNotFoundError) first
         self.transform, self.device_id, self.params = transform, device_id, params
-        self.overwrites_input = transform.kind == "C2R"
+        self.overwrites_input = transform.fft_type == "C2R"
         self._callbacks = (prolog, epilog)  # keeps user data alive as long as the plan may run
         self._parts = None
         resources = _Resources(device_id)
         start = time.perf_counter()
-        with _cuda.device_scope(device_id):
+        home_area = 0
+        with _runtime.device_scope(device_id):
             handle = ctypes.c_int()
             cufft.lib.cufftCreate(ctypes.byref(handle))
             resources.handle = handle.value
@@ -171,48 +146,51 @@ class CUFFTEngine:
             try:
                 workspace_bytes = _plan(resources.handle, transform, params, callbacks)
                 if workspace_bytes:
-                    workspace = _operands.empty(package, (workspace_bytes,), np.uint8, device_id, stream)
-                    resources.workspace = workspace
-                    resources.alloc_stream = stream
-                    cufft.lib.cufftSetWorkArea(resources.handle, _operands.wrap_operand(workspace).data_ptr)
+                    resources.workspace = allocator.empty((workspace_bytes,), np.uint8)
+                    home_area = allocator.package.pointer(resources.workspace)
+                    cufft.lib.cufftSetWorkArea(resources.handle, home_area)
             except BaseException:
                 _release(resources, warn=True)
                 raise
         self.workspace_bytes = workspace_bytes
         self._resources = resources
         self._handle = ctypes.c_int(resources.handle)
-        self._stream = None
+        self._stream = None  # the stream cuFFT was last given
+        self._area, self._home_area = home_area, home_area  # the work area cuFFT was last given; the plan's own
+        self._ready = None  # the stream on which a bare cufftXtExec is right (stream and work area already set)
         self._scoped = _cuda.device_count() > 1
-        self._offsets, self._exec, self._set_stream = offsets, execute, set_stream
+        self._offsets, self._exec, self._set_stream, self._set_work_area = offsets, execute, set_stream, set_work_area
         # cuFFT needs the real side of R2C/C2R aligned to the complex element (else CUFFT_INVALID_VALUE at exec):
         # misaligned pointers take a staged path; the check costs one AND on the hot path
-        self._align = 2 * transform.precision.itemsize - 1 if transform.kind != "C2C" else 0
+        self._align = 2 * transform.precision.itemsize - 1 if transform.fft_type != "C2C" else 0
         self._finalizer = weakref.finalize(self, _release, resources, True)
         executes = len(self._offsets) if self._offsets else 1
-        logger.debug("cuFFT plan %s %s n=%s batch=%d%s on cuda:%d: %.1f ms, workspace %d bytes%s%s", transform.kind,
-                     transform.precision, params.n, params.batch, f" x {executes} executes" if executes > 1 else "",
-                     device_id, (time.perf_counter() - start) * 1e3, workspace_bytes,
-                     ", prolog" if prolog is not None else "", ", epilog" if epilog is not None else "")
+        logger.debug("cuFFT plan %s %s n=%s batch=%d%s on cuda:%d: %.1f ms, workspace %d bytes%s%s",
+                     transform.fft_type, transform.precision, params.n, params.batch,
+                     f" x {executes} executes" if executes > 1 else "", device_id, (time.perf_counter() - start) * 1e3,
+                     workspace_bytes, ", prolog" if prolog is not None else "",
+                     ", epilog" if epilog is not None else "")
 
     def execute(self, input_ptr, output_ptr, direction, stream):
         """Run the transform from device address ``input_ptr`` to ``output_ptr`` on raw ``stream`` (None: 0, the
-        default stream). ``direction`` -1 forward, +1 inverse (C2C only; R2C is forward, C2R inverse).
-        Unnormalised."""
+        legacy default stream). ``direction`` -1 forward, +1 inverse (C2C only; R2C is forward, C2R inverse).
+        Unnormalised. The caller holds :attr:`lock`."""
         if self._scoped:
-            with _cuda.device_scope(self.device_id):
-                return self._execute(input_ptr, output_ptr, direction, stream)
-        return self._execute(input_ptr, output_ptr, direction, stream)  # one GPU: no device switch
+            with _runtime.device_scope(self.device_id):
+                return self._execute(input_ptr, output_ptr, direction, stream or 0)
+        return self._execute(input_ptr, output_ptr, direction, stream or 0)  # one GPU: no device switch
 
     def executor(self):
         """A function with :meth:`execute`'s arguments for a caller that repeats one call shape (the API's prepared
-        recipes): one ctypes call when the stream is the current one and the pointers are aligned, else
-        :meth:`execute` (stream change, misalignment, freed plan, looped or two-part plans, several GPUs)."""
+        calls): one ctypes call when the stream and work area are already set for the stream and the pointers are
+        aligned, else :meth:`execute` (stream change, a foreign stream with a workspace, misalignment, freed plan,
+        looped or two-part plans, several GPUs)."""
         if self._parts is not None or self._scoped or self._offsets is not None or self._handle is None:
             return self.execute
         exec_function, align, handle, execute = self._exec, self._align, self._handle, self.execute
 
         def run(input_ptr, output_ptr, direction, stream):
-            if stream != self._stream or self._handle is None or (input_ptr | output_ptr) & align:
+            if stream != self._ready or (input_ptr | output_ptr) & align:
                 return execute(input_ptr, output_ptr, direction, stream)
             status = exec_function(handle, input_ptr, output_ptr, direction)
             if status:
@@ -226,13 +204,31 @@ class CUFFTEngine:
         if (input_ptr | output_ptr) & self._align:
             return self._execute_misaligned(input_ptr, output_ptr, direction, stream)
         if stream != self._stream:
-            self._change_stream(handle, stream)
+            status = self._set_stream(handle, stream)
+            if status:
+                cufft.check("cufftSetStream", status)
+            self._stream = stream
+        workspace = None
+        if self.workspace_bytes:
+            if stream == self._home:
+                area = self._home_area
+            else:  # scratch of its own, from the pool in this stream's order: freed after the launch, in order
+                workspace = self._allocator.package.on(self.device_id, stream).empty((self.workspace_bytes,),
+                                                                                    np.uint8)
+                area = self._allocator.package.pointer(workspace)
+            if area != self._area:
+                status = self._set_work_area(handle, area)
+                if status:
+                    cufft.check("cufftSetWorkArea", status)
+                self._area = area
+        self._ready = stream if workspace is None else None
         if self._offsets is None:
             status = self._exec(handle, input_ptr, output_ptr, direction)
             if status:
                 cufft.check("cufftXtExec", status)
         else:
             self._execute_loop(handle, input_ptr, output_ptr, direction)
+        del workspace  # the launch is queued: the pool may reuse it for later work on this stream
 
     def _execute_misaligned(self, input_ptr, output_ptr, direction, stream):
         """R2C/C2R with a real pointer not aligned to the complex element size: run on aligned copies of the spans
@@ -241,67 +237,57 @@ class CUFFTEngine:
         t = self.transform
         in_span = _span_bytes(t.input_shape, t.input_strides, _element_size(t, "input"))
         out_span = _span_bytes(t.output_shape, t.output_strides, _element_size(t, "output"))
-        raw_stream = stream or 0
+        queue = self._allocator.package.on(self.device_id, stream)
         keep = []  # the staging buffers live until the copies are queued; the pool frees them in stream order
 
         def stage(ptr, nbytes):
-            buffer = _operands.empty(self._package, (nbytes,), np.uint8, self.device_id, stream)
+            buffer = queue.empty((nbytes,), np.uint8)
             keep.append(buffer)
-            staged = _operands.wrap_operand(buffer).data_ptr
-            _memcpy(staged, ptr, nbytes, raw_stream)
+            staged = queue.package.pointer(buffer)
+            _runtime.copy_device_to_device(staged, ptr, nbytes, stream)
             return staged
 
         if input_ptr == output_ptr:
             nbytes = max(in_span, out_span)
             staged = stage(input_ptr, nbytes)
             self._execute(staged, staged, direction, stream)
-            _memcpy(output_ptr, staged, nbytes, raw_stream)
+            _runtime.copy_device_to_device(output_ptr, staged, nbytes, stream)
             return
         staged_in = stage(input_ptr, in_span) if input_ptr & self._align else input_ptr
         staged_out = stage(output_ptr, out_span) if output_ptr & self._align else output_ptr
         self._execute(staged_in, staged_out, direction, stream)
         if staged_out != output_ptr:
-            _memcpy(output_ptr, staged_out, out_span, raw_stream)
+            _runtime.copy_device_to_device(output_ptr, staged_out, out_span, stream)
 
-    def _init_parts(self, transform, parts, execution, device_id, prolog, epilog, package, stream):
+    def _init_parts(self, transform, parts, execution, device_id, prolog, epilog, allocator):
         """A multi-axis R2C/C2R whose halved axis has length 1, as two plans (see :func:`_split`)."""
         first_t, second_t = parts
-        first = CUFFTEngine(first_t, execution=execution, prolog=prolog, package=package, stream=stream)
+        first = CUFFTEngine(first_t, execution=execution, prolog=prolog, allocator=allocator)
         try:
-            second = CUFFTEngine(second_t, execution=execution, epilog=epilog, package=package, stream=stream)
+            second = CUFFTEngine(second_t, execution=execution, epilog=epilog, allocator=allocator)
         except BaseException:
             first.free()
             raise
         self.transform, self.device_id, self.params = transform, device_id, second.params
-        self.overwrites_input = transform.kind == "C2R"
+        self.overwrites_input = transform.fft_type == "C2R"
         self._callbacks = (prolog, epilog)
         self._parts = (first, second)
         self.workspace_bytes = first.workspace_bytes + second.workspace_bytes
-        self._stream = None
         self._handle = "parts"  # not None while live
         self.execute = self._execute_parts
-        logger.debug("cuFFT %s with a halved axis of length 1 over axes %s: planned as %s then %s", transform.kind,
-                     transform.axes, first_t.kind, second_t.kind)
+        logger.debug("cuFFT %s with a halved axis of length 1 over axes %s: planned as %s then %s",
+                     transform.fft_type, transform.axes, first_t.fft_type, second_t.fft_type)
 
     def _execute_parts(self, input_ptr, output_ptr, direction, stream):
         if self._handle is None:
             raise InvalidPlanStateError("this cuFFT plan was freed; create a new one")
         first, second = self._parts
-        if self.transform.kind == "C2R":  # inverse C2C over the other axes in place (C2R may overwrite its input)
+        if self.transform.fft_type == "C2R":  # inverse C2C over the other axes in place (C2R may overwrite its input)
             first.execute(input_ptr, input_ptr, 1, stream)
             second.execute(input_ptr, output_ptr, 1, stream)
         else:                             # R2C of length 1, then forward C2C over the other axes in place
             first.execute(input_ptr, output_ptr, -1, stream)
             second.execute(output_ptr, output_ptr, -1, stream)
-
-    def _change_stream(self, handle, stream):
-        previous = self._stream
-        if previous is not None and self._resources.workspace is not None:
-            _order_after(self._resources, previous, stream)  # executes share the workspace: one after the other
-        status = self._set_stream(handle, stream)
-        if status:
-            cufft.check("cufftSetStream", status)
-        self._stream = self._resources.stream = stream
 
     def _execute_loop(self, handle, input_ptr, output_ptr, direction):
         for input_offset, output_offset in self._offsets:
@@ -311,7 +297,7 @@ class CUFFTEngine:
 
     def free(self):
         """Destroy the cuFFT handle and drop the workspace now. Idempotent. Waits for an execute running on another
-        thread under :attr:`lock` (the plan cache may evict an engine the stateless fast path is executing)."""
+        thread under :attr:`lock`."""
         with self.lock:
             self._free()
 
@@ -333,7 +319,8 @@ class CUFFTEngine:
     def __repr__(self):
         t = self.transform
         state = "freed" if self._handle is None else f"workspace {self.workspace_bytes} B"
-        return f"CUFFTEngine({t.kind} {t.precision} n={self.params.n} batch={self.params.batch}, cuda:{self.device_id}, {state})"
+        return (f"CUFFTEngine({t.fft_type} {t.precision} n={self.params.n} batch={self.params.batch}, "
+                f"cuda:{self.device_id}, {state})")
 
 
 def _split(transform):
@@ -343,14 +330,14 @@ def _split(transform):
     before it (measured: C2R n=(3, 1) returned a length-3 Hermitian C2R along the first axis). A real transform of
     length 1 is exact as: C2R = inverse C2C over the other axes (in place on the input) then a length-1 C2R;
     R2C = a length-1 R2C, then a forward C2C over the other axes in place on the output."""
-    if transform.kind == "C2C" or transform.n[-1] != 1:
+    if transform.fft_type == "C2C" or transform.n[-1] != 1:
         return None
     from ._layout import _effective_axes
-    effective, _ = _effective_axes(transform.input_shape, transform.axes, transform.kind)
+    effective, _ = _effective_axes(transform.input_shape, transform.axes, transform.fft_type)
     if len(effective) < 2:
         return None
     t, last, others = transform, transform.axes[-1], tuple(transform.axes[:-1])
-    if t.kind == "C2R":
+    if t.fft_type == "C2R":
         return (Transform("C2C", t.precision, t.input_shape, t.input_strides, t.input_shape, t.input_strides, others),
                 Transform("C2R", t.precision, t.input_shape, t.input_strides, t.output_shape, t.output_strides,
                           (last,)))
@@ -360,31 +347,25 @@ def _split(transform):
 
 def _check_loop_alignment(transform, params):
     """Looped executes of an R2C/C2R must start every real-side pointer on a complex element (cuFFT's rule)."""
-    if transform.kind == "C2C" or not params.loops:
+    if transform.fft_type == "C2C" or not params.loops:
         return
-    real = 1 if transform.kind == "R2C" else 2
+    real = 1 if transform.fft_type == "R2C" else 2
     if any(loop[real] % 2 for loop in params.loops):
         raise UnsupportedLayoutError(
-            f"{transform.kind} over axes {transform.axes} with real strides "
-            f"{transform.input_strides if transform.kind == 'R2C' else transform.output_strides} needs executes at "
+            f"{transform.fft_type} over axes {transform.axes} with real strides "
+            f"{transform.input_strides if transform.fft_type == 'R2C' else transform.output_strides} needs executes at "
             f"real offsets that are not a whole number of complex elements, which cuFFT refuses: copy to "
             f"engine_layout(...) first")
 
 
 def _element_size(transform, side):
-    real = (transform.kind == "R2C") if side == "input" else (transform.kind == "C2R")
+    real = (transform.fft_type == "R2C") if side == "input" else (transform.fft_type == "C2R")
     return transform.precision.itemsize * (1 if real else 2)
 
 
 def _span_bytes(shape, strides, itemsize):
     """Bytes from the first element of a (positive-stride) layout to the end of its last one."""
     return span(shape, strides) * itemsize
-
-
-def _memcpy(destination, source, nbytes, stream):
-    from cuda.bindings import runtime
-    _runtime_call("cudaMemcpyAsync", destination, source, nbytes, runtime.cudaMemcpyKind.cudaMemcpyDeviceToDevice,
-                  stream)
 
 
 def _check_precision(transform, has_callbacks):
@@ -396,7 +377,7 @@ def _check_precision(transform, has_callbacks):
                          f"Use float32 (or pad to a power of two)")
     if has_callbacks:
         raise ValueError("cuFFT has no half-precision (float16) callbacks; use float32 with prolog/epilog")
-    if transform.kind != "C2C" and transform.n[-1] == 1:
+    if transform.fft_type != "C2C" and transform.n[-1] == 1:
         raise ValueError("half-precision R2C/C2R transforms of length 1 are wrong in cuFFT 12.0 (a known CUDA 13.0 "
                          "issue); use float32")
 
@@ -405,10 +386,10 @@ def _check_half_strides(transform, params):
     """cuFFT's half-precision R2C reads only unit-stride real input, and its C2R writes only unit-stride real output."""
     if transform.precision != np.float16:
         return
-    if transform.kind == "R2C" and params.istride != 1:
+    if transform.fft_type == "R2C" and params.istride != 1:
         raise UnsupportedLayoutError(f"cuFFT's half-precision R2C needs a unit-stride real input along axis "
                                      f"{transform.axes[-1]}; got stride {params.istride}: copy it to C order first")
-    if transform.kind == "C2R" and params.ostride != 1:
+    if transform.fft_type == "C2R" and params.ostride != 1:
         raise UnsupportedLayoutError(f"cuFFT's half-precision C2R needs a unit-stride real output along axis "
                                      f"{transform.axes[-1]}; got stride {params.ostride}")
 
@@ -418,7 +399,7 @@ def _check_callback(transform, kind, cb):
     expected = CALLBACK_TYPES[(kind, np.dtype(element).name)]
     got = _callback_type(cb)
     if got != expected:
-        raise ValueError(f"the {kind} was compiled for cuFFT callback type {got}, but a {transform.kind} "
+        raise ValueError(f"the {kind} was compiled for cuFFT callback type {got}, but a {transform.fft_type} "
                          f"{transform.precision} transform {'loads' if kind == 'prolog' else 'stores'} {element} "
                          f"elements (type {expected}): compile it for {element}")
     if not getattr(cb, "ltoir", None):
@@ -453,12 +434,12 @@ def _plan(handle, transform, params, callbacks):
         cufft.set_jit_callback(handle, symbol, buffer, len(ltoir), _callback_type(cb), caller_info)
     cufft.lib.cufftSetAutoAllocation(handle, 0)
     LongLongs = ctypes.c_longlong * params.rank
-    precision = transform.precision.name
-    in_type = cufft.data_type(precision, transform.kind != "R2C")
-    out_type = cufft.data_type(precision, transform.kind != "C2R")
-    exec_type = cufft.data_type(precision, True)
+    precision = transform.precision
+    in_type = cuda_data_type(precision, complex_=transform.fft_type != "R2C")
+    out_type = cuda_data_type(precision, complex_=transform.fft_type != "C2R")
+    exec_type = cuda_data_type(precision, complex_=True)
     work = ctypes.c_size_t()
-    if _basic_layout(transform.kind, params):
+    if _basic_layout(transform.fft_type, params):
         # NULL embeds: cuFFT's basic layout, as torch and CuPy plan contiguous data; cuFFT then picks the kernels of
         # its plain batched transforms (explicit embeds may select slower strided ones)
         inembed = onembed = None

@@ -10,8 +10,10 @@ dtypes (float32/complex64 stay single precision; integers and bools promote to f
 - ``execution=``: "cpu", "cuda" or an ExecutionCPU/ExecutionCUDA; default: where the operand lives.
 - ``stream=``: the CUDA stream.
 
-Results come back in the caller's package and on its device. Each call is a thin layer over :class:`FFT` with plans
-from the plan cache (:func:`plan_cache_info`). More than three transform axes are decomposed into several plans.
+Results come back in the caller's package and on its device. A call resolves NumPy's rules here, then plans a
+:class:`FFT` with an engine from the plan cache (:func:`plan_cache_info`) and runs its prepared call; a repeated call
+with the same argument facts runs that prepared call directly (:mod:`._stateless`). More than three transform axes
+are decomposed into several plans.
 
 >>> import numpy as np
 >>> x = np.arange(6, dtype=np.float32)
@@ -24,17 +26,18 @@ True
 import contextlib
 import math
 import operator
-import sys
 
 import numpy as np
 
-from ... import _cuda, _execution, _operands
+from ... import _cuda, _operands
 from ..._execution import ExecutionCUDA, resolve_execution
 from ..._options import check_or_create_options
 from ..._streams import stream_pointer
+from . import _stateless
+from ._call import copy_to_out
 from ._options import FFTOptions
-from . import _plan
-from ._plan import FFT, engine_lock, normalize_axes, plan_cache, prepare
+from ._plan import FFT, plan_cache
+from ._problem import fft_problem, normalize_axes
 
 __all__ = ["fft", "ifft", "rfft", "irfft", "fft2", "ifft2", "rfft2", "irfft2", "fftn", "ifftn", "rfftn", "irfftn",
            "hfft", "ihfft"]
@@ -67,25 +70,11 @@ def _promoted(dtype, complex_result):
 def _astype(op, dtype):
     if op.dtype == dtype:
         return op
-    if op.package == "torch":
-        tensor = op.tensor.to(_operands._torch_dtypes()[1][dtype])
-    else:
-        tensor = op.tensor.astype(dtype)
-    return _operands.wrap_operand(tensor)
+    return _operands.wrap_operand(op.interface.astype(op.tensor, dtype))
 
 
 def _conj(op):
-    if op.package == "torch":
-        import torch
-        return _operands.wrap_operand(torch.conj_physical(op.tensor))
-    return _operands.wrap_operand(op.tensor.conj())
-
-
-def _xp(package):
-    if package == "cupy":
-        import cupy
-        return cupy
-    return np
+    return _operands.wrap_operand(op.interface.conj(op.tensor))
 
 
 def _resize(op, sizes):
@@ -98,30 +87,9 @@ def _resize(op, sizes):
     for axis, n in changed.items():
         new_shape[axis] = n
     index = tuple(slice(0, min(shape[a], new_shape[a])) for a in range(len(shape)))
-    if op.package == "torch":
-        import torch
-        tensor = op.tensor
-        result = torch.zeros(new_shape, dtype=tensor.dtype, device=tensor.device)
-        result[index] = tensor[index]
-    else:
-        xp = _xp(op.package)
-        if op.package == "cupy":
-            with xp.cuda.Device(op.device_id):
-                result = xp.zeros(new_shape, dtype=op.dtype)
-        else:
-            result = xp.zeros(new_shape, dtype=op.dtype)
-        result[index] = op.tensor[index]
+    result = op.interface.on(op.device_id).empty(new_shape, op.dtype, zero=True)
+    result[index] = op.tensor[index]
     return _operands.wrap_operand(result)
-
-
-def _ordered_on(op, stream):
-    if op.on_host or stream is None:
-        return contextlib.nullcontext()
-    return _plan._on_stream(op.package, op.device_id, stream_pointer(stream, op.package, op.device_id))
-
-
-def _empty_result(op, shape, dtype):
-    return _operands.empty(op.package, shape, dtype, op.device_id)
 
 
 # --- argument resolution (NumPy 2's rules) -----------------------------------------------------------------------
@@ -183,32 +151,9 @@ def _scale(norm, inverse, lengths):
 
 # --- the one code path -------------------------------------------------------------------------------------------
 
-def _recipe(tag, a, params, out, prolog, epilog, options, execution, stream):
-    """The stateless fast path at a function's entry: (result, None) when a prepared recipe ran, else (None, key)
-    with the key under which the general path leaves a recipe (None: not eligible). Eligible: a CuPy array or CUDA
-    torch tensor, plain arguments (no out, callbacks, options, execution or stream), one GPU."""
-    if out is not None or prolog is not None or epilog is not None or options is not None or \
-            execution is not None or stream is not None:
-        return None, None
-    signature = _gpu_signature(a)
-    if signature is None:
-        return None, None
-    key = (tag, params) + signature[1:]
-    try:
-        recipe = _plan._fast_recipes.get(key)
-    except TypeError:  # an unhashable argument: the general path checks it
-        return None, None
-    if recipe is not None:
-        result = recipe(signature[0])
-        if result is not None:
-            return result, None
-        _plan._fast_recipes.pop(key, None)  # its engine was evicted: plan again
-    return None, key
-
-
-def _run(kind, a, lengths, axes, norm, out, inverse, prolog, epilog, options, execution, stream, fast_key):
-    """Transform ``a`` (kind "C2C", "R2C", "C2R") over ``axes`` to logical ``lengths``. ``fast_key``: the caller's
-    recipe key from :func:`_recipe` (None: leave no recipe)."""
+def _run(fft_type, a, lengths, axes, norm, out, inverse, prolog, epilog, options, execution, stream, key):
+    """Transform ``a`` (fft_type "C2C", "R2C", "C2R") over ``axes`` to logical ``lengths``. ``key``: the call's key
+    for :mod:`._stateless` (None: nothing to remember)."""
     if out is None:
         op, out_op = _operands.wrap_operand(a, "a"), None
     else:
@@ -216,22 +161,27 @@ def _run(kind, a, lengths, axes, norm, out, inverse, prolog, epilog, options, ex
         op, out_op = ops["a"], ops["out"]
     norm = _check_norm(norm)
     options = _DEFAULT_OPTIONS if options is None else check_or_create_options(FFTOptions, options, "options")
-    dtype = _promoted(op.dtype, kind != "R2C")
+    executing = resolve_execution(execution, op.device_id)
+    on_gpu = isinstance(executing, ExecutionCUDA)
+    if on_gpu:
+        _cuda.require_device(executing.device_id)  # before a GPU array package is looked for
+    dtype = _promoted(op.dtype, fft_type != "R2C")
     # Promote, then pad or crop to the logical lengths (C2R: the halved last axis holds n//2+1); on a GPU these
     # copies are ordered on the caller's stream, before the transform.
     sizes = dict(zip(axes, lengths))
-    if kind == "C2R":
+    if fft_type == "C2R":
         sizes[axes[-1]] = lengths[-1] // 2 + 1
     if op.dtype != dtype or any(op.shape[a] != n for a, n in sizes.items()):
-        fast_key = None  # the recipe runs on the caller's array as it is
-        with _ordered_on(op, stream):
+        key = None  # a prepared call runs on the caller's array as it is
+        handle = None if op.on_host else stream_pointer(stream, op.package, op.device_id)
+        with op.interface.stream_scope(op.device_id, handle) if handle is not None else _NULL_SCOPE:
             op = _resize(_astype(op, dtype), sizes)
-    result_dtype = np.dtype(np.float32 if dtype in (np.float32, np.complex64) else np.float64) if kind == "C2R" \
+    result_dtype = np.dtype(np.float32 if dtype in (np.float32, np.complex64) else np.float64) if fft_type == "C2R" \
         else np.result_type(dtype, np.complex64)
     result_shape = list(op.shape)
-    if kind == "R2C":
+    if fft_type == "R2C":
         result_shape[axes[-1]] = lengths[-1] // 2 + 1
-    elif kind == "C2R":
+    elif fft_type == "C2R":
         result_shape[axes[-1]] = lengths[-1]
     result_shape = tuple(result_shape)
     if out_op is not None:
@@ -241,121 +191,78 @@ def _run(kind, a, lengths, axes, norm, out, inverse, prolog, epilog, options, ex
             raise TypeError(f"out has dtype {out_op.dtype}, which cannot hold the {result_dtype} result")
     scale = _scale(norm, inverse, lengths)
     if any(extent == 0 for extent in op.shape):  # empty batch: nothing to transform
-        result = _empty_result(op, result_shape, result_dtype)
+        result = _operands.empty(op.package, result_shape, result_dtype, op.device_id)
         return _finish_out(out_op, result)
 
     # Split into plans of at most three axes: R2C does its halved axis first, C2R last.
     if len(axes) <= _MAX_AXES:
-        stages = [(kind, axes)]
+        stages = [(fft_type, axes)]
     else:
         groups = [axes[max(0, i - _MAX_AXES):i] for i in range(len(axes), 0, -_MAX_AXES)]  # last axes first
-        if kind == "C2R":
+        if fft_type == "C2R":
             stages = [("C2C", g) for g in reversed(groups[1:])] + [("C2R", groups[0])]
         else:
-            stages = [(kind, groups[0])] + [("C2C", g) for g in groups[1:]]
+            stages = [(fft_type, groups[0])] + [("C2C", g) for g in groups[1:]]
+        key = None
     caller = op
-    executing = resolve_execution(execution, op.device_id)
     if len(stages) > 1:  # move once, not per stage
-        on_gpu = isinstance(executing, ExecutionCUDA)
         if op.on_host and on_gpu:
             op = _operands.to_device(op, executing.device_id, None)
         elif not op.on_host and not on_gpu:
             op = _operands.to_host(op, None)
-    x = op.tensor
     direction = 1 if inverse else -1
     parity = "odd" if lengths[-1] % 2 else "even"
-    if len(stages) == 1 and prolog is None and epilog is None:
-        return _fast(op, axes, _stage_options(kind, options.inplace, parity, options.blocking), executing, stream,
-                     direction if kind == "C2C" else None, scale, out_op, fast_key)
-    for index, (stage_kind, stage_axes) in enumerate(stages):
+    for index, (stage_type, stage_axes) in enumerate(stages):
         first, last = index == 0, index == len(stages) - 1
-        stage_options = _stage_options(stage_kind, options.inplace and len(stages) == 1, parity, options.blocking)
-        plan = FFT(x, axes=stage_axes, options=stage_options, execution=executing, stream=stream, _cached=True)
+        stage_options = _stage_options(stage_type, options.inplace and len(stages) == 1, parity, options.blocking)
+        problem = fft_problem(op, stage_axes, stage_options, executing)
+        handle = stream_pointer(stream, problem.holder, problem.device_id) if problem.on_gpu else None
+        plan = FFT.for_problem(op, problem, handle, plan_cache)
         try:
             plan.plan(prolog=prolog if first else None, epilog=epilog if last else None)
-            stage_out = out_op if (last and out_op is not None and len(stages) == 1) else None
-            x = plan._execute(direction if stage_kind == "C2C" else None, None, scale if last else None, stage_out)
+            stage_out = out_op if (last and len(stages) == 1) else None
+            stage_direction = problem.direction(direction if stage_type == "C2C" else None)
+            stage_scale = scale if last else None
+            result = plan.prepared_call.execute(op, stage_direction, handle, stage_scale, stage_out)
+            if len(stages) == 1 and stage_out is None:
+                _stateless.remember(key, plan.prepared_call, stage_direction, stage_scale)
         finally:
             plan.free()
+        op = _operands.wrap_operand(result) if not last else op
     if len(stages) > 1:
-        x = _operands.as_package(x, caller)
-        return _finish_out(out_op, x)
-    return x
+        result = _operands.as_package(result, caller)
+        return _finish_out(out_op, result)
+    return result
 
 
 _DEFAULT_OPTIONS = FFTOptions()
 _options_memo = {}
+_NULL_SCOPE = contextlib.nullcontext()
 
 
-def _stage_options(kind, inplace, parity, blocking):
-    key = (kind, inplace, parity, blocking)
+def _stage_options(fft_type, inplace, parity, blocking):
+    key = (fft_type, inplace, parity, blocking)
     found = _options_memo.get(key)
     if found is None:
-        found = _options_memo[key] = FFTOptions(fft_type=kind, inplace=inplace, last_axis_parity=parity,
+        found = _options_memo[key] = FFTOptions(fft_type=fft_type, inplace=inplace, last_axis_parity=parity,
                                                 blocking=blocking)
     return found
 
 
-def _fast(op, axes, options, execution, stream, direction, scale, out_op, fast_key=None):
-    """A single plan without callbacks: what ``with FFT(...) as f: f.plan(); f.execute()`` does, minus the
-    per-call object: the prepared layouts are memoised by signature and the engine is borrowed from the plan cache.
-    With ``fast_key`` (a plain call on a CuPy/torch array, see :func:`_gpu_signature`) it also leaves a recipe that
-    the next call with that key runs directly (:func:`mathpy.host.fft._plan.gpu_recipe`)."""
-    prep = prepare(op, axes, options, execution)
-    if options.inplace and op.package == "numpy" and not op.tensor.flags.writeable:
-        raise ValueError("an in-place FFT needs a writable operand")
-    value = prep.direction(direction)
-    stream = prep.stream_pointer(stream)
-    with plan_cache.borrow(prep.key + (stream, None, None), prep.creator(None, None, stream)) as engine:
-        if prep.on_gpu:
-            lock = engine_lock(engine)
-            if fast_key is not None and fast_key[-1] == stream:
-                recipe = _plan.gpu_recipe(prep, engine, lock, value, stream, scale)
-                if recipe is not None:
-                    if len(_plan._fast_recipes) >= _plan._FAST_RECIPES_MAX:
-                        _plan._fast_recipes.clear()
-                    _plan._fast_recipes[fast_key] = recipe
-            return prep.run_gpu(engine, lock, op, value, stream, scale, out_op)
-        return prep.run_cpu(engine, op, op.numpy() if prep.local else None, value, scale, out_op, None)
-
-
-_single_gpu = None
-_stream_getters = {}
-
-
-def _gpu_signature(a):
-    """(data pointer, type, shape, strides, dtype, current stream) of a CuPy array or CUDA torch tensor on a
-    single-GPU machine with no scoped execution default; None otherwise (the general path decides)."""
-    global _single_gpu
-    kind = type(a)
-    cupy = sys.modules.get("cupy")
-    if cupy is not None and kind is cupy.ndarray:
-        package, pointer, strides = "cupy", a.data.ptr, a.strides
-    else:
-        torch = sys.modules.get("torch")
-        if torch is None or kind is not torch.Tensor or not a.is_cuda:
-            return None
-        package, pointer, strides = "torch", a.data_ptr(), a.stride()
-    if _execution._default.get() is not None:
-        return None
-    if _single_gpu is None:
-        _single_gpu = _cuda.device_count() == 1
-    if not _single_gpu:
-        return None
-    if package == "cupy":
-        stream = cupy.cuda.get_current_stream().ptr
-    else:
-        getter = _stream_getters.get(package)
-        if getter is None:
-            getter = _stream_getters[package] = _plan._current_stream_getter(package)
-        stream = getter(0)
-    return pointer, kind, tuple(a.shape), strides, a.dtype, stream
+def _reuse(name, a, params, out, prolog, epilog, options, execution, stream):
+    """``(result, None)`` when a prepared call of an earlier call with the same facts ran (:mod:`._stateless`), else
+    ``(None, key)``: the key under which the full path leaves its prepared call (None: it leaves none)."""
+    key = _stateless.call_key(name, params, a, out, prolog, epilog, options, execution)
+    if key is None:
+        return None, None
+    result = _stateless.run(key, a, stream)
+    return (None, key) if result is _stateless.MISSED else (result, None)
 
 
 def _finish_out(out_op, result):
     if out_op is None or result is out_op.tensor:
         return result
-    _plan._copy_to_out(out_op, result, None)
+    copy_to_out(out_op, result, None)
     return out_op.tensor
 
 
@@ -374,7 +281,7 @@ def _one_axis(a, n, axis):
 def fft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
         stream=None):
     """One-dimensional discrete Fourier transform (as ``numpy.fft.fft``)."""
-    result, key = _recipe("fft", a, (n, axis, norm), out, prolog, epilog, options, execution, stream)
+    result, key = _reuse("fft", a, (n, axis, norm), out, prolog, epilog, options, execution, stream)
     if result is not None:
         return result
     axis, n = _one_axis(a, n, axis)
@@ -384,7 +291,7 @@ def fft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, op
 def ifft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
          stream=None):
     """One-dimensional inverse discrete Fourier transform (as ``numpy.fft.ifft``)."""
-    result, key = _recipe("ifft", a, (n, axis, norm), out, prolog, epilog, options, execution, stream)
+    result, key = _reuse("ifft", a, (n, axis, norm), out, prolog, epilog, options, execution, stream)
     if result is not None:
         return result
     axis, n = _one_axis(a, n, axis)
@@ -394,7 +301,7 @@ def ifft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, o
 def rfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
          stream=None):
     """One-dimensional FFT of a real operand: the n//2+1 non-negative frequencies (as ``numpy.fft.rfft``)."""
-    result, key = _recipe("rfft", a, (n, axis, norm), out, prolog, epilog, options, execution, stream)
+    result, key = _reuse("rfft", a, (n, axis, norm), out, prolog, epilog, options, execution, stream)
     if result is not None:
         return result
     axis, n = _one_axis(a, n, axis)
@@ -404,7 +311,7 @@ def rfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, o
 def irfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
           stream=None):
     """Inverse of :func:`rfft`: a real result of length ``n`` (default ``2 * (m - 1)``) (as ``numpy.fft.irfft``)."""
-    result, key = _recipe("irfft", a, (n, axis, norm), out, prolog, epilog, options, execution, stream)
+    result, key = _reuse("irfft", a, (n, axis, norm), out, prolog, epilog, options, execution, stream)
     if result is not None:
         return result
     axis, m = _one_axis(a, None, axis)
@@ -440,7 +347,7 @@ def ihfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, 
 def fftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
          stream=None):
     """N-dimensional FFT over ``axes`` (all by default) (as ``numpy.fft.fftn``)."""
-    result, key = _recipe("fftn", a, (_hashable(s), _hashable(axes), norm), out, prolog, epilog, options, execution,
+    result, key = _reuse("fftn", a, (_hashable(s), _hashable(axes), norm), out, prolog, epilog, options, execution,
                           stream)
     if result is not None:
         return result
@@ -451,7 +358,7 @@ def fftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None,
 def ifftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
           stream=None):
     """N-dimensional inverse FFT (as ``numpy.fft.ifftn``)."""
-    result, key = _recipe("ifftn", a, (_hashable(s), _hashable(axes), norm), out, prolog, epilog, options, execution,
+    result, key = _reuse("ifftn", a, (_hashable(s), _hashable(axes), norm), out, prolog, epilog, options, execution,
                           stream)
     if result is not None:
         return result
@@ -462,7 +369,7 @@ def ifftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None
 def rfftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
           stream=None):
     """N-dimensional FFT of a real operand; the last axis is halved (as ``numpy.fft.rfftn``)."""
-    result, key = _recipe("rfftn", a, (_hashable(s), _hashable(axes), norm), out, prolog, epilog, options, execution,
+    result, key = _reuse("rfftn", a, (_hashable(s), _hashable(axes), norm), out, prolog, epilog, options, execution,
                           stream)
     if result is not None:
         return result
@@ -473,7 +380,7 @@ def rfftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None
 def irfftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
            stream=None):
     """Inverse of :func:`rfftn` (as ``numpy.fft.irfftn``)."""
-    result, key = _recipe("irfftn", a, (_hashable(s), _hashable(axes), norm), out, prolog, epilog, options, execution,
+    result, key = _reuse("irfftn", a, (_hashable(s), _hashable(axes), norm), out, prolog, epilog, options, execution,
                           stream)
     if result is not None:
         return result

@@ -41,12 +41,13 @@ import math
 
 import numpy as np
 
-from mathpy._errors import UnsupportedLayoutError
+from ..._errors import UnsupportedLayoutError
+from ..._strides import c_strides, dense_permutation, dense_strides
 
-__all__ = ["KINDS", "MAX_LOOPED_EXECUTES", "Transform", "CufftParams", "cufft_expressible", "engine_layout",
+__all__ = ["FFT_TYPES", "MAX_LOOPED_EXECUTES", "Transform", "CufftParams", "cufft_expressible", "engine_layout",
            "c_strides", "dense_strides", "dense_permutation", "cufft_params"]
 
-KINDS = ("C2C", "R2C", "C2R")
+FFT_TYPES = ("C2C", "R2C", "C2R")
 MAX_LOOPED_EXECUTES = 64  # at most this many executes per call over batch axes one plan cannot fold
 _PRECISIONS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
@@ -58,13 +59,13 @@ class Transform:
     the C2R output, complex otherwise). All axes are non-negative and at most 3 per Transform (the API decomposes more
     axes into several Transforms).
 
-    kind: "C2C" | "R2C" | "C2R". precision: the real precision, float16 (GPU only), float32 or float64.
+    fft_type: "C2C" | "R2C" | "C2R". precision: the real precision, float16 (GPU only), float32 or float64.
     input_strides: the layout prolog offsets refer to; output_strides: the layout epilog offsets refer to.
     axes: transform axes in order; for R2C/C2R the LAST one is the halved axis (output / input extent n//2+1).
     The input and output may alias (in-place) only when the API allocated/validated it so.
     """
 
-    kind: str
+    fft_type: str
     precision: np.dtype
     input_shape: tuple
     input_strides: tuple
@@ -74,8 +75,8 @@ class Transform:
 
     def __post_init__(self):
         set_ = object.__setattr__
-        if self.kind not in KINDS:
-            raise ValueError(f"kind {self.kind!r} is not one of {KINDS}")
+        if self.fft_type not in FFT_TYPES:
+            raise ValueError(f"fft_type {self.fft_type!r} is not one of {FFT_TYPES}")
         precision = np.dtype(self.precision)
         if precision not in _PRECISIONS:
             raise ValueError(f"precision {precision} is not one of float16, float32, float64")
@@ -91,20 +92,20 @@ class Transform:
         last = self.axes[-1]
         for axis in range(ndim):
             i, o = self.input_shape[axis], self.output_shape[axis]
-            if axis == last and self.kind == "R2C":
+            if axis == last and self.fft_type == "R2C":
                 ok = o == i // 2 + 1
-            elif axis == last and self.kind == "C2R":
+            elif axis == last and self.fft_type == "C2R":
                 ok = i == o // 2 + 1
             else:
                 ok = i == o
             if not ok or i < 1 or o < 1:
-                raise ValueError(f"{self.kind} input shape {self.input_shape} and output shape {self.output_shape} "
+                raise ValueError(f"{self.fft_type} input shape {self.input_shape} and output shape {self.output_shape} "
                                  f"do not match along axis {axis}")
 
     @property
     def n(self):
         """The logical transform lengths along ``axes`` (the real lengths for R2C/C2R)."""
-        shape = self.output_shape if self.kind == "C2R" else self.input_shape
+        shape = self.output_shape if self.fft_type == "C2R" else self.input_shape
         return tuple(shape[a] for a in self.axes)
 
     @property
@@ -114,11 +115,11 @@ class Transform:
     @property
     def input_dtype(self):
         """The input's element dtype (None for complex half, which NumPy lacks)."""
-        return self.precision if self.kind == "R2C" else _complex(self.precision)
+        return self.precision if self.fft_type == "R2C" else _complex(self.precision)
 
     @property
     def output_dtype(self):
-        return self.precision if self.kind == "C2R" else _complex(self.precision)
+        return self.precision if self.fft_type == "C2R" else _complex(self.precision)
 
 
 def _complex(precision):
@@ -126,35 +127,13 @@ def _complex(precision):
     return {2: None, 4: np.dtype(np.complex64), 8: np.dtype(np.complex128)}[precision.itemsize]
 
 
-def c_strides(shape):
-    """C-contiguous strides (elements) of ``shape``.
-
-    >>> c_strides((2, 3, 4))
-    (12, 4, 1)
-    """
-    return dense_strides(shape, range(len(shape)))
-
-
-def dense_strides(shape, order):
-    """Strides (elements) of the dense layout of ``shape`` whose axes, outermost first, are ``order``.
-
-    >>> dense_strides((2, 3, 4), (0, 2, 1))
-    (12, 1, 3)
-    """
-    strides, step = [0] * len(shape), 1
-    for axis in reversed(tuple(order)):
-        strides[axis] = step
-        step *= max(int(shape[axis]), 1)
-    return tuple(strides)
-
-
 # --- one layout --------------------------------------------------------------------------------------------------
 
-def _effective_axes(shape, axes, kind=None):
+def _effective_axes(shape, axes, fft_type=None):
     """(transform axes cuFFT sees, batch axes): extent-1 transform axes other than the last (the halved one of
-    R2C/C2R) become batch axes; for C2C (``kind`` known) so does the last one, as long as one axis remains."""
+    R2C/C2R) become batch axes; for C2C (``fft_type`` known) so does the last one, as long as one axis remains."""
     transform = [a for a in axes[:-1] if shape[a] > 1] + [axes[-1]]
-    if kind == "C2C" and len(transform) > 1 and shape[axes[-1]] == 1:
+    if fft_type == "C2C" and len(transform) > 1 and shape[axes[-1]] == 1:
         transform.pop()
     batch = [a for a in range(len(shape)) if a not in transform]
     return transform, batch
@@ -247,16 +226,6 @@ def engine_layout(shape, strides, axes, *, allow_loops=False):
     return dense_strides(shape, [a for a in range(len(shape)) if a not in axes] + list(axes))
 
 
-def dense_permutation(strides):
-    """Axis order, outermost first, of a dense layout: allocate ``empty([shape[p] for p in perm])`` and view it with
-    ``.transpose(numpy.argsort(perm))`` to get ``strides``.
-
-    >>> dense_permutation((24, 1, 4))
-    (0, 2, 1)
-    """
-    return tuple(sorted(range(len(strides)), key=lambda a: -strides[a]))
-
-
 # --- both layouts of a Transform ---------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
@@ -284,15 +253,15 @@ class CufftParams:
         return math.prod(count for count, _, _ in self.loops)
 
 
-def _plan_group(kind, groups, allow_loops):
+def _plan_group(fft_type, groups, allow_loops):
     """Which batch group the plan's (batch, dist) covers; the others are looped over. The largest, except that for
     R2C/C2R a group whose real-side step is odd goes into the plan when that lets every looped offset stay a whole
     number of complex elements: cuFFT refuses real pointers not aligned to the complex element (CUFFT_INVALID_VALUE
     at exec)."""
     order = sorted(range(len(groups)), key=lambda g: (groups[g][0], g), reverse=True)
-    if kind == "C2C" or len(groups) < 2:
+    if fft_type == "C2C" or len(groups) < 2:
         return order[0]
-    real = 0 if kind == "R2C" else 1  # the real side's index in each group's (input step, output step)
+    real = 0 if fft_type == "R2C" else 1  # the real side's index in each group's (input step, output step)
     for g in order:
         looped = [groups[h] for h in range(len(groups)) if h != g]
         if all(steps[real] % 2 == 0 for _, steps in looped) and \
@@ -305,7 +274,7 @@ def cufft_params(transform, *, allow_loops=True):
     """The :class:`CufftParams` of ``transform``; UnsupportedLayoutError when one plan (with at most
     ``MAX_LOOPED_EXECUTES`` looped executes when ``allow_loops``) cannot address both its input and output layouts."""
     t = transform
-    transform_axes, batch = _effective_axes(t.input_shape, t.axes, t.kind)
+    transform_axes, batch = _effective_axes(t.input_shape, t.axes, t.fft_type)
     inner_in = _transform_embed(t.input_shape, t.input_strides, transform_axes)
     inner_out = _transform_embed(t.output_shape, t.output_strides, transform_axes)
     if inner_in is None or inner_out is None:
@@ -322,11 +291,11 @@ def cufft_params(transform, *, allow_loops=True):
             f"the batch axes of input strides {t.input_strides} / output strides {t.output_strides} do not fold "
             f"into one distance" + ("" if allow_loops else " (looping is not allowed with callbacks)") +
             ": copy to engine_layout(...) first")
-    n_shape = t.output_shape if t.kind == "C2R" else t.input_shape
+    n_shape = t.output_shape if t.fft_type == "C2R" else t.input_shape
     n = tuple(n_shape[a] for a in transform_axes)
     (inembed, istride), (onembed, ostride) = inner_in, inner_out
     if groups:
-        plan_group = _plan_group(t.kind, groups, allow_loops)
+        plan_group = _plan_group(t.fft_type, groups, allow_loops)
         batch_count, (idist, odist) = groups[plan_group]
         loops = tuple((count, i, o) for g, (count, (i, o)) in enumerate(groups) if g != plan_group)
     else:

@@ -56,11 +56,13 @@ import weakref
 
 import numpy as np
 
-from ... import _cuda, _operands, _streams
+from ... import _cuda, _operands, _packages, _runtime
 from ..._errors import CUDALibraryError, InvalidPlanStateError, UnsupportedLayoutError
 from ..._log import logger
 from ...bindings import cublaslt as lt
+from ._algorithms import HOST_BOUND_FLOPS, Candidates, CublasLtAlgorithm, needs_autotune, single_kernel_first
 from ._epilog import MatmulEpilog
+from ._epilog_operands import HANDLERS
 from ._options import BF16, FLOAT8_DTYPES, MatmulPlanPreferences
 
 __all__ = ["CublasLtEngine", "CublasLtAlgorithm", "as_column_major", "orient", "needs_autotune", "get_handle"]
@@ -91,7 +93,7 @@ def get_handle(device_id):
         with _handles_lock:
             handle = _handles.get(device_id)
             if handle is None:
-                with _cuda.device_scope(device_id):
+                with _runtime.device_scope(device_id):
                     handle = lt.create_handle()
                 _handles[device_id] = handle
                 logger.debug("cuBLASLt %d: handle for device %d", lt.version(), device_id)
@@ -133,127 +135,8 @@ def orient(problem):
     return True, problem.b.transposed(), problem.a.transposed(), c, d.transposed()
 
 
-def needs_autotune(m, n, k, batch, candidates):
-    """Whether cuBLASLt's first heuristic answer is worth checking by timing: a skinny product (M or N at most 256,
-    or K at most 512) big enough (>= 2 GFLOP) for the kernel choice to matter, with several candidates."""
-    flops = 2.0 * m * n * k * batch
-    return candidates > 1 and flops >= 2e9 and (min(m, n) <= 256 or k <= 512)
-
-
-#: Products this small are bound by the host's cost per call: the engine prefers a candidate that runs as one kernel
-#: (no split-K reduction kernel or output clearing, each a second launch).
-HOST_BOUND_FLOPS = 2.0 ** 26
-
-
-def _single_kernel_first(candidates):
-    """``candidates`` with the first one that does not split K moved to the front (unchanged when the configuration
-    cannot be read or none qualifies)."""
-    try:
-        for i, alg in enumerate(candidates):
-            if int(alg.config.get("splitk_num", 1)) <= 1:
-                return [alg] + candidates[:i] + candidates[i + 1:]
-    except Exception as e:  # a cuBLASLt that describes algorithms differently: keep the heuristic's order
-        logger.debug("cuBLASLt: algorithm configuration unreadable (%s)", e)
-    return candidates
-
-
 _SWAPPED_EPILOGS = {None: None, MatmulEpilog.RELU: MatmulEpilog.RELU, MatmulEpilog.GELU: MatmulEpilog.GELU,
                     MatmulEpilog.BGRADA: MatmulEpilog.BGRADB, MatmulEpilog.BGRADB: MatmulEpilog.BGRADA}
-_BGRAD_OUTPUTS = ("drelu_bgrad", "dgelu_bgrad", "bgrada", "bgradb")
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Algorithms
-
-
-class CublasLtAlgorithm:
-    """One heuristic candidate: cuBLASLt's opaque algorithm plus what the heuristic said of it."""
-
-    __slots__ = ("algo", "workspace_bytes", "waves_count", "rank", "_config")
-
-    def __init__(self, result, rank):
-        self.algo = lt.MatmulAlgo.from_buffer_copy(result.algo)
-        self.workspace_bytes = int(result.workspaceSize)
-        self.waves_count = float(result.wavesCount)
-        self.rank = rank  # position in the heuristic's answer (0 = its first choice)
-        self._config = None
-
-    @property
-    def config(self):
-        """``{"id", "tile_id", "splitk_num", ...}``: the algorithm's configuration as cuBLASLt reports it."""
-        if self._config is None:
-            self._config = lt.algo_config(self.algo)
-        return self._config
-
-    def __eq__(self, other):
-        return isinstance(other, CublasLtAlgorithm) and bytes(self.algo) == bytes(other.algo)
-
-    def __hash__(self):
-        return hash(bytes(self.algo))
-
-    def __repr__(self):
-        try:
-            config = self.config
-        except Exception:
-            config = {}
-        described = ", ".join(f"{key}={value}" for key, value in config.items() if key in ("id", "tile_id",
-                                                                                            "splitk_num", "stages_id"))
-        return (f"CublasLtAlgorithm(rank={self.rank}, {described}{', ' if described else ''}"
-                f"workspace={self.workspace_bytes}, waves={self.waves_count:.2f})")
-
-
-class _Candidates(list):
-    """The engine's candidate list; changing it (``algorithms[:] = chosen``) switches the engine to ``[0]``."""
-
-    def __init__(self, items, on_change):
-        super().__init__(items)
-        self._on_change = on_change
-
-    def _changed(self):
-        if self:
-            self._on_change(self[0])
-
-    def __setitem__(self, index, value):
-        super().__setitem__(index, value)
-        self._changed()
-
-    def __delitem__(self, index):
-        super().__delitem__(index)
-        self._changed()
-
-    def __iadd__(self, other):
-        result = super().__iadd__(other)
-        self._changed()
-        return result
-
-    def append(self, value):
-        super().append(value)
-        self._changed()
-
-    def extend(self, values):
-        super().extend(values)
-        self._changed()
-
-    def insert(self, index, value):
-        super().insert(index, value)
-        self._changed()
-
-    def pop(self, index=-1):
-        value = super().pop(index)
-        self._changed()
-        return value
-
-    def remove(self, value):
-        super().remove(value)
-        self._changed()
-
-    def sort(self, **kwargs):
-        super().sort(**kwargs)
-        self._changed()
-
-    def reverse(self):
-        super().reverse()
-        self._changed()
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -261,21 +144,23 @@ class _Candidates(list):
 
 
 class _Resources:
-    """Everything a plan holds; ``release()`` is idempotent and is also the weakref.finalize safety net."""
+    """Everything a plan holds; ``release()`` is idempotent and is also the weakref.finalize safety net.
+
+    The workspace is used on the plan's home stream only (other streams get one of their own per call), so giving it
+    back to the stream-ordered pool is always safe. The float8 scales are read on every stream the plan ran on: those
+    other streams are waited for before the scales go back."""
 
     def __init__(self):
         self.desc, self.preference, self.layouts = None, None, []
         self.workspace, self.scales, self.alignment_preferences = None, None, []
-        self.foreign_streams = set()  # streams other than the allocation's that used the workspace
+        self.foreign_streams = set()  # streams other than the home one that read the scales
 
     def drop_allocations(self, keep_scales=False):
-        """Let go of the workspace (and the float8 scales). They were allocated in stream order on the plan's stream,
-        so work queued there is safe; work queued on other streams is waited for first."""
-        if self.foreign_streams and (self.workspace is not None or (self.scales is not None and not keep_scales)):
+        """Let go of the workspace (and the float8 scales, after the other streams that read them)."""
+        if self.foreign_streams and self.scales is not None and not keep_scales:
             try:
-                from cuda.bindings import runtime
                 for stream in self.foreign_streams:
-                    runtime.cudaStreamSynchronize(stream)
+                    _runtime.synchronize(stream)
             except Exception as e:  # at interpreter exit the runtime may be gone
                 logger.debug("cuBLASLt plan release: stream synchronisation failed: %s", e)
             self.foreign_streams.clear()
@@ -312,21 +197,29 @@ class _Resources:
 class CublasLtEngine:
     """A planned cuBLASLt matmul (see the module docstring). Constructed by the matmul API from a MatmulProblem.
 
-    ``package`` / ``stream``: the array package whose stream-ordered allocator holds the workspace (None: CuPy if
-    installed, else torch) and the stream of that allocation (None: the package's current stream).
-    ``autotune_first_execute``: None decides with :func:`needs_autotune`; True/False force it."""
+    ``allocator``: the :class:`~mathpy._packages.PackageStream` whose stream-ordered pool holds the workspace and
+    the float8 scales; its stream (or the package's current one) is the plan's home stream (None: the device
+    package's current stream). Executions on another stream take a workspace of their own from the same pool, so one
+    plan serves every stream. ``autotune_first_execute``: None decides with :func:`needs_autotune`; True/False force
+    it. Callers that share an engine between threads hold :attr:`lock` around :meth:`execute`."""
 
-    def __init__(self, problem, *, execution=None, options=None, preferences=None, package=None, stream=None,
+    def __init__(self, problem, *, execution=None, options=None, preferences=None, allocator=None,
                  autotune_first_execute=None):
         self.problem, self._options = problem, options
         self.device_id = 0 if execution is None or execution.device_id is None else execution.device_id
         preferences = preferences if preferences is not None else MatmulPlanPreferences()
-        self._package = package or _operands.gpu_array_package()
+        _cuda.require_device(self.device_id)
+        if allocator is None:
+            allocator = _packages.get(_operands.device_package()).on(self.device_id)
+        if allocator.stream is None:
+            allocator = allocator.package.on(self.device_id, allocator.package.current_stream(self.device_id))
+        self._allocator, self._home = allocator, allocator.stream
+        self.lock = threading.Lock()
         self._resources = res = _Resources()
         self._finalizer = weakref.finalize(self, res.release)
         self._freed = False
         try:
-            self._build(problem, preferences, stream)
+            self._build(problem, preferences)
             self._prepare_self_autotune(autotune_first_execute)
         except BaseException:
             self._finalizer()  # a failed plan leaves nothing allocated
@@ -358,8 +251,7 @@ class CublasLtEngine:
 
     # -- planning ------------------------------------------------------------------------------------------------------
 
-    def _build(self, problem, preferences, stream):
-        _cuda.require_device(self.device_id)
+    def _build(self, problem, preferences):
         res = self._resources
         a_dtype, d_dtype = problem.a.dtype, problem.d.dtype
         float8 = a_dtype in FLOAT8_DTYPES or problem.b.dtype in FLOAT8_DTYPES
@@ -416,10 +308,7 @@ class CublasLtEngine:
             d_scale = problem.d_scale
             if d_dtype in FLOAT8_DTYPES:
                 scales[lt.MatmulDesc.D_SCALE_POINTER] = d_scale
-            elif d_scale is not None and d_scale != 1:
-                if epilog is not None:
-                    raise ValueError(f"d_scale applies to float8 results; with a {d_dtype.name} result and epilog "
-                                     f"{epilog.name} it cannot be folded into alpha")
+            elif d_scale is not None and d_scale != 1:  # (the API refuses it with an epilog, which would not commute)
                 alpha_factor = float(d_scale)  # d_scale * (alpha X + beta C) = (d_scale alpha) X + (d_scale beta) C
             scales = {attribute: value for attribute, value in scales.items() if value is not None}
             # A float8 result without C: C (bfloat16, never read as beta = 0) needs a pointer other than D's, or
@@ -430,9 +319,8 @@ class CublasLtEngine:
                 # another one, 4-byte aligned, gave CUBLAS_STATUS_NOT_SUPPORTED at cublasLtMatmul)
                 host = np.zeros(_SCALE_SPACING * (len(scales) + stand_in), dtype=np.float32)
                 host[:_SCALE_SPACING * len(scales):_SCALE_SPACING] = list(scales.values())
-                like = _operands.Operand(None, self._package, (1,), (1,), np.dtype(np.uint8), self.device_id, 0)
-                res.scales = _operands.as_package(host, like, stream)
-                base = _operands.wrap_operand(res.scales).data_ptr
+                res.scales = self._allocator.from_numpy(host)
+                base = self._allocator.package.pointer(res.scales)
                 for i, attribute in enumerate(scales):
                     lt.set_attribute(desc, attribute, base + 4 * _SCALE_SPACING * i)
                 if stand_in:
@@ -446,23 +334,8 @@ class CublasLtEngine:
         if epilog is not None:
             lt.set_attribute(desc, lt.MatmulDesc.EPILOGUE, int(epilog))
             for source, pairs in ((0, problem.epilog_inputs), (1, problem.epilog_outputs)):
-                for name, layout in pairs:
-                    if name == "bias" or name in _BGRAD_OUTPUTS:
-                        pointer_attribute = lt.MatmulDesc.BIAS_POINTER
-                        if layout.dtype != d_dtype:
-                            lt.set_attribute(desc, lt.MatmulDesc.BIAS_DATA_TYPE, lt.cuda_data_type(layout.dtype))
-                        if batch > 1:
-                            lt.set_attribute(desc, lt.MatmulDesc.BIAS_BATCH_STRIDE, layout.batch_stride)
-                    elif name in ("relu_aux", "gelu_aux"):
-                        pointer_attribute = lt.MatmulDesc.EPILOGUE_AUX_POINTER
-                        lt.set_attribute(desc, lt.MatmulDesc.EPILOGUE_AUX_LD, layout.col_stride)
-                        if batch > 1:
-                            lt.set_attribute(desc, lt.MatmulDesc.EPILOGUE_AUX_BATCH_STRIDE, layout.batch_stride)
-                        if name == "gelu_aux" and layout.dtype != d_dtype:
-                            lt.set_attribute(desc, lt.MatmulDesc.EPILOGUE_AUX_DATA_TYPE,
-                                             lt.cuda_data_type(layout.dtype))
-                    else:
-                        raise ValueError(f"epilog {problem.epilog.name}: unknown epilog operand {name!r}")
+                for name, layout in pairs:  # each operand's handler sets its own attributes
+                    pointer_attribute = HANDLERS[name].set_attributes(desc, layout, d_dtype, batch)
                     lt.set_attribute(desc, pointer_attribute, _PLACEHOLDER_POINTER)
                     slots.append((source, name, int(pointer_attribute)))
         self._slots = tuple(slots)
@@ -482,22 +355,20 @@ class CublasLtEngine:
             raise ValueError(self._no_algorithm_message(op_a, op_b, float8))
         candidates = [CublasLtAlgorithm(result, rank) for rank, result in enumerate(found)]
         if 2.0 * problem.m * problem.n * problem.k * batch <= HOST_BOUND_FLOPS:
-            candidates = _single_kernel_first(candidates)
-        self.algorithms = _Candidates(candidates, self._chosen_by_caller)
+            candidates = single_kernel_first(candidates)
+        self.algorithms = Candidates(candidates, self._chosen_by_caller)
         self._alignment_mask = DEFAULT_ALIGNMENT - 1
 
         # Host alpha/beta of the scale type, and the argument list of cublasLtMatmul (ints only).
         self._alpha_buffer = np.zeros(1, dtype=problem.scale_type)
         self._beta_buffer = np.zeros(1, dtype=problem.scale_type)
         self._alpha = self._beta = None
-        self._stream = stream
-        self._alloc_stream = _streams.stream_pointer(stream, self._package, self.device_id)
         self._algo = lt.MatmulAlgo()
         self._args = [self._handle, desc, self._alpha_buffer.ctypes.data, 0, la, 0, lb,
                       self._beta_buffer.ctypes.data, 0, lc, 0, ld, ctypes.addressof(self._algo), 0, 0, 0]
         self._matmul = lt.library.cublasLtMatmul
         self._switch_device = _cuda.device_count() > 1
-        self.workspace_bytes = 0
+        self.workspace_bytes, self._workspace_pointer = 0, 0
         self._use(self.algorithms[0])
         logger.debug("cuBLASLt plan %sx%sx%s batch %d (%s%s, swap=%s, epilog=%s): %d candidates, using %r",
                      problem.m, problem.n, problem.k, batch, op_a.name, op_b.name, swap,
@@ -559,11 +430,11 @@ class CublasLtEngine:
         res = self._resources
         res.drop_allocations(keep_scales=True)
         if nbytes:
-            res.workspace = _operands.empty(self._package, (nbytes,), np.uint8, self.device_id, self._stream)
-            pointer = _operands.wrap_operand(res.workspace).data_ptr
+            res.workspace = self._allocator.empty((nbytes,), np.uint8)
+            pointer = self._allocator.package.pointer(res.workspace)
         else:
             pointer = 0
-        self.workspace_bytes = nbytes
+        self.workspace_bytes, self._workspace_pointer = nbytes, pointer
         self._args[13], self._args[14] = pointer, nbytes
 
     def _realign(self, pointers):
@@ -579,7 +450,7 @@ class CublasLtEngine:
             raise ValueError(f"cuBLASLt has no algorithm for operands aligned to {alignment} bytes; pass arrays "
                              f"aligned to at least 16 bytes")
         logger.debug("cuBLASLt: operands aligned to %d bytes only; replanned (%d candidates)", alignment, len(found))
-        candidates = _Candidates((CublasLtAlgorithm(result, rank) for rank, result in enumerate(found)),
+        candidates = Candidates((CublasLtAlgorithm(result, rank) for rank, result in enumerate(found)),
                                  self._chosen_by_caller)
         self.algorithms = candidates
         self._alignment_mask = alignment - 1
@@ -598,8 +469,6 @@ class CublasLtEngine:
         if c is None:
             c, beta = self._c_stand_in or d, 0
         args[8], args[10], args[15] = c, d, stream
-        if stream != self._alloc_stream:
-            self._resources.foreign_streams.add(stream)
         if alpha != self._alpha:
             self._alpha = alpha
             self._alpha_buffer[0] = alpha * self._alpha_factor
@@ -613,11 +482,29 @@ class CublasLtEngine:
             self._realign(pointers)
         if self._autotune_pending:
             self._self_autotune(stream)
-        if self._switch_device:
-            with _cuda.device_scope(self.device_id):
+        if stream != self._home:
+            self._execute_elsewhere(args, stream)
+        elif self._switch_device:
+            with _runtime.device_scope(self.device_id):
                 self._matmul(*args)
         else:
             self._matmul(*args)
+
+    def _execute_elsewhere(self, args, stream):
+        """An execution on a stream other than the plan's home: with a workspace of its own from the pool, in that
+        stream's order (freed after the launch: later work on that stream reuses it in order)."""
+        scratch = None
+        if self.workspace_bytes:
+            queue = self._allocator.package.on(self.device_id, stream)
+            scratch = queue.empty((self.workspace_bytes,), np.uint8)
+            args[13] = queue.package.pointer(scratch)
+        if self._resources.scales is not None:
+            self._resources.foreign_streams.add(stream)
+        try:
+            with _runtime.device_scope(self.device_id) if self._switch_device else contextlib.nullcontext():
+                self._matmul(*args)
+        finally:
+            args[13] = self._workspace_pointer
 
     def _set_epilog_pointers(self, epilog_inputs, epilog_outputs):
         pointers = 0
@@ -661,14 +548,16 @@ class CublasLtEngine:
         candidates = list(pool or self.algorithms)
         self._ensure_workspace(max(alg.workspace_bytes for alg in candidates))
         timings = []
-        scope = _cuda.device_scope(self.device_id) if self._switch_device else contextlib.nullcontext()
-        with _EventPair(self.device_id) as events, scope:
+        if stream != self._home:  # the timed calls use the plan's own workspace: the home stream is done with it
+            _runtime.synchronize(self._home)
+        scope = _runtime.device_scope(self.device_id) if self._switch_device else contextlib.nullcontext()
+        with scope, _runtime.EventTimer() as events:
             if iterations is None:  # enough calls per round for ~0.2 ms of GPU time (event resolution ~0.5 us)
                 self._load(candidates[0])
                 run()
-                events.record_start(stream)
+                events.start(stream)
                 run()
-                once = events.elapsed_after(stream)
+                once = events.elapsed(stream)
                 iterations = int(min(max(2e-4 / max(once, 1e-7), 3), 50))
             for algorithm in candidates:
                 self._load(algorithm)
@@ -679,10 +568,10 @@ class CublasLtEngine:
                     continue
                 per_round = []
                 for _ in range(rounds):
-                    events.record_start(stream)
+                    events.start(stream)
                     for _ in range(iterations):
                         run()
-                    per_round.append(events.elapsed_after(stream) / iterations)
+                    per_round.append(events.elapsed(stream) / iterations)
                 timings.append((algorithm, statistics.median(per_round)))
         if not timings:
             raise RuntimeError("cuBLASLt autotune: no candidate algorithm ran")
@@ -713,39 +602,3 @@ class CublasLtEngine:
         p = self.problem
         state = "freed" if self._freed else f"{len(self.algorithms)} candidates, workspace {self.workspace_bytes}"
         return f"<CublasLtEngine {p.m}x{p.n}x{p.k} batch {p.batch} {p.a.dtype.name}: {state}>"
-
-
-class _EventPair:
-    """Two CUDA events (cuda.bindings runtime) timing work on a stream."""
-
-    def __init__(self, device_id):
-        from cuda.bindings import runtime
-        self._rt, self._device_id = runtime, device_id
-        self.start = self.end = None
-
-    def _check(self, result, what):
-        status, *values = result
-        if int(status) != 0:
-            raise RuntimeError(f"{what} failed: {status}")
-        return values[0] if values else None
-
-    def __enter__(self):
-        rt = self._rt
-        self.start = self._check(rt.cudaEventCreate(), "cudaEventCreate")
-        self.end = self._check(rt.cudaEventCreate(), "cudaEventCreate")
-        return self
-
-    def record_start(self, stream):
-        self._check(self._rt.cudaEventRecord(self.start, stream), "cudaEventRecord")
-
-    def elapsed_after(self, stream):
-        """Seconds from the start event to now on ``stream`` (waits for the stream to get there)."""
-        rt = self._rt
-        self._check(rt.cudaEventRecord(self.end, stream), "cudaEventRecord")
-        self._check(rt.cudaEventSynchronize(self.end), "cudaEventSynchronize")
-        return self._check(rt.cudaEventElapsedTime(self.start, self.end), "cudaEventElapsedTime") / 1e3
-
-    def __exit__(self, *exc):
-        for event in (self.start, self.end):
-            if event is not None:
-                self._rt.cudaEventDestroy(event)

@@ -51,41 +51,26 @@ Formats (shapes are for a result of shape ``(*batch, M, N)``; a non-batched prod
 - ``drelu_bgrad`` / ``dgelu_bgrad`` / ``bgrada``: length M; ``bgradb``: length N. Shape ``(L,)`` when not batched,
   ``(*batch, L, 1)`` when batched; dtype of the result.
 
->>> MatmulEpilog.RELU_BIAS.value, epilog_spec("gelu_aux_bias").outputs
-(6, ('gelu_aux',))
+>>> MatmulEpilog.RELU_BIAS.value, epilog_spec("gelu_aux_bias").outputs, MatmulEpilog is lt.Epilog
+(6, ('gelu_aux',), True)
 >>> relu_aux_rows(5), gelu_aux_rows(5)
 (16, 8)
 """
 
 import dataclasses
-import enum
 import math
 
 import numpy as np
+
+from ...bindings import cublaslt as lt
 
 __all__ = ["MatmulEpilog", "EpilogSpec", "epilog_spec", "relu_aux_rows", "gelu_aux_rows", "gelu", "gelu_grad",
            "pack_bits", "unpack_bits", "EPILOG_INPUT_NAMES", "EPILOG_OUTPUT_NAMES"]
 
 
-class MatmulEpilog(enum.IntEnum):
-    """cuBLASLt's ``cublasLtEpilogue_t`` values (mathpy passes them to cuBLASLt unchanged)."""
-
-    DEFAULT = 1
-    RELU = 2
-    BIAS = 4
-    RELU_BIAS = 6
-    GELU = 32
-    GELU_BIAS = 36
-    RELU_AUX = 130
-    RELU_AUX_BIAS = 134
-    DRELU = 136
-    DRELU_BGRAD = 152
-    GELU_AUX = 160
-    GELU_AUX_BIAS = 164
-    DGELU = 192
-    DGELU_BGRAD = 208
-    BGRADA = 256
-    BGRADB = 512
+#: cuBLASLt's ``cublasLtEpilogue_t`` (:class:`mathpy.bindings.cublaslt.Epilog`): the API passes its values to cuBLASLt
+#: unchanged, and the CPU engine implements the same ones.
+MatmulEpilog = lt.Epilog
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,7 +27,8 @@ guarantees for A, B, C and D:
   runs NN on row-major float32 operands instead of TT: measured on an H200 (cuBLASLt 13.1), 4096^3 float32 took
   2.674 ms NN vs 2.791 ms TT, while 8192^3 bfloat16 / float16 took 1.398 / 1.481 ms TT vs 1.432 / 1.539 ms NN.
 
-Epilog inputs and outputs are ``(name, MatrixLayout)`` pairs in the formats :mod:`._epilog` documents:
+Epilog inputs and outputs are ``(name, MatrixLayout)`` pairs in the formats :mod:`._epilog` documents (each made
+by its handler in :mod:`._epilog_operands`):
 
 - ``bias`` / bias gradients: ``rows = L`` (M, or N for ``bgradb``), ``cols = 1``, ``row_stride = 1``,
   ``col_stride = L``, ``batch_stride`` in elements (0 = one bias for every batch). Dtype: see ``_epilog``.
@@ -46,10 +47,9 @@ import dataclasses
 
 import numpy as np
 
-from ._epilog import MatmulEpilog, epilog_spec, gelu_aux_rows, relu_aux_rows
+from ._epilog import MatmulEpilog, epilog_spec
 
-__all__ = ["MatrixLayout", "MatmulProblem", "col_major", "row_major", "epilog_output_layouts",
-           "epilog_output_shape"]
+__all__ = ["MatrixLayout", "MatmulProblem", "col_major", "row_major"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,32 +135,3 @@ class MatmulProblem:
     @property
     def spec(self):
         return epilog_spec(self.epilog)
-
-
-def epilog_output_layouts(epilog, m, n, batch, d_dtype):
-    """``((name, MatrixLayout), ...)`` of the outputs the API allocates for ``epilog`` (formats: module docstring)."""
-    spec = epilog_spec(epilog)
-    layouts = []
-    for name in spec.outputs:
-        if name == "relu_aux":
-            rows = relu_aux_rows(m)
-            layouts.append((name, MatrixLayout(m, n, 1, 8 * rows, batch, 8 * rows * n, np.dtype(np.uint8))))
-        elif name == "gelu_aux":
-            rows = gelu_aux_rows(m)
-            layouts.append((name, MatrixLayout(m, n, 1, rows, batch, rows * n, np.dtype(d_dtype))))
-        else:
-            length = n if name == "bgradb" else m
-            layouts.append((name, MatrixLayout(length, 1, 1, length, batch, length, np.dtype(d_dtype))))
-    return tuple(layouts)
-
-
-def epilog_output_shape(name, layout, batch_shape):
-    """The array shape of an epilog output (the tensor the caller gets): see ``_epilog``'s formats.
-    The RELU bitmask and the GELU aux are stored column-major in the last two axes (the API allocates
-    ``(*batch, cols, rows)`` and swaps the last two axes); bias gradients are allocated in this shape."""
-    batch_shape = tuple(batch_shape)
-    if name == "relu_aux":
-        return (*batch_shape, layout.col_stride // 8, layout.cols)
-    if name == "gelu_aux":
-        return (*batch_shape, layout.col_stride, layout.cols)
-    return (*batch_shape, layout.rows, 1) if batch_shape else (layout.rows,)

@@ -1,0 +1,199 @@
+"""The interface every array package implements (see :mod:`mathpy._packages` for what uses it)."""
+
+import contextlib
+
+import numpy as np
+
+from .._strides import dense_permutation
+
+__all__ = ["ArrayPackage", "PackageStream"]
+
+
+class ArrayPackage:
+    """What mathpy needs of one array package. Subclasses set ``name`` (``Operand.package``), ``module`` (the
+    top-level module whose arrays they own) and ``device_arrays``, and implement the methods below. Streams are raw
+    ``cudaStream_t`` ints (0 is the legacy default stream); ``stream=None`` means "the package's current stream".
+    dtypes are NumPy dtypes (:mod:`mathpy._dtypes`)."""
+
+    name = None
+    module = None
+    device_arrays = False
+
+    def __init__(self):
+        self._streams = {}
+
+    # --- recognising and describing arrays ---------------------------------------------------------------------
+    def owns(self, obj):
+        """Whether ``obj`` is an array of this package."""
+        raise NotImplementedError
+
+    def describe(self, array):
+        """``(shape, strides in elements, dtype, device_id or None, data pointer)`` of an array of this package."""
+        raise NotImplementedError
+
+    def pointer(self, array):
+        """The address of the array's first element."""
+        raise NotImplementedError
+
+    def numpy_dtype(self, native):
+        """The NumPy dtype of the package's dtype ``native`` (TypeError when mathpy has none for it)."""
+        return np.dtype(native)
+
+    def native_dtype(self, dtype):
+        """The package's spelling of NumPy dtype ``dtype``."""
+        return np.dtype(dtype)
+
+    # --- streams and ordering -----------------------------------------------------------------------------------
+    def current_stream(self, device_id):
+        """The raw handle of the package's current stream on ``device_id``."""
+        raise ValueError(f"{self.name} arrays have no CUDA streams")
+
+    def stream_scope(self, device_id, stream):
+        """A context making ``device_id`` and raw ``stream`` (None: the current one) current for the package; a null
+        context when they already are, so that hot paths pay one comparison."""
+        return contextlib.nullcontext()
+
+    def on(self, device_id, stream=None):
+        """The :class:`PackageStream` that allocates and copies on ``device_id`` in the order of ``stream`` (None: the
+        current stream at each call). Made once per (device, stream) and reused."""
+        key = (device_id, stream)
+        found = self._streams.get(key)
+        if found is None:
+            if len(self._streams) > 256:  # streams come and go in long programs
+                self._streams.clear()
+            found = self._streams[key] = self._make_stream(device_id, stream)
+        return found
+
+    def _make_stream(self, device_id, stream):
+        return PackageStream(self, device_id, stream)
+
+    # --- views (no copies, no stream) ---------------------------------------------------------------------------
+    def transpose(self, array, axes):
+        return array.transpose(axes)
+
+    def swap_last(self, array):
+        """The view with the last two axes swapped."""
+        return array.swapaxes(-1, -2)
+
+    def broadcast_to(self, array, shape):
+        raise NotImplementedError
+
+    # --- element-wise work on the current stream ----------------------------------------------------------------
+    def contiguous(self, array):
+        """``array`` as a C-contiguous array (itself when it already is one)."""
+        raise NotImplementedError
+
+    def astype(self, array, dtype):
+        raise NotImplementedError
+
+    def conj(self, array):
+        return array.conj()
+
+    def from_dlpack(self, obj):
+        raise NotImplementedError
+
+    def adopt(self, obj):
+        """A view of a foreign object with ``__cuda_array_interface__`` (device packages only)."""
+        raise TypeError(f"{self.name} cannot hold device arrays")
+
+    def as_numpy(self, array):
+        """A NumPy view of a host array of this package."""
+        raise TypeError(f"{self.name} arrays live on a device; copy them to the host first")
+
+    def from_host(self, array):
+        """An array of this package on the host sharing NumPy ``array``'s memory."""
+        raise TypeError(f"{self.name} has no host arrays")
+
+    # --- what PackageStream calls, with the right device and stream current -------------------------------------
+    def _empty(self, shape, dtype, device_id, zero):
+        raise NotImplementedError
+
+    def _empty_ordered(self, shape, dtype, device_id, order, zero):
+        base = self._empty(tuple(shape[a] for a in order), dtype, device_id, zero)
+        return self.transpose(base, tuple(int(i) for i in np.argsort(order)))
+
+    def _copy_into(self, destination, source):
+        raise NotImplementedError
+
+    def _scale(self, array, factor):
+        array *= factor
+
+    def _to_numpy(self, array, stream):
+        raise NotImplementedError
+
+    def _from_numpy(self, host, device_id):
+        raise NotImplementedError
+
+    def _upload(self, destination, host):
+        self._copy_into(destination, self._from_numpy(host, None))
+
+    def _synchronize(self, stream):
+        from .. import _runtime
+        _runtime.synchronize(stream)
+
+    def __repr__(self):
+        return f"<array package {self.name}>"
+
+
+class PackageStream:
+    """One package's work on one device in the order of one stream: allocation (from the package's stream-ordered
+    pool, so memory stays valid until the GPU work queued before its release has run), copies, scaling,
+    synchronisation. ``stream`` None follows the package's current stream.
+
+    Every device array mathpy makes (results, staging copies, workspaces) comes from :meth:`empty`: this is where a
+    per-call allocator plugs in."""
+
+    def __init__(self, package, device_id, stream):
+        self.package, self.device_id, self.stream = package, device_id, stream
+
+    def scope(self):
+        """A context making this device and stream current for the package (nothing to do when they already are)."""
+        if self.device_id is None:
+            return contextlib.nullcontext()
+        return self.package.stream_scope(self.device_id, self.stream)
+
+    def empty(self, shape, dtype, order=None, zero=False):
+        """A new array of ``shape`` and NumPy ``dtype``, dense with its axes in storage ``order`` (outermost first;
+        None: C order), zero-filled when ``zero``."""
+        shape = tuple(shape)
+        with self.scope():
+            if order is None or order == tuple(range(len(shape))):
+                return self.package._empty(shape, np.dtype(dtype), self.device_id, zero)
+            return self.package._empty_ordered(shape, np.dtype(dtype), self.device_id, tuple(order), zero)
+
+    def empty_like_layout(self, shape, strides, dtype):
+        """A new array of ``shape`` whose dense storage has the axis order of ``strides``."""
+        return self.empty(shape, dtype, dense_permutation(strides))
+
+    def copy_into(self, destination, source):
+        """``destination[...] = source`` (both of this package, on this device)."""
+        with self.scope():
+            self.package._copy_into(destination, source)
+
+    def scale(self, array, factor):
+        """``array *= factor`` in place."""
+        with self.scope():
+            self.package._scale(array, factor)
+
+    def to_numpy(self, array):
+        """A NumPy copy (same layout) of a device array, made after the work queued so far on the stream."""
+        return self.package._to_numpy(array, self.stream)
+
+    def from_numpy(self, host):
+        """A copy of NumPy array ``host`` as an array of this package on this device (C order)."""
+        with self.scope():
+            return self.package._from_numpy(host, self.device_id)
+
+    def upload_into(self, destination, host):
+        """Copy NumPy ``host`` into the C-contiguous device array ``destination`` of the same shape."""
+        with self.scope():
+            self.package._upload(destination, np.ascontiguousarray(host))
+
+    def synchronize(self):
+        """Wait on the host for the work queued on this stream (the current one when ``stream`` is None)."""
+        stream = self.stream if self.stream is not None else self.package.current_stream(self.device_id)
+        self.package._synchronize(stream)
+
+    def __repr__(self):
+        return f"<{self.package.name} on device {self.device_id}, stream {self.stream}>"
+

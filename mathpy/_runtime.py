@@ -1,0 +1,103 @@
+"""Every CUDA runtime call mathpy makes, in one module: the current device, stream synchronisation, device-to-device
+copies, events that order one stream after another, and event timing.
+
+cuFFT and cuBLASLt work on the runtime's current device and on raw ``cudaStream_t`` handles (ints; 0 is the legacy
+default stream). A failed call raises :class:`~mathpy.CUDALibraryError` naming the status (``"cudaErrorInvalidValue
+(1): cudart cudaMemcpyAsync failed"``). cuda-bindings is imported on first use, so importing this module needs no GPU.
+"""
+
+import contextlib
+import functools
+
+from ._errors import CUDALibraryError
+
+__all__ = ["call", "device_scope", "synchronize", "copy_device_to_device", "Event", "EventTimer"]
+
+
+@functools.cache
+def _runtime():
+    from cuda.bindings import runtime
+    return runtime
+
+
+def call(name, *args):
+    """``cudart.<name>(*args)``; its values (one value unwrapped, None without any), or CUDALibraryError."""
+    status, *values = getattr(_runtime(), name)(*args)
+    if int(status):
+        raise CUDALibraryError("cudart", name, int(status), getattr(status, "name", str(status)))
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+@contextlib.contextmanager
+def device_scope(device_id):
+    """Make ``device_id`` the runtime's current device for a block (what cuFFT and cuBLASLt run on). A call is made
+    only when the device differs, so the common single-GPU path costs one cudaGetDevice."""
+    current = call("cudaGetDevice")
+    if current == device_id:
+        yield
+        return
+    call("cudaSetDevice", device_id)
+    try:
+        yield
+    finally:
+        call("cudaSetDevice", current)
+
+
+def synchronize(stream):
+    """Wait on the host until the work queued on raw ``stream`` so far has finished."""
+    call("cudaStreamSynchronize", stream)
+
+
+def copy_device_to_device(destination, source, nbytes, stream):
+    """Queue a copy of ``nbytes`` between device addresses on raw ``stream``."""
+    kind = _runtime().cudaMemcpyKind.cudaMemcpyDeviceToDevice
+    call("cudaMemcpyAsync", destination, source, nbytes, kind, stream)
+
+
+class Event:
+    """A CUDA event without timing, made on first use: ``order(after=previous, stream=stream)`` makes ``stream`` wait
+    (on the GPU, not the host) for the work queued on ``previous`` so far. ``destroy()`` is idempotent."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self):
+        self.handle = None
+
+    def order(self, after, stream):
+        if self.handle is None:
+            self.handle = call("cudaEventCreateWithFlags", _runtime().cudaEventDisableTiming)
+        call("cudaEventRecord", self.handle, after)
+        call("cudaStreamWaitEvent", stream, self.handle, 0)
+
+    def destroy(self):
+        handle, self.handle = self.handle, None
+        if handle is not None:
+            call("cudaEventDestroy", handle)
+
+
+class EventTimer:
+    """Two timing events measuring GPU time on a stream: ``with EventTimer() as t: t.start(s); ...;
+    seconds = t.elapsed(s)`` (``elapsed`` waits for the stream to get there)."""
+
+    def __enter__(self):
+        self._start = call("cudaEventCreate")
+        try:
+            self._end = call("cudaEventCreate")
+        except BaseException:
+            call("cudaEventDestroy", self._start)
+            raise
+        return self
+
+    def start(self, stream):
+        call("cudaEventRecord", self._start, stream)
+
+    def elapsed(self, stream):
+        call("cudaEventRecord", self._end, stream)
+        call("cudaEventSynchronize", self._end)
+        return call("cudaEventElapsedTime", self._start, self._end) / 1e3
+
+    def __exit__(self, *exc):
+        for event in (self._start, self._end):
+            call("cudaEventDestroy", event)

@@ -1,0 +1,148 @@
+"""The prepared call of the FFT API: one :class:`FFTCall` is a planned :class:`~._problem.FFTProblem` bound to an
+engine, and owns the only "allocate, run, finish" of the API.
+
+Both the stateful :meth:`mathpy.fft.FFT.execute` and the stateless functions' prepared calls
+(:mod:`._stateless`) run an ``FFTCall``:
+
+- :meth:`FFTCall.execute` takes an :class:`~mathpy._operands.Operand`: stages the input when the problem says so
+  (a dense copy on the execution device, an upload for a host operand), allocates the output in the stream's order,
+  runs the engine, scales, synchronises when asked, and brings the result to the caller (``out=``, or its package
+  and device);
+- :meth:`FFTCall.execute_direct` is the same for the common GPU case in which nothing is staged or copied back
+  (``problem.direct``): it takes the operand's device address and returns the new result array.
+
+Engines are executed under their own lock: cuFFT's stream and work area are per plan, and one plan serves every
+stream (see :mod:`._cufft`).
+"""
+
+import contextlib
+
+import numpy as np
+
+from ... import _operands, _packages
+
+__all__ = ["FFTCall"]
+
+_NO_LOCK = contextlib.nullcontext()
+
+
+class FFTCall:
+    """``problem`` executed by ``engine``; the bound callbacks are kept for as long as the call may run, and
+    ``cache_key`` is the engine's key in a plan cache (what the stateless functions borrow it under)."""
+
+    __slots__ = ("problem", "engine", "callbacks", "cache_key", "_holder", "_lock", "_run", "_out_shape", "_out_dtype",
+                 "_out_order", "_scale_type", "_device_id", "_pointer")
+
+    def __init__(self, problem, engine, callbacks=(), cache_key=None):
+        self.problem, self.engine, self.callbacks, self.cache_key = problem, engine, tuple(callbacks), cache_key
+        t = problem.transform
+        self._holder = _packages.get(problem.holder)
+        self._lock = getattr(engine, "lock", None) or _NO_LOCK
+        executor = getattr(engine, "executor", None)
+        self._run = executor() if executor is not None else engine.execute
+        self._out_shape, self._out_dtype = t.output_shape, t.output_dtype
+        order = problem.out_order
+        self._out_order = None if order == tuple(range(len(order))) else order
+        self._scale_type, self._device_id = problem.scale_type, problem.device_id
+        self._pointer = self._holder.pointer
+
+    # --- the direct GPU case ---------------------------------------------------------------------------------------
+    def execute_direct(self, x_ptr, direction, stream, scale=None):
+        """Transform the device data at ``x_ptr`` (laid out as ``problem.transform.input_strides``) on raw
+        ``stream``; returns the new output array (of the holder package, on the device)."""
+        queue = self._holder.on(self._device_id, stream)
+        result = queue.empty(self._out_shape, self._out_dtype, self._out_order)
+        with self._lock:
+            self._run(x_ptr, self._pointer(result), direction, stream)
+        if scale is not None:
+            queue.scale(result, self._scale_type(scale))
+        return result
+
+    # --- every case ----------------------------------------------------------------------------------------------
+    def execute(self, op, direction, stream, scale=None, out=None, staging=None):
+        """Transform operand ``op`` (the planned signature); ``stream`` is a raw handle on the GPU (None on the CPU),
+        ``scale`` a factor applied after the epilog, ``out`` an Operand to write into, ``staging`` a reusable host
+        buffer for the CPU's dense copy of the input."""
+        p = self.problem
+        if not p.on_gpu:
+            return self._execute_cpu(op, direction, scale, out, staging)
+        queue = self._holder.on(self._device_id, stream)
+        if p.copy_input:
+            t = p.transform
+            if op.on_host:  # one upload into the dense buffer, in its storage order
+                order = p.in_order
+                x = queue.empty(tuple(t.input_shape[a] for a in order), t.input_dtype)
+                queue.upload_into(x, op.numpy().transpose(order))
+            else:
+                x = queue.empty(t.input_shape, t.input_dtype, p.in_order)
+                queue.copy_into(x, op.tensor)
+            x_ptr = self._pointer(x)
+        else:
+            x, x_ptr = op.tensor, op.data_ptr
+        if p.options.inplace:
+            result, result_ptr = x, x_ptr
+        else:
+            result = queue.empty(self._out_shape, self._out_dtype, self._out_order)
+            result_ptr = self._pointer(result)
+        with self._lock:
+            self._run(x_ptr, result_ptr, direction, stream)
+        if scale is not None:
+            queue.scale(result, self._scale_type(scale))
+        if p.options.blocking is True:
+            queue.synchronize()
+        if p.options.inplace:
+            return op.tensor
+        if out is not None:
+            copy_to_out(out, result, stream)
+            return out.tensor
+        if op.on_host:
+            return _operands.as_package(result, op, stream)
+        return result
+
+    def _execute_cpu(self, op, direction, scale, out, staging):
+        p = self.problem
+        t = p.transform
+        x = op.numpy() if p.local else _operands.to_host(op, None).tensor
+        if p.copy_input:
+            if staging is None:
+                staging = new_staging(p)
+            np.copyto(staging, x, casting="no")
+            x = staging
+        if p.options.inplace:
+            result = x
+        elif out is not None and out.package == "numpy" and out.strides == t.output_strides and \
+                out.dtype == t.output_dtype and not np.may_share_memory(out.tensor, x):
+            result = out.tensor
+        else:
+            result = _packages.get("numpy").on(None).empty(t.output_shape, t.output_dtype, p.out_order)
+        self.engine.execute(x, result, direction, None)
+        if scale is not None:
+            result *= self._scale_type(scale)
+        if p.options.inplace:
+            return op.tensor
+        if out is not None:
+            if result is not out.tensor:
+                copy_to_out(out, result, None)
+            return out.tensor
+        if op.package == "numpy" and op.on_host:
+            return result
+        return _operands.as_package(result, op, None)
+
+
+def new_staging(problem):
+    """A host buffer for the CPU's dense copy of the input (the stateful FFT keeps one)."""
+    t = problem.transform
+    return _packages.get("numpy").on(None).empty(t.input_shape, t.input_dtype, problem.in_order)
+
+
+def copy_to_out(out, result, stream):
+    """Copy ``result`` (NumPy on the host or a device array) into the caller's ``out`` (any package, any device)."""
+    if out.on_host:
+        source = result if isinstance(result, np.ndarray) else \
+            _operands.to_host(_operands.wrap_operand(result), stream).tensor
+        np.copyto(out.numpy(), source, casting="same_kind")
+        return
+    source = _operands.wrap_operand(result)
+    if source.on_host:
+        source = _operands.to_device(source, out.device_id, stream)
+    out.interface.on(out.device_id, stream).copy_into(out.tensor, source.tensor)

@@ -1,0 +1,198 @@
+"""What one FFT is, resolved once per operand signature: the :class:`FFTProblem`.
+
+From the operand's signature (package, device, shape, strides, dtype), the axes, the options and the execution space
+it decides the FFT type, the engine's :class:`~._layout.Transform` (the layouts callbacks see), whether the input is
+used where it lies or staged through a dense copy, and which package holds the data on the device. It is immutable
+and memoised (:func:`fft_problem`), so the stateful :class:`~._plan.FFT` and the stateless functions share it
+between calls and threads; the engines consume only its ``transform``.
+
+>>> import numpy as np
+>>> from mathpy import _operands, ExecutionCPU
+>>> from mathpy.host.fft._options import FFTOptions
+>>> p = fft_problem(_operands.wrap_operand(np.zeros((4, 8), np.float32)), None, FFTOptions(), ExecutionCPU())
+>>> p.fft_type, p.axes, p.transform.output_shape, p.copy_input
+('R2C', (0, 1), (4, 5), False)
+"""
+
+import operator
+
+import numpy as np
+
+from ... import _cuda, _operands
+from ..._errors import UnsupportedLayoutError
+from ..._execution import ExecutionCUDA
+from ..._strides import c_strides, dense_permutation
+from . import _layout
+
+__all__ = ["FFTProblem", "fft_problem", "normalize_axes", "resolve_type", "DIRECTIONS"]
+
+DIRECTIONS = {"forward": -1, "inverse": 1, -1: -1, 1: 1}
+_REAL = {np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)}
+_COMPLEX = {np.dtype(np.complex64): np.dtype(np.float32), np.dtype(np.complex128): np.dtype(np.float64)}
+
+
+def resolve_type(dtype, fft_type):
+    """(fft type, real precision) for an operand dtype, or TypeError/ValueError quoting what is allowed."""
+    if dtype in _REAL:
+        chosen = fft_type or "R2C"
+        if chosen != "R2C":
+            raise ValueError(f"fft_type {chosen!r} needs a complex operand; a real {dtype} operand allows only 'R2C'")
+        return chosen, dtype
+    if dtype in _COMPLEX:
+        chosen = fft_type or "C2C"
+        if chosen == "R2C":
+            raise ValueError(f"fft_type 'R2C' needs a real operand (float32/float64), not {dtype}")
+        return chosen, _COMPLEX[dtype]
+    raise TypeError(f"the FFT operand has dtype {dtype}; supported are float32, float64, complex64, complex128 (and "
+                    f"float16 on the GPU). The stateless functions (mathpy.fft.fft, ...) promote integers.")
+
+
+def normalize_axes(axes, ndim):
+    """Non-negative axes, checked for range and duplicates (ValueError quoting the bad axis)."""
+    if axes is None:
+        return tuple(range(ndim))
+    if isinstance(axes, (int, np.integer)):
+        axes = (axes,)
+    result = []
+    for axis in axes:
+        try:
+            axis = operator.index(axis)
+        except TypeError:
+            raise TypeError(f"axes must be integers, got {axis!r}") from None
+        if not -ndim <= axis < ndim:
+            raise ValueError(f"axis {axis} is out of range for an operand of {ndim} dimension(s) "
+                             f"(allowed: {-ndim}..{ndim - 1})")
+        result.append(axis % ndim)
+    if len(set(result)) != len(result):
+        raise ValueError(f"axes {tuple(axes)} repeat an axis")
+    if not result:
+        raise ValueError("axes must name at least one axis")
+    return tuple(result)
+
+
+def _choose_layouts(fft_type, precision, shape, in_strides_candidate, out_shape, axes):
+    """The Transform one plan addresses without looping (callbacks see its layouts): the input in
+    ``engine_layout(candidate)``, the output dense in the input's axis order; when one plan cannot address that pair
+    without loops, the same from C-contiguous input strides instead."""
+    def transform_from(in_strides):
+        out_strides = _layout.dense_strides(out_shape, dense_permutation(in_strides))
+        out_strides = _layout.engine_layout(out_shape, out_strides, axes)
+        return _layout.Transform(fft_type, precision, shape, in_strides, out_shape, out_strides, axes)
+
+    transform = transform_from(_layout.engine_layout(shape, in_strides_candidate, axes))
+    try:
+        _layout.cufft_params(transform, allow_loops=False)
+    except UnsupportedLayoutError:
+        transform = transform_from(_layout.engine_layout(shape, c_strides(shape), axes))
+    return transform
+
+
+class FFTProblem:
+    """One FFT resolved for an operand signature (see the module docstring). Attributes:
+
+    fft_type, axes (as given, normalised), transform (the engine's), execution, options;
+    on_gpu; local (the operand lives where the FFT executes); copy_input (the engine reads a dense staging copy);
+    default_direction (-1, or +1 for C2R); device_id (None on the CPU); holder (the package that holds the data on
+    the device, or "numpy" on the CPU); in_order / out_order (storage axis orders of the dense staging input and
+    the output); scale_type (the real precision's scalar type); engine_key (what makes engines differ, without
+    callbacks); direct (the GPU engine reads the operand in place and nothing has to be copied back)."""
+
+    __slots__ = ("fft_type", "axes", "transform", "execution", "options", "on_gpu", "local", "copy_input",
+                 "default_direction", "device_id", "holder", "in_order", "out_order", "scale_type", "engine_key",
+                 "direct")
+
+    def __init__(self, op, axes, options, execution):
+        fft_type, precision = resolve_type(op.dtype, options.fft_type)
+        axes = normalize_axes(axes, op.ndim)
+        if len(axes) > 3:
+            raise ValueError(f"FFT transforms at most 3 axes per plan, got axes {axes}; the stateless functions "
+                             f"(mathpy.fft.fftn, ...) decompose more")
+        shape = op.shape
+        if any(extent == 0 for extent in shape):
+            raise ValueError(f"the FFT operand has a zero-size axis (shape {shape})")
+        engine_axes = tuple(sorted(axes)) if fft_type == "C2C" else tuple(sorted(axes[:-1])) + (axes[-1],)
+        last = engine_axes[-1]
+        out_shape = list(shape)
+        if fft_type == "R2C":
+            out_shape[last] = shape[last] // 2 + 1
+        elif fft_type == "C2R":
+            out_shape[last] = 2 * (shape[last] - 1) + (options.last_axis_parity == "odd")
+            if out_shape[last] < 1:
+                raise ValueError(f"a C2R transform of length {shape[last]} along axis {last} with even parity has no "
+                                 f"output; use last_axis_parity='odd' or a longer axis")
+        out_shape = tuple(out_shape)
+
+        on_gpu = isinstance(execution, ExecutionCUDA)
+        if on_gpu:
+            _cuda.require_device(execution.device_id)  # before anything asks for a GPU array package
+            if not op.on_host and op.device_id != execution.device_id:
+                raise ValueError(f"the operand lives on cuda:{op.device_id} but execution asks for "
+                                 f"cuda:{execution.device_id}; move the operand or change execution")
+        if precision == np.float16:
+            if not on_gpu:
+                raise TypeError("half precision FFTs (float16) run only on the GPU (execution='cuda'); use float32 "
+                                "on the CPU")
+            raise TypeError("half precision FFTs need a complex32 array type, which mathpy's operand layer does not "
+                            "provide yet; use float32")
+        local = op.on_host != on_gpu
+        # cuFFT's C2R overwrites its input: the GPU always transforms a copy.
+        use_operand = local and not (on_gpu and fft_type == "C2R")
+        candidate = op.strides if use_operand else c_strides(shape)
+        if options.inplace:
+            if fft_type != "C2C":
+                raise ValueError(f"in-place FFTs are C2C only; this is {fft_type}")
+            if not local:
+                raise ValueError("an in-place FFT needs the operand where it executes (execution "
+                                 f"{execution.name!r}, operand on {'the host' if op.on_host else 'a GPU'})")
+            if _layout.engine_layout(shape, op.strides, engine_axes) != op.strides:
+                raise UnsupportedLayoutError(f"an in-place FFT needs a layout the library addresses directly; shape "
+                                             f"{shape} with strides {op.strides} over axes {axes} is not one")
+            transform = _layout.Transform(fft_type, precision, shape, op.strides, out_shape, op.strides, engine_axes)
+        else:
+            transform = _choose_layouts(fft_type, precision, shape, candidate, out_shape, engine_axes)
+
+        self.fft_type, self.axes, self.transform = fft_type, axes, transform
+        self.execution, self.options = execution, options
+        self.on_gpu, self.local = on_gpu, local
+        self.copy_input = not (use_operand and transform.input_strides == op.strides)
+        self.default_direction = 1 if fft_type == "C2R" else -1
+        self.device_id = execution.device_id if on_gpu else None
+        if on_gpu:
+            self.holder = op.package if not op.on_host else _operands.device_package()
+        else:
+            self.holder = "numpy"
+        self.in_order = dense_permutation(transform.input_strides)
+        self.out_order = dense_permutation(transform.output_strides)
+        self.scale_type = np.dtype(precision).type
+        self.engine_key = (transform, execution, self.device_id)
+        self.direct = on_gpu and not self.copy_input and not options.inplace and options.blocking is not True
+
+    def direction(self, direction):
+        """The engine's direction (-1 / +1) for ``direction`` as the API takes it (None: the type's own)."""
+        if direction is None:
+            return self.default_direction
+        try:
+            value = DIRECTIONS[direction]
+        except (KeyError, TypeError):
+            raise ValueError(f"direction {direction!r} is not supported; allowed are 'forward', 'inverse', -1, 1") \
+                from None
+        if self.fft_type != "C2C" and value != self.default_direction:
+            raise ValueError(f"a {self.fft_type} FFT runs only "
+                             f"{'forward' if self.default_direction == -1 else 'inverse'}")
+        return value
+
+
+_problems = {}  # signature -> FFTProblem, bounded: cleared when it grows past _PROBLEMS_MAX
+_PROBLEMS_MAX = 512
+
+
+def fft_problem(op, axes, options, execution):
+    """The :class:`FFTProblem` for an operand signature, memoised (``axes`` normalised or None)."""
+    signature = (op.package, op.device_id, op.shape, op.strides, op.dtype, axes, options, execution)
+    found = _problems.get(signature)
+    if found is None:
+        found = FFTProblem(op, axes, options, execution)
+        if len(_problems) >= _PROBLEMS_MAX:
+            _problems.clear()
+        _problems[signature] = found
+    return found

@@ -1,0 +1,167 @@
+"""The prepared call of the matmul API: one :class:`MatmulCall` is a planned :class:`~._problem.MatmulProblem`
+bound to an engine and to the current operands, and owns the only "allocate, run, finish" of the API.
+
+- :meth:`MatmulCall.execute` brings the inputs that need a copy or a move (:func:`~._layouts.bring`), allocates D
+  and the epilog outputs in the stream's order, runs the engine and returns the result where the caller's operands
+  live; :meth:`MatmulCall.arguments` is its first half (``autotune`` times the engine on them).
+- :meth:`MatmulCall.execute_pointers` is the same when nothing is copied (``direct``): it takes the operands' device
+  addresses, which is how the stateless ``matmul`` reuses a call for new operands (:mod:`._stateless`).
+
+The engine runs under its lock when it has one (a cached engine may be shared by threads).
+"""
+
+import contextlib
+
+from ... import _operands, _packages  # noqa: F401 (holder_for)
+from ._epilog_operands import HANDLERS
+from ._layouts import bring, drop_vector_axes, engine_view
+
+__all__ = ["MatmulCall", "Finish"]
+
+_NO_LOCK = contextlib.nullcontext()
+
+
+class Finish:
+    """How a result is handed back: ``vector_a`` / ``vector_b`` (1-D operands: numpy.matmul drops their axes),
+    ``numpy_scalar`` (a 1-D @ 1-D product on NumPy is a scalar), ``like`` (the caller's operand when results move back
+    to its package and device, else None), ``blocking`` (wait for the GPU)."""
+
+    __slots__ = ("vector_a", "vector_b", "numpy_scalar", "like", "blocking")
+
+    def __init__(self, vector_a, vector_b, numpy_scalar, like, blocking):
+        self.vector_a, self.vector_b, self.numpy_scalar = vector_a, vector_b, numpy_scalar
+        self.like, self.blocking = like, blocking
+
+
+class MatmulCall:
+    """``problem`` executed by ``engine`` on the Staged inputs ``staged`` (A, B, C and the epilog inputs by name).
+    ``holder``: the ArrayPackage results are allocated in; ``device_id`` None on the CPU; ``cache_key``: the
+    engine's key in the plan cache, when it was borrowed from one."""
+
+    def __init__(self, problem, engine, staged, holder, device_id, alpha, beta, finish, cache_key=None):
+        self.problem, self.engine, self.staged, self.cache_key = problem, engine, dict(staged), cache_key
+        self.holder, self.device_id, self.on_gpu = holder, device_id, device_id is not None
+        self.alpha, self.beta, self.finish = alpha, beta, finish
+        self._lock = getattr(engine, "lock", None) or _NO_LOCK
+        self._inputs = tuple(name for name, _ in problem.epilog_inputs)
+        # inputs the engine reads where they are: their arguments are made once
+        self._fixed = {name: self._argument(name, s.layout, s.op) for name, s in self.staged.items()
+                       if s.mode is None and not s.move}
+        self.direct = self.on_gpu and len(self._fixed) == len(self.staged)
+        fixed = self._fixed
+        self._direct_args = (fixed.get("a"), fixed.get("b"), fixed.get("c"),
+                             {name: fixed.get(name) for name in self._inputs}) if self.direct else None
+        d, batch_shape = problem.d, problem.batch_shape
+        if d.is_col_major:  # allocated (*batch, N, M) and seen as (*batch, M, N)
+            self._d = ((*batch_shape, d.rows, d.cols), d.dtype, _swapped(len(batch_shape) + 2))
+        else:
+            self._d = ((*batch_shape, d.rows, d.cols), d.dtype, None)
+        self._outputs = []
+        for name, layout in problem.epilog_outputs:
+            shape, swap, zero = HANDLERS[name].allocation(layout, batch_shape, self.on_gpu)
+            if swap:
+                shape, order = (*shape[:-2], shape[-1], shape[-2]), _swapped(len(shape))
+            else:
+                order = None
+            self._outputs.append((name, layout, shape, order, zero))
+
+    def detached(self):
+        """The same call without its operands (for :meth:`execute_pointers` only): what the stateless memo keeps, so
+        that it holds no caller's array alive."""
+        copy = _copy(self)
+        copy.staged, copy._fixed, copy._direct_args = {}, {}, None
+        return copy
+
+    def rebind(self, engine, cache_key):
+        """The same call on another engine of the same problem (the cache planned it again)."""
+        copy = _copy(self)
+        copy.engine, copy.cache_key = engine, cache_key
+        copy._lock = getattr(engine, "lock", None) or _NO_LOCK
+        return copy
+
+    # --- running ---------------------------------------------------------------------------------------------------
+    def execute(self, stream):
+        """Compute the product on the staged operands on raw ``stream`` (None on the CPU); the result, or
+        ``(result, aux)`` when the epilog has outputs."""
+        if self._direct_args is not None:
+            return self.execute_pointers(*self._direct_args, stream)
+        queue = self.holder.on(self.device_id, stream)
+        args, (d, outputs, keep) = self.arguments(stream, queue)
+        with self._lock:
+            self.engine.execute(**args, stream=stream)
+        del keep  # copies were read by the queued work: the pool frees them in stream order
+        return self._finish(d, outputs, queue, stream)
+
+    def execute_pointers(self, a, b, c, inputs, stream):
+        """:meth:`execute` for a ``direct`` call on other operands of the same facts, given by device address (``c``
+        None without C; ``inputs``: epilog input addresses by name)."""
+        queue = self.holder.on(self.device_id, stream)
+        pointer = self.holder.pointer
+        shape, dtype, order = self._d
+        d = queue.empty(shape, dtype, order)
+        outputs, out_args = {}, {}
+        for name, layout, shape, order, zero in self._outputs:
+            outputs[name] = tensor = queue.empty(shape, layout.dtype, order, zero)
+            out_args[name] = pointer(tensor)
+        with self._lock:
+            self.engine.execute(a, b, c, pointer(d), inputs, out_args, self.alpha, self.beta, stream)
+        return self._finish(d, outputs, queue, stream)
+
+    def arguments(self, stream, queue=None):
+        """``(execute keyword arguments, (D, outputs, copies to keep alive until the engine call is queued))``."""
+        queue = queue or self.holder.on(self.device_id, stream)
+        values = dict(self._fixed)
+        keep = []
+        if len(values) < len(self.staged):
+            with queue.scope():  # copies are ordered before the product
+                for name, s in self.staged.items():
+                    if name not in values:
+                        op = bring(s, self.device_id, stream)
+                        keep.append(op)
+                        values[name] = self._argument(name, s.layout, op)
+        shape, dtype, order = self._d
+        d = queue.empty(shape, dtype, order)
+        outputs, out_args = {}, {}
+        for name, layout, shape, order, zero in self._outputs:
+            outputs[name] = tensor = queue.empty(shape, layout.dtype, order, zero)
+            out_args[name] = self._argument(name, layout, _operands.wrap_operand(tensor))
+        args = {"a": values["a"], "b": values["b"], "c": values.get("c"),
+                "d": self._argument("d", self.problem.d, _operands.wrap_operand(d)),
+                "epilog_inputs": {name: values[name] for name in self._inputs}, "epilog_outputs": out_args,
+                "alpha": self.alpha, "beta": self.beta}
+        return args, (d, outputs, keep)
+
+    def _argument(self, name, layout, op):
+        """What the engine takes for one operand: a device address, or a NumPy view for the CPU engine."""
+        if self.on_gpu:
+            return op.data_ptr
+        if name in ("a", "b", "c", "d"):
+            return engine_view(layout, op.numpy())
+        return HANDLERS[name].cpu_view(layout, op.numpy())
+
+    def _finish(self, d, outputs, queue, stream):
+        f = self.finish
+        d = drop_vector_axes(d, f.vector_a, f.vector_b, f.numpy_scalar)
+        if f.like is not None:
+            d = _operands.as_package(d, f.like, stream)
+            outputs = {name: _operands.as_package(t, f.like, stream) for name, t in outputs.items()}
+        elif self.on_gpu and f.blocking:
+            queue.synchronize()
+        return (d, outputs) if self._outputs else d
+
+
+def _copy(call):
+    copy = object.__new__(MatmulCall)
+    copy.__dict__.update(call.__dict__)
+    return copy
+
+
+def _swapped(ndim):
+    """The storage order that makes the last two axes column-major."""
+    return (*range(ndim - 2), ndim - 1, ndim - 2)
+
+
+def holder_for(package_name, on_gpu):
+    """The ArrayPackage that results are allocated in."""
+    return _operands.holder_of(package_name) if on_gpu else _packages.get(package_name)
+

@@ -1,0 +1,212 @@
+"""One handler per epilog operand: the bias, the RELU bitmask, the GELU pre-activation and the bias gradients.
+
+Each handler owns everything about its operand (formats in :mod:`._epilog`):
+
+- ``stage(op, product, spec, d_dtype)``: validate a given input (dtype, shape) and choose its layout (inputs only);
+- ``layout(product, batch, d_dtype)``: the layout of an output the API allocates, and ``shape(layout, batch_shape)``
+  / ``allocation(...)``: the array the caller gets and how it is allocated (outputs only);
+- ``check(spec, d_dtype)``: what the result dtype must allow;
+- ``set_attributes(desc, layout, d_dtype, batch)``: its cuBLASLt descriptor attributes; returns the attribute that
+  takes its pointer at each execution;
+- ``cpu_view(layout, base)``: the CPU engine's NumPy view of it.
+
+Adding an epilog operand touches this file (and ``_epilog``'s table of which epilog takes which operand).
+
+>>> sorted(HANDLERS)
+['bgrada', 'bgradb', 'bias', 'dgelu_bgrad', 'drelu_bgrad', 'gelu_aux', 'relu_aux']
+>>> HANDLERS["relu_aux"].layout(8, 4, 3, None).col_stride       # in bits: 16 bytes per column
+128
+"""
+
+import math
+
+import numpy as np
+
+from ._epilog import gelu_aux_rows, relu_aux_rows
+from ._layouts import Staged, batch_stride, strided_view
+from ._options import BF16, F16, FLOAT8_DTYPES
+from ._problem import MatrixLayout
+
+__all__ = ["HANDLERS", "output_layouts"]
+
+
+def _lt():
+    from ...bindings import cublaslt
+    return cublaslt
+
+
+class Bias:
+    """``bias``: one value per row of the result; shape ``(M,)``, ``(M, 1)`` or ``(*batch, M, 1)``."""
+
+    name = "bias"
+
+    def check(self, spec, d_dtype):
+        pass
+
+    def stage(self, op, product, spec, d_dtype):
+        m, batch_shape = product.m, product.batch_shape
+        batch = math.prod(batch_shape)
+        shape, strides = tuple(op.shape), tuple(op.strides)
+        allowed = (BF16, F16) if d_dtype in FLOAT8_DTYPES else (d_dtype,)
+        if op.dtype not in allowed:
+            raise TypeError(f"epilog input 'bias' has dtype {op.dtype.name}; for a {d_dtype.name} result it must be "
+                            f"{' or '.join(d.name for d in allowed)}")
+        if shape in ((m,), (m, 1)):
+            bshape, bstrides, stride = (), (), strides[0]
+        elif len(shape) >= 3 and shape[-2:] == (m, 1) and shape[:-2] == tuple(batch_shape):
+            bshape, bstrides, stride = shape[:-2], strides[:-2], strides[-2]
+        else:
+            allowed_shapes = [(m,), (m, 1)] + ([(*batch_shape, m, 1)] if batch_shape else [])
+            raise ValueError(f"epilog input 'bias' has shape {shape}; it must hold one value per row of the result "
+                             f"(M = {m}): allowed shapes are {allowed_shapes}")
+        stride_b = batch_stride(batch_shape, bshape, bstrides, m)
+        mode = None
+        if product.moves or (stride != 1 and m > 1) or stride_b is None:
+            mode, stride_b = "contiguous", (m if bshape else 0)
+        if batch == 1:
+            stride_b = 0 if not bshape else m
+        return Staged("bias", op, MatrixLayout(m, 1, 1, m, batch, stride_b, op.dtype), mode, None, product.moves)
+
+    def set_attributes(self, desc, layout, d_dtype, batch):
+        lt = _lt()
+        if layout.dtype != d_dtype:
+            lt.set_attribute(desc, lt.MatmulDesc.BIAS_DATA_TYPE, lt.cuda_data_type(layout.dtype))
+        if batch > 1:
+            lt.set_attribute(desc, lt.MatmulDesc.BIAS_BATCH_STRIDE, layout.batch_stride)
+        return lt.MatmulDesc.BIAS_POINTER
+
+    def cpu_view(self, layout, base):
+        return strided_view(base, (layout.batch, layout.rows), (layout.batch_stride, 1))
+
+
+class BiasGradient(Bias):
+    """A bias gradient output: ``drelu_bgrad`` / ``dgelu_bgrad`` (sum of D over N) and ``bgrada`` (sum of A over K),
+    length M; ``bgradb`` (sum of B over K), length N. Shape ``(L,)``, or ``(*batch, L, 1)`` when batched. cuBLASLt
+    writes it through the bias pointer."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def layout(self, m, n, batch, d_dtype):
+        length = n if self.name == "bgradb" else m
+        return MatrixLayout(length, 1, 1, length, batch, length, np.dtype(d_dtype))
+
+    def shape(self, layout, batch_shape):
+        return (*batch_shape, layout.rows, 1) if batch_shape else (layout.rows,)
+
+    def allocation(self, layout, batch_shape, on_gpu):
+        """``(shape to allocate, swap the last two axes after, zero-filled)``."""
+        return self.shape(layout, batch_shape), False, False
+
+
+class _Aux:
+    """An auxiliary matrix: column-major ``(*batch, rows, N)`` with batches contiguous; ``rows`` and its unit (bits for
+    the RELU bitmask) are the subclass's."""
+
+    unit = 1
+    forward = ""
+
+    def rows(self, m):
+        raise NotImplementedError
+
+    def dtype(self, d_dtype):
+        raise NotImplementedError
+
+    def layout(self, m, n, batch, d_dtype):
+        rows = self.rows(m)
+        return MatrixLayout(m, n, 1, self.unit * rows, batch, self.unit * rows * n, self.dtype(d_dtype))
+
+    def shape(self, layout, batch_shape):
+        return (*batch_shape, layout.col_stride // self.unit, layout.cols)
+
+    def allocation(self, layout, batch_shape, on_gpu):
+        shape = self.shape(layout, batch_shape)
+        return (*shape[:-2], shape[-1], shape[-2]), True, False
+
+    def stage(self, op, product, spec, d_dtype):
+        m, n, batch_shape = product.m, product.n, product.batch_shape
+        batch = math.prod(batch_shape)
+        shape, strides = tuple(op.shape), tuple(op.strides)
+        rows, dtype, unit = self.rows(m), self.dtype(d_dtype), self.unit
+        if op.dtype != dtype:
+            raise TypeError(f"epilog input {self.name!r} has dtype {op.dtype.name}; {spec.name} needs {dtype.name} "
+                            f"(the dtype of the {self.name!r} output of {self.forward} / {self.forward}_BIAS)")
+        if shape[-2:] != (rows, n) or (len(shape) > 2 and shape[:-2] != tuple(batch_shape)):
+            allowed_shapes = [(rows, n)] + ([(*batch_shape, rows, n)] if batch_shape else [])
+            raise ValueError(f"epilog input {self.name!r} has shape {shape}; for a {m} x {n} result it must be one of "
+                             f"{allowed_shapes} (the format of the {self.name!r} output of {self.forward} / "
+                             f"{self.forward}_BIAS)")
+        bshape, bstrides = shape[:-2], strides[:-2]
+        stride_b = batch_stride(batch_shape, bshape, bstrides, rows * n)
+        canonical = strides[-2] == 1 and (strides[-1] == rows or n == 1) and stride_b is not None
+        mode = None
+        if product.moves or not canonical:
+            mode, stride_b = "colmajor", (rows * n if bshape else 0)
+        if batch == 1:
+            stride_b = 0
+        layout = MatrixLayout(m, n, 1, rows * unit, batch, stride_b * unit, dtype)
+        return Staged(self.name, op, layout, mode, None, product.moves)
+
+    def set_attributes(self, desc, layout, d_dtype, batch):
+        lt = _lt()
+        lt.set_attribute(desc, lt.MatmulDesc.EPILOGUE_AUX_LD, layout.col_stride)
+        if batch > 1:
+            lt.set_attribute(desc, lt.MatmulDesc.EPILOGUE_AUX_BATCH_STRIDE, layout.batch_stride)
+        return lt.MatmulDesc.EPILOGUE_AUX_POINTER
+
+    def cpu_view(self, layout, base):
+        rows = layout.col_stride // self.unit
+        return strided_view(base, (layout.batch, rows, layout.cols), (layout.batch_stride // self.unit, 1, rows))
+
+
+class ReluAux(_Aux):
+    """``relu_aux``: the RELU bitmask, uint8, strides in bits in its layout (cuBLASLt's unit). cuBLASLt never writes
+    its padding bits: the GPU allocates it zeroed, as the CPU engine writes them."""
+
+    name, unit, forward = "relu_aux", 8, "RELU_AUX"
+
+    def check(self, spec, d_dtype):
+        pass
+
+    def rows(self, m):
+        return relu_aux_rows(m)
+
+    def dtype(self, d_dtype):
+        return np.dtype(np.uint8)
+
+    def allocation(self, layout, batch_shape, on_gpu):
+        shape, swap, _ = super().allocation(layout, batch_shape, on_gpu)
+        return shape, swap, on_gpu
+
+
+class GeluAux(_Aux):
+    """``gelu_aux``: the pre-activation values in the result's dtype, rows padded to a multiple of 8."""
+
+    name, unit, forward = "gelu_aux", 1, "GELU_AUX"
+
+    def check(self, spec, d_dtype):
+        if d_dtype in FLOAT8_DTYPES:
+            raise ValueError(f"epilog {spec.name} is not supported for float8 results; use result_type "
+                             f"bfloat16/float16/float32 in MatmulOptions")
+
+    def rows(self, m):
+        return gelu_aux_rows(m)
+
+    def dtype(self, d_dtype):
+        return np.dtype(d_dtype)
+
+    def set_attributes(self, desc, layout, d_dtype, batch):
+        attribute = super().set_attributes(desc, layout, d_dtype, batch)
+        if layout.dtype != d_dtype:
+            lt = _lt()
+            lt.set_attribute(desc, lt.MatmulDesc.EPILOGUE_AUX_DATA_TYPE, lt.cuda_data_type(layout.dtype))
+        return attribute
+
+
+HANDLERS = {"bias": Bias(), "relu_aux": ReluAux(), "gelu_aux": GeluAux(),
+            **{name: BiasGradient(name) for name in ("drelu_bgrad", "dgelu_bgrad", "bgrada", "bgradb")}}
+
+
+def output_layouts(spec, m, n, batch, d_dtype):
+    """``((name, MatrixLayout), ...)`` of the outputs the API allocates for the epilog of ``spec``."""
+    return tuple((name, HANDLERS[name].layout(m, n, batch, d_dtype)) for name in spec.outputs)

@@ -1,0 +1,255 @@
+"""Staging and layout rules of the matmul API: how each operand reaches the engine, and how the result is stored.
+
+The API gives the engine every operand's own strides (transposed and strided operands are not copied) and copies only
+what one batch stride and one unit matrix stride cannot express (:func:`stage_matrix`), plus the layouts cuBLASLt has
+no kernels for (:func:`stage_a`, :func:`stage_b`). A :class:`Staged` input records the decision;
+:func:`bring` carries it out at execution time (copies and host <-> device moves, in the stream's order, through the
+array package interface). :func:`result_layout` chooses D's order (see ``_problem``'s result layout convention).
+
+>>> import numpy as np
+>>> from mathpy._operands import wrap_operand
+>>> a = np.zeros((2, 8, 6), np.float32)
+>>> stage_matrix("a", wrap_operand(a.swapaxes(1, 2)), 6, 8, "row", (2,), False).layout.is_col_major
+True
+>>> stage_matrix("a", wrap_operand(a[:, :, ::2]), 8, 3, "row", (2,), False).mode     # no unit stride: a copy
+'contiguous'
+"""
+
+import dataclasses
+import math
+import typing
+
+import numpy as np
+
+from ... import _operands
+from ..._strides import c_strides
+from ._epilog import MatmulEpilog
+from ._problem import MatrixLayout
+
+__all__ = ["Staged", "Product", "matrix_strides", "batch_stride", "stage_matrix", "stage_a", "stage_b", "c_in_d_order",
+           "result_layout", "expand_c", "bring", "engine_view", "drop_vector_axes"]
+
+
+class Product(typing.NamedTuple):
+    """The product's extents as the API resolved them: ``m x k @ k x n`` over ``batch_shape``; ``moves``: the
+    operands cross between host and device; ``float8_gpu``: float8 operands on a GPU; ``bgrad``: "a"/"b" while a GPU
+    plan is for BGRADA/BGRADB (they need their own A/B layouts)."""
+
+    m: int
+    n: int
+    k: int
+    batch_shape: tuple
+    moves: bool
+    float8_gpu: bool
+    bgrad: str | None = None
+
+
+@dataclasses.dataclass
+class Staged:
+    """One input as the engine will see it: its layout and how it is brought there (``mode``: None = used as it is,
+    "contiguous" = a C-order copy, "broadcast" = a C-order copy broadcast to the full batch, "colmajor" = a copy with
+    column-major matrices: the aux formats, C in D's order, A or B in the order cuBLASLt has kernels for)."""
+
+    name: str
+    op: object  # the caller's Operand
+    layout: MatrixLayout
+    mode: str | None
+    full_shape: tuple | None  # "broadcast" / "colmajor": the shape to broadcast to before copying (None: as is)
+    move: bool  # crosses between host and device
+
+    def signature(self):
+        return (self.op.package, self.op.device_id, self.op.shape, self.op.dtype, self.layout, self.mode)
+
+
+def matrix_strides(rows, cols, rs, cs):
+    """Normalised (row_stride, col_stride) with one of them 1 and a valid leading dimension, or None (copy needed)."""
+    rs_free, cs_free = rows <= 1, cols <= 1
+    if rs_free and cs_free:
+        return 1, 1
+    if rs_free:  # one row: column-major with ld = cs (>= 1 row) whatever cs is, so C and D orders agree
+        return (1, cs) if cs >= 1 else None
+    if cs_free:
+        if rs == 1:
+            return 1, max(rows, 1)
+        return (rs, 1) if rs >= 1 else None
+    if rs == 1 and cs >= rows:
+        return 1, cs
+    if cs == 1 and rs >= cols:
+        return rs, 1
+    return None
+
+
+def batch_stride(batch_shape, op_batch_shape, op_batch_strides, matrix_size):
+    """One stride for the flattened batch (0 = broadcast), or None when the batch needs a copy."""
+    pad = len(batch_shape) - len(op_batch_shape)
+    shape = (1,) * pad + tuple(op_batch_shape)
+    strides = (0,) * pad + tuple(op_batch_strides)
+    dims = [(extent, 0 if shape[i] == 1 else strides[i]) for i, extent in enumerate(batch_shape) if extent != 1]
+    if not dims:
+        return matrix_size
+    if all(stride == 0 for _, stride in dims):
+        return 0
+    for (extent, stride), (inner_extent, inner_stride) in zip(dims, dims[1:]):
+        if stride != inner_stride * inner_extent:
+            return None
+    return dims[-1][1] if dims[-1][1] > 0 else None
+
+
+def stage_matrix(name, op, rows, cols, promote, batch_shape, force_copy):
+    """Layout of operand ``op`` (A, B or C) as a batched rows x cols matrix. ``promote``: None, "row" (1-D operand is
+    one row: A) or "col" (1-D operand is one column: B)."""
+
+    def layout(shape, strides):
+        if promote == "row" and len(shape) == 1:
+            rs, cs, bshape, bstrides = 0, strides[0], (), ()
+        elif promote == "col" and len(shape) == 1:
+            rs, cs, bshape, bstrides = strides[0], 0, (), ()
+        else:
+            rs, cs, bshape, bstrides = strides[-2], strides[-1], shape[:-2], strides[:-2]
+            rs = 0 if shape[-2] != rows else rs  # a broadcast row or column of c
+            cs = 0 if shape[-1] != cols else cs
+        matrix = matrix_strides(rows, cols, rs, cs)
+        stride = batch_stride(batch_shape, bshape, bstrides, rows * cols)
+        if matrix is None or stride is None:
+            return None
+        return MatrixLayout(rows, cols, matrix[0], matrix[1], math.prod(batch_shape), stride, op.dtype)
+
+    if not force_copy:
+        found = layout(op.shape, op.strides)
+        if found is not None:
+            return Staged(name, op, found, None, None, False)
+    found = layout(op.shape, c_strides(op.shape))
+    if found is not None:
+        return Staged(name, op, found, "contiguous", None, force_copy)
+    full = (*batch_shape, rows, cols)
+    return Staged(name, op, layout(full, c_strides(full)), "broadcast", full, force_copy)
+
+
+def _col_major_staged(name, op, rows, cols, product):
+    """``op`` (2-D or more) copied into column-major matrices with contiguous (or one broadcast) batches."""
+    batch = math.prod(product.batch_shape)
+    full = None if op.ndim == 2 else (*product.batch_shape, rows, cols)
+    layout = MatrixLayout(rows, cols, 1, max(rows, 1), batch, 0 if full is None else rows * cols, op.dtype)
+    return Staged(name, op, layout, "colmajor", full, product.moves)
+
+
+def stage_a(op, product):
+    """A as the engine sees it. On the GPU, float8 takes only a row-major A (cuBLASLt's "TN" form) and BGRADA only a
+    column-major one (op(A) = N; measured with cuBLASLt 13.1 on an H200: the other layouts get no algorithm)."""
+    m, k, batch_shape, moves = product.m, product.k, product.batch_shape, product.moves
+    staged = stage_matrix("a", op, m, k, "row", batch_shape, moves)
+    if product.float8_gpu and m > 1 and not staged.layout.is_row_major:
+        return dataclasses.replace(stage_matrix("a", op, m, k, "row", batch_shape, True), move=moves)
+    if product.bgrad == "a" and not staged.layout.is_col_major:
+        return _col_major_staged("a", op, m, k, product)
+    return staged
+
+
+def stage_b(op, product):
+    """B as the engine sees it: float8 needs a column-major B, BGRADB a row-major one (op(B) = T)."""
+    n, k, batch_shape, moves = product.n, product.k, product.batch_shape, product.moves
+    staged = stage_matrix("b", op, k, n, "col", batch_shape, moves)
+    if product.float8_gpu and not staged.layout.is_col_major:
+        if op.ndim == 1:
+            return dataclasses.replace(stage_matrix("b", op, k, n, "col", batch_shape, True), move=moves)
+        return _col_major_staged("b", op, k, n, product)
+    if product.bgrad == "b" and n > 1 and not staged.layout.is_row_major:
+        return dataclasses.replace(stage_matrix("b", op, k, n, "col", batch_shape, True), move=moves)
+    return staged
+
+
+def c_in_d_order(staged, d_layout, product):
+    """C in D's order: cuBLASLt reads C as D is stored (a row-major C with a column-major D is copied)."""
+    if not d_layout.is_col_major or staged.layout.is_col_major:
+        return staged
+    m, n, batch_shape = product.m, product.n, product.batch_shape
+    layout = MatrixLayout(m, n, 1, max(m, 1), math.prod(batch_shape), m * n, staged.layout.dtype)
+    return dataclasses.replace(staged, layout=layout, mode="colmajor", full_shape=(*batch_shape, m, n))
+
+
+#: Epilogs that act elementwise with no per-row operand: the result may be stored row- or column-major.
+ANY_ORDER_EPILOGS = (MatmulEpilog.DEFAULT, MatmulEpilog.RELU, MatmulEpilog.GELU)
+
+
+def result_layout(epilog, d_dtype, a, b, c, product):
+    """D's layout (``_problem``'s convention): column-major with a per-row epilog operand; else C's order when C is
+    given, row-major for 4-byte-or-wider dtypes unless A and B are both column-major, column-major for 16-bit and
+    float8 ones. ``a``, ``b``, ``c``: the Staged inputs (``c`` as given, or None)."""
+    m, n, batch = product.m, product.n, math.prod(product.batch_shape)
+    row_major = False
+    if epilog in ANY_ORDER_EPILOGS or epilog is None:
+        if c is not None:
+            row_major = c.layout.is_row_major
+        elif d_dtype.itemsize >= 4 and a.op.dtype.itemsize >= 4:
+            row_major = not (a.layout.is_col_major and b.layout.is_col_major)
+    if row_major:
+        return MatrixLayout(m, n, max(n, 1), 1, batch, m * n, d_dtype)
+    return MatrixLayout(m, n, 1, max(m, 1), batch, m * n, d_dtype)
+
+
+def expand_c(c_op, result_shape, vector_a, vector_b):
+    """c as an operand of rank ``len(batch_shape) + 2``: the axes a 1-D a or b removed from the result put back."""
+    tensor = c_op.tensor
+    rank = len(result_shape)
+    if len(c_op.shape) < rank:
+        tensor = tensor[(None,) * (rank - len(c_op.shape))]
+    if vector_a:
+        tensor = tensor[(Ellipsis, None, slice(None)) if not vector_b else (Ellipsis, None)]
+    if vector_b:
+        tensor = tensor[(Ellipsis, None)]
+    return _operands.wrap_operand(tensor, "c")
+
+
+def bring(staged, device_id, stream):
+    """Carry out ``staged``'s copies and moves: the Operand the engine reads (``device_id`` None: the CPU engine).
+    Copies run in the order of raw ``stream`` (the caller makes it current: ``PackageStream.scope()``)."""
+    op = staged.op
+    if staged.move and not op.on_host:  # device -> host
+        op = _operands.to_host(op, stream)
+    tensor, package = op.tensor, op.interface
+    if staged.mode == "colmajor":
+        if staged.full_shape is not None:
+            tensor = package.broadcast_to(tensor, staged.full_shape)
+        tensor = _col_major_copy(tensor, package)
+    elif staged.mode is not None:
+        if staged.full_shape:
+            tensor = package.broadcast_to(tensor, staged.full_shape)
+        tensor = package.contiguous(tensor)
+    result = _operands.wrap_operand(tensor)
+    if staged.move and result.on_host and device_id is not None:  # host -> device
+        result = _operands.to_device(result, device_id, stream)
+        if staged.mode == "colmajor":
+            result = _operands.wrap_operand(_col_major_copy(result.tensor, result.interface))
+    return result
+
+
+def _col_major_copy(tensor, package):
+    """A copy whose last two axes are column-major (batches contiguous)."""
+    return package.swap_last(package.contiguous(package.swap_last(tensor)))
+
+
+def engine_view(layout, base):
+    """The CPU engine's ``(batch, rows, cols)`` NumPy view of A, B, C or D held in ``base`` (element strides)."""
+    return strided_view(base, (layout.batch, layout.rows, layout.cols),
+                        (layout.batch_stride, layout.row_stride, layout.col_stride))
+
+
+def strided_view(base, shape, strides):
+    """A NumPy view of ``base``'s memory with element strides (dtypes NumPy cannot stride directly go as integers)."""
+    itemsize, dtype = base.itemsize, base.dtype
+    raw = base.view(f"u{itemsize}") if dtype.kind not in "biufc" or dtype.isbuiltin != 1 else base
+    view = np.lib.stride_tricks.as_strided(raw, shape, tuple(s * itemsize for s in strides), writeable=True)
+    return view if raw is base else view.view(dtype)
+
+
+def drop_vector_axes(d, vector_a, vector_b, numpy_scalar):
+    """The result without the axes numpy.matmul drops for a 1-D ``a`` / ``b``; with ``numpy_scalar`` a 1-D @ 1-D
+    product is a NumPy scalar, as numpy.matmul gives it."""
+    if vector_a and vector_b:
+        d = d[..., 0, 0]
+        return d[()] if numpy_scalar else d
+    if vector_a:
+        return d[..., 0, :]
+    if vector_b:
+        return d[..., 0]
+    return d

@@ -1,0 +1,112 @@
+"""The stateless :func:`matmul`: a thin layer over :class:`~._matmul.Matmul` with plans from
+:data:`~._matmul.matmul_plan_cache`, and a memo of prepared calls for repeated calls.
+
+The first call of a kind goes through ``Matmul`` in full (validation, layouts, an engine borrowed from the cache) and,
+when its :class:`~._call.MatmulCall` reads every operand where it lies (``direct``: device operands that need no copy),
+leaves that call here under a key of cheap facts: each operand's package, shape, strides, dtype and device, and every
+other argument. A later call with the same key borrows the engine (a cache hit) and runs the call on the new operands'
+addresses, on the current (or given) stream: plans do not depend on streams.
+"""
+
+from ... import _execution, _packages
+from ..._streams import stream_handle
+from ._matmul import Matmul, matmul_plan_cache
+
+__all__ = ["matmul", "forget", "remembered"]
+
+_calls = {}  # key -> MatmulCall
+_CALLS_MAX = 128
+
+
+def matmul(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None, options=None, preferences=None,
+           execution=None, stream=None):
+    """``epilog(alpha * a @ b + beta * c)`` with numpy.matmul semantics (see :class:`Matmul` for the parameters).
+
+    Returns the result, or ``(result, aux)`` when the epilog has outputs. Plans are cached in
+    :data:`matmul_plan_cache`, keyed on everything that makes plans differ; a repeated GPU call whose operands need no
+    copy reuses the prepared call of the first one (see the module docstring)."""
+    key, pointers = _call_key(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution)
+    if key is not None:
+        call = _calls.get(key)
+        if call is not None:
+            entry = matmul_plan_cache.acquire(call.cache_key)
+            if entry is not None:
+                try:
+                    if entry.plan is not call.engine:  # planned again since: bind to the cached engine
+                        call = _calls[key] = call.rebind(entry.plan, call.cache_key)
+                    handle = stream_handle(stream)
+                    if handle is None:
+                        handle = call.holder.current_stream(call.device_id)
+                    a_ptr, b_ptr, c_ptr, inputs = pointers
+                    return call.execute_pointers(a_ptr, b_ptr, c_ptr, inputs, handle)
+                finally:
+                    matmul_plan_cache.release(entry)
+            _calls.pop(key, None)  # evicted: plan again
+    mm = Matmul.for_cache(matmul_plan_cache, a, b, c, alpha=alpha, beta=beta, options=options, execution=execution,
+                          stream=stream)
+    try:
+        mm.plan(epilog=epilog, epilog_inputs=epilog_inputs, preferences=preferences)
+        call = mm.prepared_call
+        if key is not None and call.direct:
+            if len(_calls) >= _CALLS_MAX:
+                _calls.clear()
+            _calls[key] = call.detached()
+        return mm.execute()
+    finally:
+        mm.free()
+
+
+def remembered():
+    """How many prepared calls are remembered."""
+    return len(_calls)
+
+
+def forget():
+    """Drop every remembered call (they hold no GPU memory: engines stay in the plan cache)."""
+    _calls.clear()
+
+
+def _facts(obj):
+    """(key facts, device address) of a device array, or None (the memo does not apply to it)."""
+    package = _packages.interface_of(obj)
+    if package is None or not package.device_arrays:
+        return None
+    shape, strides, dtype, device_id, pointer = package.describe(obj)
+    if device_id is None:
+        return None
+    return (package.name, tuple(shape), tuple(strides), dtype, device_id), pointer
+
+
+def _call_key(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution):
+    """``(key, (a, b, c, epilog input) addresses)``, or ``(None, None)`` when the call cannot reuse a prepared call."""
+    fa, fb = _facts(a), _facts(b)
+    if fa is None or fb is None:
+        return None, None
+    fc = None
+    if c is not None:
+        fc = _facts(c)
+        if fc is None:
+            return None, None
+    inputs, pointers = None, {}
+    if epilog_inputs:
+        if type(epilog_inputs) is not dict:
+            return None, None
+        inputs = []
+        for name in sorted(epilog_inputs):
+            facts = _facts(epilog_inputs[name])
+            if facts is None:
+                return None, None
+            inputs.append((name, facts[0]))
+            pointers[name] = facts[1]
+        inputs = tuple(inputs)
+    if type(options) is dict:
+        options = tuple(sorted(options.items()))
+    if type(preferences) is dict:
+        preferences = tuple(sorted(preferences.items()))
+    key = (fa[0], fb[0], None if fc is None else fc[0], type(alpha), alpha, type(beta), beta, epilog, inputs, options,
+           preferences, execution, _execution.get_execution_space())
+    try:
+        hash(key)
+    except TypeError:
+        return None, None
+    return key, (fa[1], fb[1], None if fc is None else fc[1], pointers)
