@@ -75,6 +75,10 @@ def get_execution_space():
     return _default.get()
 
 
+#: :func:`get_execution_space` as the ContextVar's own (C) accessor, for the stateless calls' per-call keys.
+scoped_execution = _default.get
+
+
 @contextlib.contextmanager
 def execution_space(execution):
     """Run calls that pass no ``execution=`` on ``execution`` ("cpu", "cuda", or an options object) within the block.

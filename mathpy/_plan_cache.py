@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 from ._log import logger
 
-__all__ = ["PlanCache", "CacheInfo"]
+__all__ = ["PlanCache", "CacheInfo", "PlanKey"]
 
 
 class CacheInfo(NamedTuple):
@@ -44,6 +44,33 @@ class CacheInfo(NamedTuple):
     evictions: int
     max_plans: int
     max_bytes: int
+
+
+class PlanKey(int):
+    """A plan cache key (a tuple of everything that makes plans differ, ``.parts``) hashed once: the int is the
+    tuple's hash, so a dict hashes it in C, and a prepared call that looks its plan up with the same key object at
+    every call is found by identity. Keys with equal hashes but different parts are different keys.
+
+    >>> PlanKey(("fft", 8)) == PlanKey(("fft", 8)), PlanKey(("fft", 8)) == PlanKey(("fft", 9))
+    (True, False)
+    """
+
+    def __new__(cls, parts):
+        parts = tuple(parts)
+        self = super().__new__(cls, hash(parts))
+        self.parts = parts
+        return self
+
+    __hash__ = int.__hash__
+
+    def __eq__(self, other):
+        return self is other or (type(other) is PlanKey and self.parts == other.parts)
+
+    def __ne__(self, other):
+        return not self == other
+
+    def __repr__(self):
+        return f"PlanKey{self.parts!r}"
 
 
 class Entry:

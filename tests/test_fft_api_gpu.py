@@ -149,9 +149,9 @@ def test_streams(gpu):
     with mfft.FFT(operand, axes=[1], stream=stream) as f:
         f.plan()
         y1 = f.execute()
-        stream.synchronize()  # one plan, one workspace: do not overlap its executions on two streams
         other = gpu.stream()
-        y2 = f.execute(stream=other)
+        y2 = f.execute(stream=other)  # one plan on two streams at once: each stream has its own workspace
+        stream.synchronize()
         other.synchronize()
     np.testing.assert_allclose(gpu.to_numpy(y1), np.fft.fft(x), atol=1e-2)
     np.testing.assert_allclose(gpu.to_numpy(y2), np.fft.fft(x), atol=1e-2)
@@ -201,6 +201,46 @@ def test_callbacks_end_to_end(gpu):
     np.testing.assert_allclose(gpu.to_numpy(spectrum), np.fft.rfft(r * window), atol=1e-8)
     back = mfft.irfft(spectrum, n=256, epilog=mfft.Callback(scale_epilog, data=np.float64(0.5)))
     np.testing.assert_allclose(gpu.to_numpy(back), np.fft.irfft(np.fft.rfft(r * window)) * 0.5, atol=1e-8)
+
+
+def test_threads_on_their_own_streams_share_cached_plans():
+    """8 threads, each on its own torch stream, call the stateless fft with and without a fused callback on 3 sizes:
+    one cached plan per (size, callback), hits on every later call, every result right."""
+    import threading
+    torch = pytest.importorskip("torch")
+    sizes = [(32, 256), (8, 2003), (4, 4096)]
+    data = {s: torch.from_numpy(rand(s, seed=s[1])).cuda() for s in sizes}
+    filters = {s: torch.from_numpy(rand(s, seed=s[0])).cuda() for s in sizes}
+    expected = {s: np.fft.fft(data[s].cpu().numpy()) for s in sizes}
+    torch.cuda.synchronize()
+    mfft.plan_cache_clear()
+    before, errors = mfft.plan_cache_info(), []
+
+    def work():
+        try:
+            stream = torch.cuda.Stream()
+            with torch.cuda.stream(stream):
+                for _ in range(4):
+                    for s in sizes:
+                        plain = mfft.fft(data[s])
+                        fused = mfft.fft(data[s], epilog=mfft.Callback(filter_epilog, data=filters[s]))
+                        stream.synchronize()
+                        np.testing.assert_allclose(plain.cpu().numpy(), expected[s], atol=1e-2)
+                        np.testing.assert_allclose(fused.cpu().numpy(), expected[s] * filters[s].cpu().numpy(),
+                                                   atol=5e-2)
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    info = mfft.plan_cache_info()
+    calls = 8 * 4 * len(sizes) * 2
+    assert info.misses - before.misses == 2 * len(sizes) and info.evictions == before.evictions
+    assert info.hits - before.hits == calls - 2 * len(sizes)
 
 
 def test_callbacks_with_numpy_operand_on_cuda():

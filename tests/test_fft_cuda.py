@@ -23,9 +23,10 @@ TOLERANCE = {np.float16: 3e-2, np.float32: 2e-5, np.float64: 1e-12}
 RNG = np.random.default_rng(1234)
 
 
-def engine(transform, **kwargs):
+def engine(transform, stream=None, **kwargs):
+    from mathpy import _packages
     from mathpy.host.fft._cufft import CUFFTEngine
-    return CUFFTEngine(transform, execution=CUDA, package="cupy", **kwargs)
+    return CUFFTEngine(transform, execution=CUDA, allocator=_packages.get("cupy").on(0, stream), **kwargs)
 
 
 def strides_of(array):
@@ -271,6 +272,27 @@ def workspace_transform():
     pytest.skip(f"cuFFT {cufft.version()} needs no workspace for any of {WORKSPACE_CANDIDATES}")
 
 
+def test_one_plan_on_two_streams_at_once():
+    """A plan with a workspace, executed back to back on its home stream and on another one with no synchronisation
+    between them: each stream gets its own workspace, so both results are right."""
+    t = workspace_transform()
+    home, other = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
+    xs = [cp.asarray(random(t.input_shape, np.complex64)) for _ in range(2)]
+    outs = [cp.empty_like(x) for x in xs]
+    cp.cuda.Device().synchronize()
+    plan = engine(t, stream=home.ptr)
+    try:
+        for _ in range(20):
+            plan.execute(xs[0].data.ptr, outs[0].data.ptr, -1, home.ptr)
+            plan.execute(xs[1].data.ptr, outs[1].data.ptr, -1, other.ptr)
+        home.synchronize()
+        other.synchronize()
+    finally:
+        plan.free()
+    for x, out in zip(xs, outs):
+        assert relative_error(cp.asnumpy(out), np.fft.fft(cp.asnumpy(x), axis=1)) < 2e-5
+
+
 def host_rss():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * 4096
@@ -422,7 +444,8 @@ def test_workspace_from_torch_allocator():
     out = torch.empty_like(x)
     gc.collect()
     before = torch.cuda.memory_allocated()
-    plan = CUFFTEngine(t, execution=CUDA, package="torch", stream=stream)
+    from mathpy import _packages
+    plan = CUFFTEngine(t, execution=CUDA, allocator=_packages.get("torch").on(0, stream))
     assert plan.workspace_bytes > 0 and torch.cuda.memory_allocated() >= before + plan.workspace_bytes
     plan.execute(x.data_ptr(), out.data_ptr(), -1, stream)
     torch.cuda.synchronize()

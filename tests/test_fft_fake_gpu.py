@@ -96,10 +96,14 @@ class FakeCuPy(_packages.ArrayPackage):
     def current_stream(self, device_id):
         return self.current
 
-    @contextlib.contextmanager
     def stream_scope(self, device_id, stream):
-        previous = self.current
-        self.current = previous if stream is None else stream
+        if stream is None or stream == self.current:
+            return contextlib.nullcontext()  # as CuPy's: nothing to switch
+        return self._switch(stream)
+
+    @contextlib.contextmanager
+    def _switch(self, stream):
+        previous, self.current = self.current, stream
         try:
             yield
         finally:

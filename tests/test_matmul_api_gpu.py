@@ -211,6 +211,47 @@ def test_explicit_stream(gxp):
         np.testing.assert_allclose(gxp.to_numpy(got), a @ b, rtol=1e-11)
 
 
+def test_threads_on_their_own_streams_share_cached_plans(gxp):
+    """8 threads, each on its own stream, run the stateless matmul on 3 shapes (a skinny one, which autotunes and
+    uses a workspace): one cached plan per shape, hits on every later call, results right."""
+    import threading
+    shapes = [(64, 4096, 4096), (M, K, N), (256, 256, 256)]  # (m, k, n); the first is skinny and >= 2 GFLOP
+    operands = {s: (RNG.standard_normal(s[:2]).astype(np.float32), RNG.standard_normal(s[1:]).astype(np.float32))
+                for s in shapes}
+    expected = {s: a.astype(np.float64) @ b for s, (a, b) in operands.items()}
+    device = {s: (gxp.asarray(a), gxp.asarray(b)) for s, (a, b) in operands.items()}
+    if gxp.name == "cupy":
+        import cupy
+        make_stream, scope = (lambda: cupy.cuda.Stream(non_blocking=True)), (lambda s: s)
+    else:
+        import torch
+        make_stream, scope = torch.cuda.Stream, torch.cuda.stream
+    matmul_plan_cache.clear()
+    before, errors = matmul_plan_cache.info(), []
+
+    def work():
+        try:
+            stream = make_stream()
+            with scope(stream):
+                for _ in range(4):
+                    for s in shapes:
+                        got = matmul(*device[s])
+                        stream.synchronize()
+                        np.testing.assert_allclose(gxp.to_numpy(got), expected[s], rtol=1e-4, atol=2e-3)
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    info = matmul_plan_cache.info()
+    assert info.misses - before.misses == len(shapes) and info.evictions == before.evictions
+    assert info.hits - before.hits == 8 * 4 * len(shapes) - len(shapes)
+
+
 def test_plan_cache_bounds_workspace(gxp):
     old = matmul_plan_cache.info()
     try:

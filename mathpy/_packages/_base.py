@@ -31,6 +31,12 @@ class ArrayPackage:
         """``(shape, strides in elements, dtype, device_id or None, data pointer)`` of an array of this package."""
         raise NotImplementedError
 
+    def facts(self, array):
+        """``(key, address)``: cheap hashable facts that fix the array's layout and place (shape, strides, dtype,
+        device, in the package's own terms) and its address: what the stateless calls key their prepared calls on."""
+        shape, strides, dtype, device_id, pointer = self.describe(array)
+        return (tuple(shape), tuple(strides), dtype, device_id), pointer
+
     def pointer(self, array):
         """The address of the array's first element."""
         raise NotImplementedError
@@ -108,6 +114,20 @@ class ArrayPackage:
     def _empty(self, shape, dtype, device_id, zero):
         raise NotImplementedError
 
+    def _maker(self, device_id, stream, shape, dtype, order, zero):
+        """A function ``() -> new array`` (see :meth:`PackageStream.maker`); packages with a cheaper way override."""
+        scope, empty, ordered = self.stream_scope, self._empty, self._empty_ordered
+
+        def make():
+            if device_id is None:
+                return empty(shape, dtype, None, zero) if order is None else \
+                    ordered(shape, dtype, None, order, zero)
+            with scope(device_id, stream):
+                if order is None:
+                    return empty(shape, dtype, device_id, zero)
+                return ordered(shape, dtype, device_id, order, zero)
+        return make
+
     def _empty_ordered(self, shape, dtype, device_id, order, zero):
         base = self._empty(tuple(shape[a] for a in order), dtype, device_id, zero)
         return self.transpose(base, tuple(int(i) for i in np.argsort(order)))
@@ -160,6 +180,13 @@ class PackageStream:
             if order is None or order == tuple(range(len(shape))):
                 return self.package._empty(shape, np.dtype(dtype), self.device_id, zero)
             return self.package._empty_ordered(shape, np.dtype(dtype), self.device_id, tuple(order), zero)
+
+    def maker(self, shape, dtype, order=None, zero=False):
+        """A function ``() -> new array`` doing :meth:`empty` (same arguments) with everything but the allocation
+        resolved once: what the prepared calls use for their results, call after call."""
+        shape = tuple(shape)
+        order = None if order is None or tuple(order) == tuple(range(len(shape))) else tuple(order)
+        return self.package._maker(self.device_id, self.stream, shape, np.dtype(dtype), order, zero)
 
     def empty_like_layout(self, shape, strides, dtype):
         """A new array of ``shape`` whose dense storage has the axis order of ``strides``."""

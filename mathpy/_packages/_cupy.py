@@ -2,6 +2,9 @@
 arrive or CuPy holds device memory for host operands."""
 
 import contextlib
+import operator
+
+import numpy as np
 
 try:
     import cupy
@@ -21,13 +24,19 @@ class CuPyPackage(ArrayPackage):
         super().__init__()
         self._wrappers = {}  # raw stream -> cupy stream object (they own nothing: reusable)
         self._devices = {}
+        if type(self).pointer is CuPyPackage.pointer:  # hot paths: a C accessor
+            self.pointer = operator.attrgetter("data.ptr")
 
     def owns(self, obj):
         return isinstance(obj, cupy.ndarray)
 
     def describe(self, array):
         itemsize = array.dtype.itemsize
-        return array.shape, tuple(s // itemsize for s in array.strides), array.dtype, array.device.id, array.data.ptr
+        return (array.shape, tuple(map(itemsize.__rfloordiv__, array.strides)), array.dtype, array.device.id,
+                array.data.ptr)
+
+    def facts(self, array):
+        return (array.shape, array.strides, array.dtype, array.device.id), array.data.ptr
 
     def pointer(self, array):
         return array.data.ptr
@@ -79,6 +88,22 @@ class CuPyPackage(ArrayPackage):
     def adopt(self, obj):
         """A CuPy view of a foreign object with ``__cuda_array_interface__``."""
         return cupy.asarray(obj)
+
+    def _maker(self, device_id, stream, shape, dtype, order, zero):
+        create = cupy.zeros if zero else cupy.empty
+        transpose = None
+        if order is not None:
+            shape, transpose = tuple(shape[a] for a in order), tuple(int(i) for i in np.argsort(order))
+        get_device, current = cupy.cuda.runtime.getDevice, cupy.cuda.get_current_stream
+
+        def make():
+            if get_device() == device_id and (stream is None or current().ptr == stream):  # the hot path
+                array = create(shape, dtype)
+            else:
+                with self.stream_scope(device_id, stream):
+                    array = create(shape, dtype)
+            return array if transpose is None else array.transpose(transpose)
+        return make
 
     def _empty(self, shape, dtype, device_id, zero):
         return (cupy.zeros if zero else cupy.empty)(shape, dtype)

@@ -17,8 +17,11 @@ class NumPyPackage(ArrayPackage):
 
     def describe(self, array):
         itemsize = array.dtype.itemsize
-        return (array.shape, tuple(s // itemsize for s in array.strides), array.dtype, None,
+        return (array.shape, tuple(map(itemsize.__rfloordiv__, array.strides)), array.dtype, None,
                 array.__array_interface__["data"][0])
+
+    def facts(self, array):
+        return (array.shape, array.strides, array.dtype, None), array.__array_interface__["data"][0]
 
     def pointer(self, array):
         return array.__array_interface__["data"][0]

@@ -2,6 +2,7 @@
 torch <-> NumPy dtype table lives here. Imported only when torch tensors arrive or torch holds device memory."""
 
 import contextlib
+import functools
 
 import numpy as np
 try:
@@ -44,6 +45,10 @@ class TorchPackage(ArrayPackage):
         self._wrappers = {}  # (device, raw stream) -> torch stream object
         self._devices = {}
         self.raw_current_stream = _raw_current_stream
+        if type(self).current_stream is TorchPackage.current_stream:  # hot paths call torch's C accessors directly
+            self.current_stream = _raw_current_stream
+        if type(self).pointer is TorchPackage.pointer:
+            self.pointer = torch.Tensor.data_ptr
 
     def owns(self, obj):
         return isinstance(obj, torch.Tensor)
@@ -60,6 +65,9 @@ class TorchPackage(ArrayPackage):
         else:
             raise ValueError(f"torch tensors on {device.type!r} are not supported; use 'cpu' or 'cuda'")
         return tensor.shape, tensor.stride(), dtype, device_id, tensor.data_ptr()
+
+    def facts(self, tensor):
+        return (tensor.shape, tensor.stride(), tensor.dtype, tensor.device), tensor.data_ptr()
 
     def pointer(self, tensor):
         return tensor.data_ptr()
@@ -151,6 +159,26 @@ class TorchPackage(ArrayPackage):
         tensor = torch.empty_strided(shape, dense_strides(shape, order), dtype=TO_TORCH[dtype],
                                      device=self.device(device_id))
         return tensor.zero_() if zero else tensor
+
+    def _maker(self, device_id, stream, shape, dtype, order, zero):
+        strides = dense_strides(shape, order if order is not None else range(len(shape)))
+        create = functools.partial(torch.empty_strided, shape, strides, dtype=TO_TORCH[dtype],
+                                   device=self.device(device_id))
+        if zero:
+            empty = create
+
+            def create():
+                return empty().zero_()
+        if device_id is None or stream is None:
+            return create
+        current, scope = self.current_stream, self.stream_scope
+
+        def make():
+            if current(device_id) == stream:  # the hot path: the stream is the current one
+                return create()
+            with scope(device_id, stream):
+                return create()
+        return make
 
     def _copy_into(self, destination, source):
         if not isinstance(source, torch.Tensor):

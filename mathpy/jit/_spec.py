@@ -1,6 +1,6 @@
 """What a callback is compiled for: kind, element type, user-data type, compute capability; cuFFT's names and codes.
 
-Pure Python (no numba import): the compile cache and the FFT layer use it on the fast path.
+Pure Python (no numba import): the compile cache and the FFT layer use it on every call.
 """
 
 import dataclasses

@@ -24,7 +24,8 @@ Conventions:
   CPU and the GPU (``_layout.engine_layout``); for the stateless functions that is the layout of the operand after
   promotion and ``n``/``s`` padding or cropping (a new C-contiguous array whenever either changed it).
 - Plans behind the stateless functions are cached (LRU, bounded by count and workspace bytes), keyed by the layouts,
-  dtypes, axes, execution space, device, stream and the callbacks with their user data.
+  dtypes, axes, execution space, device and the callbacks with their user data; not by stream (one plan serves every
+  stream). A repeated stateless call with the same argument facts runs the first call's prepared call.
 
 Engines: ``_cpu.CPUEngine`` (scipy.fft, CPU callbacks through numba) and ``_cufft.CUFFTEngine`` (cuFFT with LTO
 callbacks); both execute a ``_layout.Transform`` unnormalised and see callbacks with the same offsets.

@@ -30,13 +30,13 @@ class FFTCall:
     """``problem`` executed by ``engine``; the bound callbacks are kept for as long as the call may run, and
     ``cache_key`` is the engine's key in a plan cache (what the stateless functions borrow it under)."""
 
-    __slots__ = ("problem", "engine", "callbacks", "cache_key", "_holder", "_lock", "_run", "_out_shape", "_out_dtype",
-                 "_out_order", "_scale_type", "_device_id", "_pointer")
+    __slots__ = ("problem", "engine", "callbacks", "cache_key", "holder", "_lock", "_run", "_out_shape", "_out_dtype",
+                 "_out_order", "_scale_type", "_device_id", "_pointer", "_makers")
 
     def __init__(self, problem, engine, callbacks=(), cache_key=None):
         self.problem, self.engine, self.callbacks, self.cache_key = problem, engine, tuple(callbacks), cache_key
         t = problem.transform
-        self._holder = _packages.get(problem.holder)
+        self.holder = _packages.get(problem.holder)
         self._lock = getattr(engine, "lock", None) or _NO_LOCK
         executor = getattr(engine, "executor", None)
         self._run = executor() if executor is not None else engine.execute
@@ -44,19 +44,29 @@ class FFTCall:
         order = problem.out_order
         self._out_order = None if order == tuple(range(len(order))) else order
         self._scale_type, self._device_id = problem.scale_type, problem.device_id
-        self._pointer = self._holder.pointer
+        self._pointer = self.holder.pointer
+        self._makers = {}  # stream -> the output's allocation on it, resolved once
 
     # --- the direct GPU case ---------------------------------------------------------------------------------------
     def execute_direct(self, x_ptr, direction, stream, scale=None):
         """Transform the device data at ``x_ptr`` (laid out as ``problem.transform.input_strides``) on raw
         ``stream``; returns the new output array (of the holder package, on the device)."""
-        queue = self._holder.on(self._device_id, stream)
-        result = queue.empty(self._out_shape, self._out_dtype, self._out_order)
+        make = self._makers.get(stream)
+        if make is None:
+            make = self._maker(stream)
+        result = make()
         with self._lock:
             self._run(x_ptr, self._pointer(result), direction, stream)
         if scale is not None:
-            queue.scale(result, self._scale_type(scale))
+            self.holder.on(self._device_id, stream).scale(result, self._scale_type(scale))
         return result
+
+    def _maker(self, stream):
+        if len(self._makers) > 64:  # streams come and go
+            self._makers.clear()
+        make = self._makers[stream] = self.holder.on(self._device_id, stream).maker(self._out_shape, self._out_dtype,
+                                                                                    self._out_order)
+        return make
 
     # --- every case ----------------------------------------------------------------------------------------------
     def execute(self, op, direction, stream, scale=None, out=None, staging=None):
@@ -66,7 +76,7 @@ class FFTCall:
         p = self.problem
         if not p.on_gpu:
             return self._execute_cpu(op, direction, scale, out, staging)
-        queue = self._holder.on(self._device_id, stream)
+        queue = self.holder.on(self._device_id, stream)
         if p.copy_input:
             t = p.transform
             if op.on_host:  # one upload into the dense buffer, in its storage order

@@ -249,16 +249,6 @@ def _stage_options(fft_type, inplace, parity, blocking):
     return found
 
 
-def _reuse(name, a, params, out, prolog, epilog, options, execution, stream):
-    """``(result, None)`` when a prepared call of an earlier call with the same facts ran (:mod:`._stateless`), else
-    ``(None, key)``: the key under which the full path leaves its prepared call (None: it leaves none)."""
-    key = _stateless.call_key(name, params, a, out, prolog, epilog, options, execution)
-    if key is None:
-        return None, None
-    result = _stateless.run(key, a, stream)
-    return (None, key) if result is _stateless.MISSED else (result, None)
-
-
 def _finish_out(out_op, result):
     if out_op is None or result is out_op.tensor:
         return result
@@ -281,7 +271,7 @@ def _one_axis(a, n, axis):
 def fft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
         stream=None):
     """One-dimensional discrete Fourier transform (as ``numpy.fft.fft``)."""
-    result, key = _reuse("fft", a, (n, axis, norm), out, prolog, epilog, options, execution, stream)
+    result, key = _stateless.reuse("fft", (n, axis, norm), a, out, prolog, epilog, options, execution, stream)
     if result is not None:
         return result
     axis, n = _one_axis(a, n, axis)
@@ -291,7 +281,7 @@ def fft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, op
 def ifft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
          stream=None):
     """One-dimensional inverse discrete Fourier transform (as ``numpy.fft.ifft``)."""
-    result, key = _reuse("ifft", a, (n, axis, norm), out, prolog, epilog, options, execution, stream)
+    result, key = _stateless.reuse("ifft", (n, axis, norm), a, out, prolog, epilog, options, execution, stream)
     if result is not None:
         return result
     axis, n = _one_axis(a, n, axis)
@@ -301,7 +291,7 @@ def ifft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, o
 def rfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
          stream=None):
     """One-dimensional FFT of a real operand: the n//2+1 non-negative frequencies (as ``numpy.fft.rfft``)."""
-    result, key = _reuse("rfft", a, (n, axis, norm), out, prolog, epilog, options, execution, stream)
+    result, key = _stateless.reuse("rfft", (n, axis, norm), a, out, prolog, epilog, options, execution, stream)
     if result is not None:
         return result
     axis, n = _one_axis(a, n, axis)
@@ -311,7 +301,7 @@ def rfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, o
 def irfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
           stream=None):
     """Inverse of :func:`rfft`: a real result of length ``n`` (default ``2 * (m - 1)``) (as ``numpy.fft.irfft``)."""
-    result, key = _reuse("irfft", a, (n, axis, norm), out, prolog, epilog, options, execution, stream)
+    result, key = _stateless.reuse("irfft", (n, axis, norm), a, out, prolog, epilog, options, execution, stream)
     if result is not None:
         return result
     axis, m = _one_axis(a, None, axis)
@@ -347,8 +337,8 @@ def ihfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, 
 def fftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
          stream=None):
     """N-dimensional FFT over ``axes`` (all by default) (as ``numpy.fft.fftn``)."""
-    result, key = _reuse("fftn", a, (_hashable(s), _hashable(axes), norm), out, prolog, epilog, options, execution,
-                          stream)
+    result, key = _stateless.reuse("fftn", (_hashable(s), _hashable(axes), norm), a, out, prolog, epilog, options,
+                                    execution, stream)
     if result is not None:
         return result
     lengths, axes = _cook_nd(_shape(a), s, axes, False)
@@ -358,8 +348,8 @@ def fftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None,
 def ifftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
           stream=None):
     """N-dimensional inverse FFT (as ``numpy.fft.ifftn``)."""
-    result, key = _reuse("ifftn", a, (_hashable(s), _hashable(axes), norm), out, prolog, epilog, options, execution,
-                          stream)
+    result, key = _stateless.reuse("ifftn", (_hashable(s), _hashable(axes), norm), a, out, prolog, epilog, options,
+                                    execution, stream)
     if result is not None:
         return result
     lengths, axes = _cook_nd(_shape(a), s, axes, False)
@@ -369,8 +359,8 @@ def ifftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None
 def rfftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
           stream=None):
     """N-dimensional FFT of a real operand; the last axis is halved (as ``numpy.fft.rfftn``)."""
-    result, key = _reuse("rfftn", a, (_hashable(s), _hashable(axes), norm), out, prolog, epilog, options, execution,
-                          stream)
+    result, key = _stateless.reuse("rfftn", (_hashable(s), _hashable(axes), norm), a, out, prolog, epilog, options,
+                                    execution, stream)
     if result is not None:
         return result
     lengths, axes = _cook_nd(_shape(a), s, axes, False)
@@ -380,8 +370,8 @@ def rfftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None
 def irfftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
            stream=None):
     """Inverse of :func:`rfftn` (as ``numpy.fft.irfftn``)."""
-    result, key = _reuse("irfftn", a, (_hashable(s), _hashable(axes), norm), out, prolog, epilog, options, execution,
-                          stream)
+    result, key = _stateless.reuse("irfftn", (_hashable(s), _hashable(axes), norm), a, out, prolog, epilog, options,
+                                    execution, stream)
     if result is not None:
         return result
     lengths, axes = _cook_nd(_shape(a), s, axes, True)
@@ -422,6 +412,6 @@ def _shape(a):
 
 
 def _hashable(value):
-    """``s`` / ``axes`` as a recipe-key part: lists become tuples; anything else unhashable is left for the general
-    path to judge (the lookup then fails with TypeError and is skipped)."""
+    """``s`` / ``axes`` as part of a prepared call's key: lists become tuples; anything else unhashable is left for the
+    full path to judge (the lookup then fails with TypeError and is skipped)."""
     return tuple(value) if type(value) is list else value

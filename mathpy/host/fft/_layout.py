@@ -101,6 +101,11 @@ class Transform:
             if not ok or i < 1 or o < 1:
                 raise ValueError(f"{self.fft_type} input shape {self.input_shape} and output shape {self.output_shape} "
                                  f"do not match along axis {axis}")
+        # plan caches hash Transforms on every stateless call: hash once
+        set_(self, "_hash", hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self))))
+
+    def __hash__(self):
+        return self._hash
 
     @property
     def n(self):

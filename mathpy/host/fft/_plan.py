@@ -27,7 +27,7 @@ from ..._errors import InvalidPlanStateError
 from ..._execution import ExecutionCPU, resolve_execution
 from ..._log import logger
 from ..._options import check_or_create_options
-from ..._plan_cache import PlanCache
+from ..._plan_cache import PlanCache, PlanKey
 from ..._streams import stream_pointer
 from ._call import FFTCall, new_staging
 from ._callback import as_callback, bind_callback
@@ -196,8 +196,8 @@ class FFT:
             engine = make_engine(t, execution, bound_prolog, bound_epilog, allocator)
             return engine, engine.workspace_bytes
 
-        key = p.engine_key + (None if bound_prolog is None else bound_prolog.key,
-                              None if bound_epilog is None else bound_epilog.key)
+        key = PlanKey(p.engine_key + (None if bound_prolog is None else bound_prolog.key,
+                                      None if bound_epilog is None else bound_epilog.key))
         if self._cache is not None:
             entry = self._cache.acquire(key, create)
             resources = _Resources(entry.plan, self._cache, entry)

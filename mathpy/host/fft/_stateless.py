@@ -21,7 +21,7 @@ from ._callback import Callback
 from ._call import FFTCall
 from ._plan import plan_cache
 
-__all__ = ["call_key", "run", "remember", "forget", "remembered", "MISSED"]
+__all__ = ["reuse", "remember", "forget", "remembered", "MISSED"]
 
 MISSED = object()
 _calls = {}  # key -> _Remembered
@@ -49,64 +49,49 @@ def _callback_facts(value):
     if isinstance(data, (bool, int, float, complex, np.generic)):
         return value.function, type(data), data
     package = _packages.interface_of(data)
-    if package is None or not package.device_arrays and package.name != "numpy":
+    if package is None:
         return MISSED
-    return (value.function, package.name) + tuple(package.describe(data))  # the address too: data is read in place
+    facts, address = package.facts(data)
+    return value.function, package.name, facts, address  # the address too: the plan reads the data in place
 
 
-def call_key(name, params, a, out, prolog, epilog, options, execution):
-    """The key of a stateless call, or None when the call cannot reuse a prepared call (``out=``, a dict of options,
-    arguments that cannot be hashed)."""
+def reuse(name, params, a, out, prolog, epilog, options, execution, stream):
+    """``(result, None)`` when the prepared call remembered for this call's facts ran, else ``(None, key)``: the key
+    under which the full path may leave its prepared call (None: this call cannot reuse one: ``out=``, a dict of
+    options, user data copied at every call, unhashable arguments)."""
     if out is not None or type(options) is dict:
-        return None
+        return None, None
     package = _packages.interface_of(a)
     if package is None:
-        return None
-    shape, strides, dtype, device_id, _ = package.describe(a)
-    pro, epi = _callback_facts(prolog), _callback_facts(epilog)
+        return None, None
+    facts, pointer = package.facts(a)
+    pro = None if prolog is None else _callback_facts(prolog)
+    epi = None if epilog is None else _callback_facts(epilog)
     if pro is MISSED or epi is MISSED:
-        return None
-    key = (name, params, package.name, tuple(shape), tuple(strides), dtype, device_id, pro, epi, options, execution,
-           _execution.get_execution_space())
+        return None, None
+    key = (name, params, package.name, facts, pro, epi, options, execution, _execution.scoped_execution())
     try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
-
-
-def run(key, a, stream):
-    """Run the prepared call remembered under ``key`` on operand ``a``; MISSED when there is none (or its engine was
-    evicted, or a callback's code changed): the caller then takes the full path."""
-    found = _calls.get(key)
+        found = _calls.get(key)
+    except TypeError:  # an unhashable argument: the full path judges it
+        return None, None
     if found is None:
-        return MISSED
+        return None, key
     for snapshot in found.snapshots:
-        if not snapshot.valid():
-            _calls.pop(key, None)
-            return MISSED
+        if not snapshot.valid():  # a callback's code or a global it reads changed: compile and plan again
+            return None, key
     call = found.call
     entry = plan_cache.acquire(call.cache_key)
     if entry is None:  # evicted: plan again
-        _calls.pop(key, None)
-        return MISSED
+        return None, key
     try:
         if entry.plan is not call.engine:  # planned again since (by another call): bind to the cached engine
-            call = FFTCall(call.problem, entry.plan, call.callbacks, call.cache_key)
-            found.call = call
+            call = found.call = FFTCall(call.problem, entry.plan, call.callbacks, call.cache_key)
         p = call.problem
-        if p.direct:
-            handle = stream_handle(stream)
-            if handle is None:
-                handle = _packages.get(p.holder).current_stream(p.device_id)
-            return call.execute_direct(_packages.get(p.holder).pointer(a), found.direction, handle, found.scale)
-        op = _operands.wrap_operand(a)
-        handle = None
         if p.on_gpu:
-            handle = stream_handle(stream)
-            if handle is None:
-                handle = _packages.get(p.holder).current_stream(p.device_id)
-        return call.execute(op, found.direction, handle, found.scale)
+            stream = call.holder.current_stream(p.device_id) if stream is None else stream_handle(stream)
+            if p.direct:
+                return call.execute_direct(pointer, found.direction, stream, found.scale), None
+        return call.execute(_operands.wrap_operand(a), found.direction, stream, found.scale), None
     finally:
         plan_cache.release(entry)
 

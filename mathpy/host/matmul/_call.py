@@ -64,18 +64,21 @@ class MatmulCall:
             else:
                 order = None
             self._outputs.append((name, layout, shape, order, zero))
+        self._makers = {}  # stream -> (make D, ((name, make output), ...)): allocations resolved once per stream
+        f = finish
+        self._bare = not self._outputs and not (f.vector_a or f.vector_b) and f.like is None and not f.blocking
 
     def detached(self):
         """The same call without its operands (for :meth:`execute_pointers` only): what the stateless memo keeps, so
         that it holds no caller's array alive."""
         copy = _copy(self)
-        copy.staged, copy._fixed, copy._direct_args = {}, {}, None
+        copy.staged, copy._fixed, copy._direct_args, copy._makers = {}, {}, None, {}
         return copy
 
     def rebind(self, engine, cache_key):
         """The same call on another engine of the same problem (the cache planned it again)."""
         copy = _copy(self)
-        copy.engine, copy.cache_key = engine, cache_key
+        copy.engine, copy.cache_key, copy._makers = engine, cache_key, {}
         copy._lock = getattr(engine, "lock", None) or _NO_LOCK
         return copy
 
@@ -95,17 +98,29 @@ class MatmulCall:
     def execute_pointers(self, a, b, c, inputs, stream):
         """:meth:`execute` for a ``direct`` call on other operands of the same facts, given by device address (``c``
         None without C; ``inputs``: epilog input addresses by name)."""
-        queue = self.holder.on(self.device_id, stream)
+        makers = self._makers.get(stream)
+        if makers is None:
+            makers = self._new_makers(stream)
         pointer = self.holder.pointer
-        shape, dtype, order = self._d
-        d = queue.empty(shape, dtype, order)
+        d = makers[0]()
         outputs, out_args = {}, {}
-        for name, layout, shape, order, zero in self._outputs:
-            outputs[name] = tensor = queue.empty(shape, layout.dtype, order, zero)
+        for name, make in makers[1]:
+            outputs[name] = tensor = make()
             out_args[name] = pointer(tensor)
         with self._lock:
             self.engine.execute(a, b, c, pointer(d), inputs, out_args, self.alpha, self.beta, stream)
-        return self._finish(d, outputs, queue, stream)
+        if self._bare:  # nothing to drop, move or wait for
+            return d
+        return self._finish(d, outputs, self.holder.on(self.device_id, stream), stream)
+
+    def _new_makers(self, stream):
+        if len(self._makers) > 64:  # streams come and go
+            self._makers.clear()
+        queue = self.holder.on(self.device_id, stream)
+        shape, dtype, order = self._d
+        makers = self._makers[stream] = (queue.maker(shape, dtype, order), tuple(
+            (name, queue.maker(shape, layout.dtype, order, zero)) for name, layout, shape, order, zero in self._outputs))
+        return makers
 
     def arguments(self, stream, queue=None):
         """``(execute keyword arguments, (D, outputs, copies to keep alive until the engine call is queued))``."""

@@ -13,33 +13,25 @@ copy is made. The result D (and C) must be stored column-major as they are (cuBL
 
 Batches are cuBLASLt's strided batches, one stride per operand (0 broadcasts one matrix over the batch).
 
-**Epilogs** (formats of :mod:`._epilog`): the bias (or bias gradient) is ``BIAS_POINTER`` with its batch stride, in
-its dtype when it differs from D's; RELU bitmasks and GELU inputs are ``EPILOGUE_AUX_POINTER`` with the layout's
-``col_stride`` as ``EPILOGUE_AUX_LD`` and its batch stride (both in bits for the bitmask, as cuBLASLt counts them).
+**Epilogs**: each epilog operand's handler (:mod:`._epilog_operands`) sets its descriptor attributes; pointers are
+set per execute, only when they changed.
 
 **Algorithms.** Planning asks cuBLASLt's heuristic for ``preferences.limit`` candidates (workspace bounded by
 ``preferences.max_workspace_bytes``, 32 MiB by default as torch gives cuBLASLt on Hopper). ``algorithms[0]`` is the
 one in use; assigning to the list (``engine.algorithms[:] = [...]``) changes it. :meth:`CublasLtEngine.autotune` times
-every candidate with CUDA events on the real operands and moves the fastest to the front.
+every candidate with CUDA events on the real operands and moves the fastest to the front. Skinny products autotune by
+themselves on their first execute, over a wider pool of :data:`SELF_AUTOTUNE_POOL` candidates, and tiny ones put a
+single-kernel candidate first (the rules and their measurements: :mod:`._algorithms`).
 
-**Skinny problems.** cuBLASLt's first heuristic answer is often not the fastest when M or N is small or K is small
-(measured: 64 x 8192 x 8192 bf16 runs 1.7x slower with it than torch's choice). For such problems (see
-:func:`needs_autotune`) the engine autotunes by itself on the first :meth:`~CublasLtEngine.execute`, on that call's
-operands: it times a wider pool of :data:`SELF_AUTOTUNE_POOL` heuristic candidates (the fastest kernel for a skinny
-product is often further down the list), puts the winner first and keeps it; the plan's ``algorithms`` stay at most
-``limit`` long. The stateless ``mathpy.matmul`` pays this (a few ms) once per cached plan. The engine's
-``autotune_first_execute=False`` keeps the heuristic's order (the matmul API does not expose it).
-
-**Tiny products** (at most :data:`HOST_BOUND_FLOPS`) are bound by the host's cost per call: the first candidate that
-runs as one kernel (no split-K) is moved to the front.
+**Streams.** The workspace is allocated on the plan's home stream and used there; an execute on another stream takes
+one from the same pool in that stream's order, so one plan (and one plan cache entry) serves every stream.
 
 **BGRADA / BGRADB** have kernels only for op(A) = N and op(B) = T respectively (cuBLASLt 13.1 on an H200, every real
 dtype); the matmul API copies A or B into those layouts.
 
 **The hot path.** :meth:`~CublasLtEngine.execute` calls the cached ``cublasLtMatmul`` function object with a prebuilt
-argument list of plain ints (descriptor handles, addresses of the host alpha/beta buffers and of the algorithm); per
-call it only writes the operand pointers and the stream into that list, rewrites alpha/beta when they change, and
-sets an epilog pointer attribute only when that pointer changed.
+argument list of plain ints; per call it only writes the operand pointers and the stream into that list and rewrites
+alpha/beta when they change.
 
 >>> from mathpy.host.matmul._problem import row_major, col_major
 >>> as_column_major(row_major(3, 5, 1, "float32"))   # a row-major 3 x 5 is the column-major 5 x 3 storage, op T

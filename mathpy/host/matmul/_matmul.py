@@ -33,7 +33,7 @@ from ..._errors import InvalidPlanStateError
 from ..._execution import ExecutionCPU, ExecutionCUDA, resolve_execution
 from ..._log import logger
 from ..._options import check_or_create_options
-from ..._plan_cache import PlanCache
+from ..._plan_cache import PlanCache, PlanKey
 from ..._streams import stream_pointer
 from ._call import Finish, MatmulCall, holder_for
 from ._epilog import EPILOG_INPUT_NAMES, as_epilog, epilog_spec
@@ -234,7 +234,7 @@ class Matmul:
 
             cache_key = None
             if self._cache is not None:
-                cache_key = (problem.key, execution, options, preferences)
+                cache_key = PlanKey((problem.key, execution, options, preferences))
                 entry = self._cache.acquire(cache_key, create)
                 cache = self._cache
                 self._engine, self._release = entry.plan, lambda: cache.release(entry)

@@ -27,18 +27,18 @@ def matmul(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None,
     copy reuses the prepared call of the first one (see the module docstring)."""
     key, pointers = _call_key(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution)
     if key is not None:
-        call = _calls.get(key)
+        try:
+            call = _calls.get(key)
+        except TypeError:  # an unhashable argument: Matmul judges it
+            call = key = None
         if call is not None:
             entry = matmul_plan_cache.acquire(call.cache_key)
             if entry is not None:
                 try:
                     if entry.plan is not call.engine:  # planned again since: bind to the cached engine
                         call = _calls[key] = call.rebind(entry.plan, call.cache_key)
-                    handle = stream_handle(stream)
-                    if handle is None:
-                        handle = call.holder.current_stream(call.device_id)
-                    a_ptr, b_ptr, c_ptr, inputs = pointers
-                    return call.execute_pointers(a_ptr, b_ptr, c_ptr, inputs, handle)
+                    stream = call.holder.current_stream(call.device_id) if stream is None else stream_handle(stream)
+                    return call.execute_pointers(*pointers, stream)
                 finally:
                     matmul_plan_cache.release(entry)
             _calls.pop(key, None)  # evicted: plan again
@@ -67,14 +67,13 @@ def forget():
 
 
 def _facts(obj):
-    """(key facts, device address) of a device array, or None (the memo does not apply to it)."""
+    """(key facts, address) of an array of a package with device arrays, or None (the memo does not apply: only
+    calls on device operands that need no copy are remembered)."""
     package = _packages.interface_of(obj)
     if package is None or not package.device_arrays:
         return None
-    shape, strides, dtype, device_id, pointer = package.describe(obj)
-    if device_id is None:
-        return None
-    return (package.name, tuple(shape), tuple(strides), dtype, device_id), pointer
+    facts, pointer = package.facts(obj)
+    return (package.name, facts), pointer
 
 
 def _call_key(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution):
@@ -104,9 +103,5 @@ def _call_key(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences,
     if type(preferences) is dict:
         preferences = tuple(sorted(preferences.items()))
     key = (fa[0], fb[0], None if fc is None else fc[0], type(alpha), alpha, type(beta), beta, epilog, inputs, options,
-           preferences, execution, _execution.get_execution_space())
-    try:
-        hash(key)
-    except TypeError:
-        return None, None
+           preferences, execution, _execution.scoped_execution())
     return key, (fa[1], fb[1], None if fc is None else fc[1], pointers)
