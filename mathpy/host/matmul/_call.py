@@ -118,8 +118,9 @@ class MatmulCall:
             self._makers.clear()
         queue = self.holder.on(self.device_id, stream)
         shape, dtype, order = self._d
-        makers = self._makers[stream] = (queue.maker(shape, dtype, order), tuple(
-            (name, queue.maker(shape, layout.dtype, order, zero)) for name, layout, shape, order, zero in self._outputs))
+        outputs = tuple((name, queue.maker(out_shape, layout.dtype, out_order, zero))
+                        for name, layout, out_shape, out_order, zero in self._outputs)
+        makers = self._makers[stream] = (queue.maker(shape, dtype, order), outputs)
         return makers
 
     def arguments(self, stream, queue=None):
