@@ -305,6 +305,7 @@ class CUFFTEngine:
         if self._handle is None:
             return
         self._handle = None
+        self._callbacks = None  # the user data: an evicted plan may stay referenced, it must not hold the data
         if self._parts is not None:
             for part in self._parts:
                 part.free()

@@ -78,10 +78,12 @@ def reuse(name, params, a, out, prolog, epilog, options, execution, stream):
         return None, key
     for snapshot in found.snapshots:
         if not snapshot.valid():  # a callback's code or a global it reads changed: compile and plan again
+            _calls.pop(key, None)
             return None, key
     call = found.call
     entry = plan_cache.acquire(call.cache_key)
     if entry is None:  # evicted: plan again
+        _calls.pop(key, None)
         return None, key
     try:
         if entry.plan is not call.engine:  # planned again since (by another call): bind to the cached engine
@@ -103,7 +105,8 @@ def remember(key, call, direction, scale):
     snapshots = tuple(cb.snapshot for cb in call.callbacks if cb is not None and cb.snapshot is not None)
     if len(_calls) >= _CALLS_MAX:
         _calls.clear()
-    _calls[key] = _Remembered(call, direction, scale, snapshots)
+    # without the bound callbacks: the cached engine keeps the user data alive as long as it may run, not this memo
+    _calls[key] = _Remembered(FFTCall(call.problem, call.engine, (), call.cache_key), direction, scale, snapshots)
 
 
 def remembered():
