@@ -149,8 +149,8 @@ class TestBindingTables:
 
     def test_epilog_values_match_the_api_enum(self):
         for epilog in MatmulEpilog:
-            assert lt.Epilog[epilog.name] == epilog.value
-        assert MatmulEpilog is lt.Epilog  # one enum: the binding's
+            assert lt.MatmulEpilog[epilog.name] == epilog.value
+        assert MatmulEpilog is lt.MatmulEpilog  # one enum: the binding's
 
     def test_values(self):
         assert (lt.MatmulDesc.EPILOGUE, lt.MatmulDesc.BIAS_POINTER, lt.MatmulDesc.EPILOGUE_AUX_POINTER,

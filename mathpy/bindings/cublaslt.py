@@ -13,7 +13,7 @@ size and answers CUBLAS_STATUS_INVALID_VALUE for a wrong one)::
 
 Nothing here needs a GPU or the library at import time; the library is loaded on the first call.
 
->>> ctypes.sizeof(HeuristicResult), HeuristicResult.wavesCount.offset, Epilog.GELU_AUX_BIAS.value
+>>> ctypes.sizeof(HeuristicResult), HeuristicResult.wavesCount.offset, MatmulEpilog.GELU_AUX_BIAS.value
 (96, 76, 164)
 >>> cuda_data_type("float16"), cuda_data_type("bfloat16")
 (<DataType.R_16F: 2>, <DataType.R_16BF: 14>)
@@ -29,7 +29,7 @@ from ._loader import STATUS, Library
 from ._types import DataType, cuda_data_type
 
 __all__ = [
-    "STATUS_NAMES", "DataType", "ComputeType", "Operation", "Order", "PointerMode", "Epilog", "MatmulDesc",
+    "STATUS_NAMES", "DataType", "ComputeType", "Operation", "Order", "PointerMode", "MatmulEpilog", "MatmulDesc",
     "MatrixLayout", "Preference", "AlgoConfig", "MatmulAlgo", "HeuristicResult", "library", "version",
     "cuda_data_type", "create_handle", "destroy_handle", "create_matmul_desc", "destroy_matmul_desc",
     "create_matrix_layout", "destroy_matrix_layout", "create_preference", "destroy_preference", "set_attribute",
@@ -92,9 +92,8 @@ class PointerMode(enum.IntEnum):
     DEVICE_VECTOR = 2
 
 
-class Epilog(enum.IntEnum):
-    """cublasLtEpilogue_t: what cuBLASLt applies to ``alpha * A @ B + beta * C`` before it stores D (public as
-    ``mathpy.MatmulEpilog``; inputs, outputs and formats in :mod:`mathpy.host.matmul._epilog`)."""
+class MatmulEpilog(enum.IntEnum):
+    """cuBLASLt's ``cublasLtEpilogue_t`` values: public as ``mathpy.MatmulEpilog``, passed to cuBLASLt unchanged."""
 
     DEFAULT = 1
     RELU = 2

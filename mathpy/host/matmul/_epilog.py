@@ -51,7 +51,7 @@ Formats (shapes are for a result of shape ``(*batch, M, N)``; a non-batched prod
 - ``drelu_bgrad`` / ``dgelu_bgrad`` / ``bgrada``: length M; ``bgradb``: length N. Shape ``(L,)`` when not batched,
   ``(*batch, L, 1)`` when batched; dtype of the result.
 
->>> MatmulEpilog.RELU_BIAS.value, epilog_spec("gelu_aux_bias").outputs, MatmulEpilog is lt.Epilog
+>>> MatmulEpilog.RELU_BIAS.value, epilog_spec("gelu_aux_bias").outputs, MatmulEpilog is lt.MatmulEpilog
 (6, ('gelu_aux',), True)
 >>> relu_aux_rows(5), gelu_aux_rows(5)
 (16, 8)
@@ -68,9 +68,8 @@ __all__ = ["MatmulEpilog", "EpilogSpec", "epilog_spec", "relu_aux_rows", "gelu_a
            "pack_bits", "unpack_bits", "EPILOG_INPUT_NAMES", "EPILOG_OUTPUT_NAMES"]
 
 
-#: cuBLASLt's ``cublasLtEpilogue_t`` (:class:`mathpy.bindings.cublaslt.Epilog`): the API passes its values to cuBLASLt
-#: unchanged, and the CPU engine implements the same ones.
-MatmulEpilog = lt.Epilog
+# The binding's enum itself: the API passes its values to cuBLASLt unchanged, and the CPU engine implements them.
+MatmulEpilog = lt.MatmulEpilog
 
 
 @dataclasses.dataclass(frozen=True)
