@@ -5,6 +5,9 @@ import dataclasses
 __all__ = ["check_or_create_options"]
 
 
+_DEFAULTS = {}
+
+
 def check_or_create_options(cls, value, name):
     """Return ``value`` as an instance of the dataclass ``cls``.
 
@@ -20,7 +23,12 @@ def check_or_create_options(cls, value, name):
     ValueError: options: unknown field 'bad'; allowed fields are ['blocking']
     """
     if value is None:
-        return cls()
+        found = _DEFAULTS.get(cls)
+        if found is None:
+            found = cls()
+            if cls.__dataclass_params__.frozen:  # immutable: one default instance serves every call
+                _DEFAULTS[cls] = found
+        return found
     if isinstance(value, cls):
         return value
     if isinstance(value, dict):

@@ -38,6 +38,7 @@ True
 
 import dataclasses
 import math
+import operator
 
 import numpy as np
 
@@ -102,7 +103,7 @@ class Transform:
                 raise ValueError(f"{self.fft_type} input shape {self.input_shape} and output shape {self.output_shape} "
                                  f"do not match along axis {axis}")
         # plan caches hash Transforms on every stateless call: hash once
-        set_(self, "_hash", hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self))))
+        set_(self, "_hash", hash(_fields_of_transform(self)))
 
     def __hash__(self):
         return self._hash
@@ -125,6 +126,9 @@ class Transform:
     @property
     def output_dtype(self):
         return self.precision if self.fft_type == "C2R" else _complex(self.precision)
+
+
+_fields_of_transform = operator.attrgetter(*(f.name for f in dataclasses.fields(Transform)))
 
 
 def _complex(precision):

@@ -44,6 +44,7 @@ by its handler in :mod:`._epilog_operands`):
 """
 
 import dataclasses
+import operator
 
 import numpy as np
 
@@ -122,7 +123,7 @@ class MatmulProblem:
     d_scale: float | None = None
 
     def __post_init__(self):  # plan caches hash problems on every stateless call: hash once
-        object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self))))
+        object.__setattr__(self, "_hash", hash(_fields_of_problem(self)))
 
     def __hash__(self):
         return self._hash
@@ -135,3 +136,6 @@ class MatmulProblem:
     @property
     def spec(self):
         return epilog_spec(self.epilog)
+
+
+_fields_of_problem = operator.attrgetter(*(f.name for f in dataclasses.fields(MatmulProblem)))
