@@ -29,7 +29,7 @@ import operator
 
 import numpy as np
 
-from ... import _cuda, _operands
+from ... import _cuda, _operands, _torch_route
 from ..._execution import ExecutionCUDA, resolve_execution
 from ..._options import check_or_create_options
 from ..._streams import stream_pointer
@@ -271,6 +271,8 @@ def _one_axis(a, n, axis):
 def fft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
         stream=None):
     """One-dimensional discrete Fourier transform (as ``numpy.fft.fft``)."""
+    if _torch_route.wanted(a, out, prolog, epilog):  # autograd / torch.compile: mathpy.torch
+        return _torch_route.fft("fft", a, n, axis, norm, out, prolog, epilog, options, execution, stream)
     result, key = _stateless.reuse("fft", (n, axis, norm), a, out, prolog, epilog, options, execution, stream)
     if result is not None:
         return result
@@ -281,6 +283,8 @@ def fft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, op
 def ifft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
          stream=None):
     """One-dimensional inverse discrete Fourier transform (as ``numpy.fft.ifft``)."""
+    if _torch_route.wanted(a, out, prolog, epilog):  # autograd / torch.compile: mathpy.torch
+        return _torch_route.fft("ifft", a, n, axis, norm, out, prolog, epilog, options, execution, stream)
     result, key = _stateless.reuse("ifft", (n, axis, norm), a, out, prolog, epilog, options, execution, stream)
     if result is not None:
         return result
@@ -291,6 +295,8 @@ def ifft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, o
 def rfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
          stream=None):
     """One-dimensional FFT of a real operand: the n//2+1 non-negative frequencies (as ``numpy.fft.rfft``)."""
+    if _torch_route.wanted(a, out, prolog, epilog):  # autograd / torch.compile: mathpy.torch
+        return _torch_route.fft("rfft", a, n, axis, norm, out, prolog, epilog, options, execution, stream)
     result, key = _stateless.reuse("rfft", (n, axis, norm), a, out, prolog, epilog, options, execution, stream)
     if result is not None:
         return result
@@ -301,6 +307,8 @@ def rfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, o
 def irfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
           stream=None):
     """Inverse of :func:`rfft`: a real result of length ``n`` (default ``2 * (m - 1)``) (as ``numpy.fft.irfft``)."""
+    if _torch_route.wanted(a, out, prolog, epilog):  # autograd / torch.compile: mathpy.torch
+        return _torch_route.fft("irfft", a, n, axis, norm, out, prolog, epilog, options, execution, stream)
     result, key = _stateless.reuse("irfft", (n, axis, norm), a, out, prolog, epilog, options, execution, stream)
     if result is not None:
         return result
@@ -314,6 +322,8 @@ def hfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, o
     """FFT of a Hermitian-symmetric signal given by its first half: a real spectrum (as ``numpy.fft.hfft``).
 
     Computed as ``irfft(conj(a), n, norm=swapped)``; callbacks apply to that C2R transform."""
+    if _torch_route.wanted(a, out, prolog, epilog):  # autograd / torch.compile: mathpy.torch
+        return _torch_route.fft("hfft", a, n, axis, norm, out, prolog, epilog, options, execution, stream)
     swapped = _SWAP[_check_norm(norm)]  # before any work: a bad norm is refused as numpy.fft does
     op = _operands.wrap_operand(a)
     op = _astype(op, _promoted(op.dtype, True))
@@ -324,6 +334,8 @@ def hfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, o
 def ihfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
           stream=None):
     """Inverse of :func:`hfft` (as ``numpy.fft.ihfft``): ``conj(rfft(a, n, norm=swapped))``."""
+    if _torch_route.wanted(a, out, prolog, epilog):  # autograd / torch.compile: mathpy.torch
+        return _torch_route.fft("ihfft", a, n, axis, norm, out, prolog, epilog, options, execution, stream)
     swapped = _SWAP[_check_norm(norm)]
     out_op = _operands.wrap_operands({"a": a, "out": out})["out"]  # a and out: one package, one device
     result = rfft(a, n, axis, swapped, prolog=prolog, epilog=epilog, options=options, execution=execution,
@@ -337,6 +349,8 @@ def ihfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, 
 def fftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
          stream=None):
     """N-dimensional FFT over ``axes`` (all by default) (as ``numpy.fft.fftn``)."""
+    if _torch_route.wanted(a, out, prolog, epilog):  # autograd / torch.compile: mathpy.torch
+        return _torch_route.fft("fftn", a, s, axes, norm, out, prolog, epilog, options, execution, stream)
     result, key = _stateless.reuse("fftn", (_hashable(s), _hashable(axes), norm), a, out, prolog, epilog, options,
                                     execution, stream)
     if result is not None:
@@ -348,6 +362,8 @@ def fftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None,
 def ifftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
           stream=None):
     """N-dimensional inverse FFT (as ``numpy.fft.ifftn``)."""
+    if _torch_route.wanted(a, out, prolog, epilog):  # autograd / torch.compile: mathpy.torch
+        return _torch_route.fft("ifftn", a, s, axes, norm, out, prolog, epilog, options, execution, stream)
     result, key = _stateless.reuse("ifftn", (_hashable(s), _hashable(axes), norm), a, out, prolog, epilog, options,
                                     execution, stream)
     if result is not None:
@@ -359,6 +375,8 @@ def ifftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None
 def rfftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
           stream=None):
     """N-dimensional FFT of a real operand; the last axis is halved (as ``numpy.fft.rfftn``)."""
+    if _torch_route.wanted(a, out, prolog, epilog):  # autograd / torch.compile: mathpy.torch
+        return _torch_route.fft("rfftn", a, s, axes, norm, out, prolog, epilog, options, execution, stream)
     result, key = _stateless.reuse("rfftn", (_hashable(s), _hashable(axes), norm), a, out, prolog, epilog, options,
                                     execution, stream)
     if result is not None:
@@ -370,6 +388,8 @@ def rfftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None
 def irfftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
            stream=None):
     """Inverse of :func:`rfftn` (as ``numpy.fft.irfftn``)."""
+    if _torch_route.wanted(a, out, prolog, epilog):  # autograd / torch.compile: mathpy.torch
+        return _torch_route.fft("irfftn", a, s, axes, norm, out, prolog, epilog, options, execution, stream)
     result, key = _stateless.reuse("irfftn", (_hashable(s), _hashable(axes), norm), a, out, prolog, epilog, options,
                                     execution, stream)
     if result is not None:
@@ -381,6 +401,8 @@ def irfftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=Non
 def fft2(a, s=None, axes=(-2, -1), norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
          stream=None):
     """Two-dimensional FFT (as ``numpy.fft.fft2``)."""
+    if _torch_route.wanted(a, out, prolog, epilog):  # autograd / torch.compile: mathpy.torch
+        return _torch_route.fft("fft2", a, s, axes, norm, out, prolog, epilog, options, execution, stream)
     return fftn(a, s, axes, norm, out, prolog=prolog, epilog=epilog, options=options, execution=execution,
                 stream=stream)
 
@@ -388,6 +410,8 @@ def fft2(a, s=None, axes=(-2, -1), norm=None, out=None, *, prolog=None, epilog=N
 def ifft2(a, s=None, axes=(-2, -1), norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
           stream=None):
     """Two-dimensional inverse FFT (as ``numpy.fft.ifft2``)."""
+    if _torch_route.wanted(a, out, prolog, epilog):  # autograd / torch.compile: mathpy.torch
+        return _torch_route.fft("ifft2", a, s, axes, norm, out, prolog, epilog, options, execution, stream)
     return ifftn(a, s, axes, norm, out, prolog=prolog, epilog=epilog, options=options, execution=execution,
                  stream=stream)
 
@@ -395,6 +419,8 @@ def ifft2(a, s=None, axes=(-2, -1), norm=None, out=None, *, prolog=None, epilog=
 def rfft2(a, s=None, axes=(-2, -1), norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
           stream=None):
     """Two-dimensional FFT of a real operand (as ``numpy.fft.rfft2``)."""
+    if _torch_route.wanted(a, out, prolog, epilog):  # autograd / torch.compile: mathpy.torch
+        return _torch_route.fft("rfft2", a, s, axes, norm, out, prolog, epilog, options, execution, stream)
     return rfftn(a, s, axes, norm, out, prolog=prolog, epilog=epilog, options=options, execution=execution,
                  stream=stream)
 
@@ -402,6 +428,8 @@ def rfft2(a, s=None, axes=(-2, -1), norm=None, out=None, *, prolog=None, epilog=
 def irfft2(a, s=None, axes=(-2, -1), norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
            stream=None):
     """Inverse of :func:`rfft2` (as ``numpy.fft.irfft2``)."""
+    if _torch_route.wanted(a, out, prolog, epilog):  # autograd / torch.compile: mathpy.torch
+        return _torch_route.fft("irfft2", a, s, axes, norm, out, prolog, epilog, options, execution, stream)
     return irfftn(a, s, axes, norm, out, prolog=prolog, epilog=epilog, options=options, execution=execution,
                   stream=stream)
 

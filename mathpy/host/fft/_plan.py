@@ -22,7 +22,7 @@ builds the :class:`~._call.FFTCall` that every ``execute()`` runs.
 
 import weakref
 
-from ... import _engines, _operands
+from ... import _engines, _operands, _torch_route
 from ..._errors import InvalidPlanStateError
 from ..._execution import ExecutionCPU, resolve_execution
 from ..._log import logger
@@ -127,6 +127,7 @@ class FFT:
         self._finalizer = weakref.finalize(self, self._resources.release)
         self._freed = False
         self._call = None
+        self._grad = _torch_route.grad_names(operand=op.tensor)  # no backward here: execute refuses in grad mode
         logger.debug("FFT %s over axes %s of %r on %s (copy input: %s)", problem.fft_type, problem.axes, op,
                      problem.execution, problem.copy_input)
 
@@ -208,6 +209,7 @@ class FFT:
         self._resources = resources
         self._finalizer = weakref.finalize(self, resources.release)
         self._call = FFTCall(p, resources.engine, (bound_prolog, bound_epilog), key)
+        self._grad = _torch_route.grad_names(operand=self._op.tensor, prolog=prolog, epilog=epilog)
 
     def free(self):
         """Release the plan and its workspace now; idempotent. The FFT cannot be used afterwards."""
@@ -238,12 +240,15 @@ class FFT:
         if self._problem.options.inplace and new.package == "numpy" and not new.tensor.flags.writeable:
             raise ValueError("reset_operand: an in-place FFT needs a writable operand")
         self._op = new
+        self._grad = tuple(n for n in self._grad if n != "operand") + _torch_route.grad_names(operand=operand)
 
     # --- execution ---------------------------------------------------------------------------------------------------
     def execute(self, direction=None, stream=None):
         """Run the planned transform and return the result in the operand's package and on its device (the operand
         itself for in-place plans). ``direction``: "forward" / -1 or "inverse" / +1 (C2C only; R2C is forward and
         C2R inverse). Unnormalised."""
+        if self._grad:
+            _torch_route.refuse("FFT.execute", self._grad)
         call = self._call
         if call is None:
             self._check_live()

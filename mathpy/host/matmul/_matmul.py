@@ -28,7 +28,7 @@ import weakref
 
 import numpy as np
 
-from ... import _cuda, _engines, _operands
+from ... import _cuda, _engines, _operands, _torch_route
 from ..._errors import InvalidPlanStateError
 from ..._execution import ExecutionCPU, ExecutionCUDA, resolve_execution
 from ..._log import logger
@@ -89,6 +89,7 @@ class Matmul:
         self._cache = None
         options = check_or_create_options(MatmulOptions, options, "options")
         ops = _operands.wrap_operands({"a": a, "b": b, "c": c})
+        self._grad = _torch_route.grad_names(a=a, b=b, c=c)  # no backward here: execute refuses in grad mode
         a_op, b_op, c_op = ops["a"], ops["b"], ops["c"]
         if a_op.ndim == 0 or b_op.ndim == 0:
             raise ValueError(f"matmul operands must have at least one dimension; a has shape {a_op.shape}, b has shape "
@@ -252,6 +253,8 @@ class Matmul:
             self._release_engine()
             raise
         self._problem, self._spec, self._inputs, self._cache_key = problem, spec, inputs, cache_key
+        self._grad = tuple(n for n in self._grad if n != "epilog_inputs") + \
+            _torch_route.grad_names(epilog_inputs=epilog_inputs)
         self._state = _PLANNED
         self._make_call()
         logger.debug("Matmul planned: epilog %s, %d candidate algorithms, workspace %d bytes", spec.name,
@@ -291,6 +294,8 @@ class Matmul:
     def execute(self, stream=None):
         """Compute the product on the current operands. Returns the result, or ``(result, aux)`` when the epilog has
         outputs (``aux``: dict of tensors named as in ``_epilog``), in the operands' package and on their device."""
+        if self._grad:
+            _torch_route.refuse("Matmul.execute", self._grad)
         call = self._call
         if call is None:
             self._check_planned("execute")
@@ -333,6 +338,9 @@ class Matmul:
                 fresh = self._stage_input(name, value, self._spec)
                 _check_same(name, self._inputs[name], fresh)
                 new[name] = fresh
+        replaced = {"a": a, "b": b, "c": c, "epilog_inputs": epilog_inputs}
+        self._grad = tuple(n for n in self._grad if replaced.get(n) is None) + _torch_route.grad_names(
+            **{name: value for name, value in replaced.items() if value is not None})
         for name, fresh in new.items():
             if name in self._staged:
                 self._staged[name] = fresh

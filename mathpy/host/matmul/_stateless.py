@@ -8,7 +8,7 @@ other argument. A later call with the same key borrows the engine (a cache hit) 
 addresses, on the current (or given) stream: plans do not depend on streams.
 """
 
-from ... import _execution, _packages
+from ... import _execution, _packages, _torch_route
 from ..._streams import stream_handle
 from ._matmul import Matmul, matmul_plan_cache
 
@@ -25,6 +25,8 @@ def matmul(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None,
     Returns the result, or ``(result, aux)`` when the epilog has outputs. Plans are cached in
     :data:`matmul_plan_cache`, keyed on everything that makes plans differ; a repeated GPU call whose operands need no
     copy reuses the prepared call of the first one (see the module docstring)."""
+    if _torch_route.wanted(a, b, c, epilog_inputs):  # autograd / torch.compile: mathpy.torch
+        return _torch_route.matmul(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution, stream)
     key, pointers = _call_key(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution)
     if key is not None:
         try:

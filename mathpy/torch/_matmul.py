@@ -1,0 +1,340 @@
+"""mathpy.matmul for torch tensors that need a gradient or a place in a torch.compile graph.
+
+One custom op, ``mathpy::matmul(a, b, c, alpha, beta, epilog, bias, aux, options, preferences) -> (d, extra)``, runs
+``mathpy.matmul`` (``extra``: the epilog's one output, or an empty tensor). Its backward, for
+``D = act(alpha * a @ b + beta * c + bias)`` with numpy.matmul's broadcasting and 1-D operands:
+
+- ``G = dD * act'(X)``: RELU from ``D > 0``; GELU from the pre-activation ``X``, which the forward keeps by running the
+  epilog's AUX form (GELU_BIAS runs as GELU_AUX_BIAS; the user still gets D alone);
+- ``da = conj(alpha) G @ b^H`` and ``db = conj(alpha) a^H @ G``, through this op again (so higher derivatives and
+  torch.compile work), each computed in the operand's own order (row- or column-major: the swapped product when that
+  is what gives it), summed over broadcast batch axes;
+- the bias gradient (the sum of G over N) comes out of the ``da`` product's kernel (BGRADA, or BGRADB when that
+  product runs swapped); ``dc = conj(beta) G`` summed to c's shape.
+
+The result's layout is mathpy's contract (``mathpy.host.matmul._problem``): column-major with a per-row epilog
+operand, else C's order, else row-major for 4-byte dtypes unless both operands are column-major, else column-major.
+The fake implementation gives that layout; the kernel copies into it in the (unexpected) case mathpy returns another,
+so compiled and eager code see the same strides.
+"""
+
+import ast
+import dataclasses
+import math
+
+import numpy as np
+import torch
+from torch.types import Number
+
+from .._options import check_or_create_options
+from ..host.matmul import MatmulOptions, MatmulPlanPreferences
+from ..host.matmul import matmul as _mathpy_matmul
+from ..host.matmul._epilog import epilog_spec, gelu_aux_rows, relu_aux_rows
+from ._common import plain, reason, refuse, requires_grad
+
+__all__ = ["matmul", "route", "product", "gelu_grad", "encode_options"]
+
+_ANY_ORDER = ("DEFAULT", "RELU", "GELU")  # epilogs without a per-row operand: D may be stored either way
+_DIFFERENTIABLE = ("DEFAULT", "RELU", "BIAS", "RELU_BIAS", "GELU", "GELU_BIAS", "RELU_AUX", "RELU_AUX_BIAS",
+                   "GELU_AUX", "GELU_AUX_BIAS")
+_KEEP_PRE_ACTIVATION = {"GELU": "GELU_AUX", "GELU_BIAS": "GELU_AUX_BIAS"}
+_FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+# --- the op ------------------------------------------------------------------------------------------------------
+
+@torch.library.custom_op("mathpy::matmul", mutates_args=())
+def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None, alpha: Number, beta: Number, epilog: str,
+           bias: torch.Tensor | None, aux: torch.Tensor | None, options: str, preferences: str
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``mathpy.matmul(a, b, c, alpha=, beta=, epilog=, epilog_inputs={bias / aux})`` -> ``(d, extra)``; ``epilog``
+    is a MatmulEpilog name, ``options`` / ``preferences`` encoded by :func:`encode_options`."""
+    spec = epilog_spec(epilog)
+    inputs = {}
+    if bias is not None:
+        inputs["bias"] = plain(bias)
+    if aux is not None:
+        inputs[spec.inputs[0]] = plain(aux)
+    result = _mathpy_matmul(plain(a), plain(b), plain(c), alpha=alpha, beta=beta, epilog=epilog,
+                            epilog_inputs=inputs or None, options=_decode(options),
+                            preferences=_decode(preferences))
+    d, outputs = result if spec.outputs else (result, {})
+    d_like, extra_like = _fake(a, b, c, spec, d.dtype)
+    extra = outputs[spec.outputs[0]] if spec.outputs else d.new_empty(0)
+    return _in_layout(d, d_like), _in_layout(extra, extra_like)
+
+
+@matmul.register_fake
+def _(a, b, c, alpha, beta, epilog, bias, aux, options, preferences):
+    spec = epilog_spec(epilog)
+    if a.dim() == 0 or b.dim() == 0:
+        raise ValueError("matmul operands must have at least one dimension")
+    k_a, k_b = a.shape[-1], (b.shape[-2] if b.dim() > 1 else b.shape[0])
+    torch._check(k_a == k_b, lambda: f"matmul: a of shape {tuple(a.shape)} and b of shape {tuple(b.shape)} do not "
+                                     f"match")
+    return _fake(a, b, c, spec, _result_dtype(a, options))
+
+
+def _result_dtype(a, options):
+    name = (_decode(options) or {}).get("result_type")
+    return getattr(torch, name) if name else a.dtype
+
+
+def _fake(a, b, c, spec, d_dtype):
+    """Empty tensors with the shapes, dtypes and strides of the kernel's ``(d, extra)``."""
+    a_vec, b_vec = a.dim() == 1, b.dim() == 1
+    m = 1 if a_vec else a.shape[-2]
+    n = 1 if b_vec else b.shape[-1]
+    batch = tuple(torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    row_major = _row_major_result(spec, a, b, c, d_dtype)
+    d = _empty_matrices(a, batch, m, n, d_dtype, row_major)
+    if a_vec and b_vec:
+        d = d[..., 0, 0]
+    elif a_vec:
+        d = d[..., 0, :]
+    elif b_vec:
+        d = d[..., 0]
+    if not spec.outputs:
+        return d, d.new_empty(0)
+    name = spec.outputs[0]
+    if name == "relu_aux":
+        extra = _empty_matrices(a, batch, relu_aux_rows(m), n, torch.uint8, False)
+    elif name == "gelu_aux":
+        extra = _empty_matrices(a, batch, gelu_aux_rows(m), n, d_dtype, False)
+    else:
+        length = n if name == "bgradb" else m
+        extra = a.new_empty((*batch, length, 1) if batch else (length,), dtype=d_dtype)
+    return d, extra
+
+
+def _empty_matrices(like, batch, rows, cols, dtype, row_major):
+    """An empty ``(*batch, rows, cols)`` tensor, batches contiguous, matrices row- or column-major."""
+    size = rows * cols
+    inner = (cols, 1) if row_major else (1, rows)
+    strides, step = [], size
+    for extent in reversed(batch):
+        strides.append(step)
+        step *= extent
+    return like.new_empty_strided((*batch, rows, cols), (*reversed(strides), *inner), dtype=dtype)
+
+
+def _row_major_result(spec, a, b, c, d_dtype):
+    """mathpy's result order (module docstring); a wrong guess costs a copy, never a wrong answer."""
+    if spec.name not in _ANY_ORDER:
+        return False
+    if c is not None:  # a full column-major C keeps its order; anything else is read (or copied) row-major
+        return not (c.dim() >= 2 and c.shape[-2] > 1 and c.shape[-1] > 1 and _col_major(c))
+    if d_dtype.itemsize >= 4 and a.dtype.itemsize >= 4:
+        return not (_col_major(a) and _col_major(b))
+    return False
+
+
+def _col_major(t):
+    """Whether mathpy reads ``t``'s matrices as column-major (a vector or a one-row/one-column matrix counts as
+    column-major when its elements are contiguous, as mathpy normalises it)."""
+    if t.dim() < 2:
+        return True
+    rows, cols = t.shape[-2], t.shape[-1]
+    if rows <= 1:
+        return True
+    if cols <= 1:
+        return t.stride(-2) == 1
+    return t.stride(-2) == 1 and t.stride(-1) >= rows
+
+
+def _in_layout(tensor, like):
+    """``tensor`` with ``like``'s strides (itself when they already agree wherever an extent exceeds 1)."""
+    if tensor.shape != like.shape:
+        raise AssertionError(f"mathpy returned shape {tuple(tensor.shape)}, expected {tuple(like.shape)}")
+    if all(s == t or extent <= 1 for extent, s, t in zip(tensor.shape, tensor.stride(), like.stride())):
+        return tensor
+    return torch.empty_strided(like.shape, like.stride(), dtype=tensor.dtype, device=tensor.device).copy_(tensor)
+
+
+# --- backward ----------------------------------------------------------------------------------------------------
+
+def _setup(ctx, inputs, output):
+    a, b, c, alpha, beta, epilog, bias, aux, options, preferences = inputs
+    d, extra = output
+    spec = epilog_spec(epilog)
+    ctx.set_materialize_grads(False)  # an unused output (the aux) gets None, not a tensor of zeros
+    ctx.spec, ctx.alpha, ctx.beta = spec, alpha, beta
+    ctx.options, ctx.preferences = _backward_options(options), preferences
+    ctx.c_shape, ctx.d_shape = (None if c is None else c.shape), d.shape
+    ctx.bias_shape = None if bias is None else bias.shape
+    keep_d = d if spec.activation == "relu" else None
+    keep_x = extra if spec.aux_out == "gelu_aux" else None
+    ctx.save_for_backward(a, b, keep_d, keep_x)
+
+
+def _backward(ctx, grad_d, grad_extra):
+    a, b, d, x = ctx.saved_tensors
+    spec = ctx.spec
+    if spec.name not in _DIFFERENTIABLE:
+        raise RuntimeError(f"mathpy.matmul: epilog {spec.name} has no backward")
+    a_vec, b_vec = a.dim() == 1, b.dim() == 1
+    m = 1 if a_vec else a.shape[-2]
+    g = None
+    if grad_d is not None:
+        g = _matrices(grad_d, a_vec, b_vec)
+        if spec.activation == "relu":
+            g = torch.where(_matrices(d, a_vec, b_vec) > 0, g, torch.zeros_like(g))
+        elif spec.activation == "gelu":
+            g = (g.to(_compute(g)) * gelu_grad(x[..., :m, :].to(_compute(g)))).to(g.dtype)
+    if grad_extra is not None and spec.aux_out == "gelu_aux":  # the pre-activation is an output too
+        part = grad_extra[..., :m, :]
+        g = part if g is None else g + part
+    if g is None:
+        return (None,) * 10
+    needs = ctx.needs_input_grad
+    need_a, need_b, need_c, need_bias = needs[0], needs[1], needs[2], needs[6] and ctx.bias_shape is not None
+    g_op = g.to(a.dtype)  # a result_type other than the operands' (float16 operands, float32 result)
+    a2 = a.unsqueeze(0) if a_vec else a
+    b2 = b.unsqueeze(-1) if b_vec else b
+    alpha = ctx.alpha.conjugate()
+    grad_a = grad_b = grad_c = grad_bias = bias_sums = None
+    if need_a:
+        full, bias_sums = product(g_op, _adjoint(b2), alpha, row_major=not _col_major(a2), sum_a=need_bias,
+                                  options=ctx.options, preferences=ctx.preferences)
+        grad_a = full.sum_to_size(a2.shape).reshape(a.shape)
+    if need_b:
+        full, _ = product(_adjoint(a2), g_op, alpha, row_major=not _col_major(b2), options=ctx.options,
+                          preferences=ctx.preferences)
+        grad_b = full.sum_to_size(b2.shape).reshape(b.shape)
+    if need_c:
+        grad_c = (g * ctx.beta.conjugate()).reshape(ctx.d_shape).sum_to_size(ctx.c_shape)
+    if need_bias:
+        sums = g.sum(-1, keepdim=True) if bias_sums is None else bias_sums.reshape(*g.shape[:-1], 1)
+        shape = ctx.bias_shape
+        grad_bias = sums.squeeze(-1).sum_to_size(shape) if len(shape) == 1 else sums.sum_to_size(shape)
+    return grad_a, grad_b, grad_c, None, None, None, grad_bias, None, None, None
+
+
+matmul.register_autograd(_backward, setup_context=_setup)
+
+
+def _matrices(t, a_vec, b_vec):
+    """A result (or its gradient) with the axes numpy.matmul dropped for 1-D operands put back."""
+    if b_vec:
+        t = t.unsqueeze(-1)
+    if a_vec:
+        t = t.unsqueeze(-2)
+    return t
+
+
+def _adjoint(t):
+    """The conjugate transpose of ``t``'s matrices (a view for real dtypes; mathpy reads no lazy conjugate bit)."""
+    return t.mT.conj_physical() if t.is_complex() else t.mT
+
+
+def _compute(t):
+    return torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype
+
+
+def gelu_grad(x):
+    """d/dx of cuBLASLt's GELU (the tanh approximation), elementwise, in ``x``'s dtype."""
+    k, c = math.sqrt(2.0 / math.pi), 0.044715
+    t = torch.tanh(k * (x + c * x * x * x))
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * (k * (1 + 3 * c * x * x))
+
+
+def product(a, b, alpha=1, *, row_major=None, epilog="DEFAULT", aux=None, sum_a=False, options="",
+            preferences=""):
+    """``epilog(alpha * a @ b)`` through the op; returns ``(d, the epilog's output or None)``.
+
+    ``row_major``: the order wanted for ``d``'s matrices (None: mathpy's choice). An epilog without a per-row operand
+    (DEFAULT, RELU, GELU) runs as the swapped product ``(b^T a^T)^T`` when that is what gives it. ``sum_a``: also the
+    sum of ``a`` over its last axis (a bias gradient) from the same kernel: BGRADA, or BGRADB on the swapped product
+    when a row-major ``d`` is wanted (BGRADA's result is column-major). ``aux``: the aux input of DRELU* / DGELU*."""
+    if sum_a:
+        if not row_major:
+            return matmul(a, b, None, alpha, 0, "BGRADA", None, None, options, preferences)
+        d, sums = matmul(b.mT, a.mT, None, alpha, 0, "BGRADB", None, None, options, preferences)
+        return d.mT, sums
+    spec = epilog_spec(epilog)
+    if row_major is not None and spec.name in _ANY_ORDER:
+        dtype = _result_dtype(a, options)
+        if _row_major_result(spec, a, b, None, dtype) != row_major and \
+                _row_major_result(spec, b.mT, a.mT, None, dtype) != row_major:
+            d, extra = matmul(b.mT, a.mT, None, alpha, 0, spec.name, None, aux, options, preferences)
+            return d.mT, (extra if spec.outputs else None)
+    d, extra = matmul(a, b, None, alpha, 0, spec.name, None, aux, options, preferences)
+    return d, (extra if spec.outputs else None)
+
+
+# --- options -----------------------------------------------------------------------------------------------------
+
+def encode_options(cls, value, name):
+    """``value`` (None, a ``cls`` instance or a dict), validated by mathpy, as the op's string argument: its
+    non-default fields as ``name=repr`` pairs (dtypes by name), "" for none. (Not JSON: torch.compile traces this.)"""
+    if value is None:
+        return ""
+    options = check_or_create_options(cls, value, name)
+    parts = []
+    for f in dataclasses.fields(options):
+        v = getattr(options, f.name)
+        if v != f.default:
+            parts.append(f"{f.name}={(v.name if isinstance(v, np.dtype) else v)!r}")
+    return ";".join(parts)
+
+
+def _decode(text):
+    """The dict encoded by :func:`encode_options` (None for "")."""
+    if not text:
+        return None
+    return {name: ast.literal_eval(value) for name, value in (part.split("=", 1) for part in text.split(";"))}
+
+
+def _backward_options(options):
+    """The forward's options for the gradient products: the operands' dtype as the result, no float8 scales."""
+    fields = _decode(options) or {}
+    dropped = ("result_type", "scale_type", "a_scale", "b_scale", "d_scale", "fast_accumulation")
+    return ";".join(f"{name}={value!r}" for name, value in sorted(fields.items()) if name not in dropped)
+
+
+# --- mathpy.matmul on torch tensors ------------------------------------------------------------------------------
+
+def route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution, stream):
+    """``mathpy.matmul(...)`` for torch tensors that need autograd or torch.compile: the same result, differentiable
+    in a, b, c and the bias, built from the custom op."""
+    call = "mathpy.matmul"
+    grad_inputs = {} if epilog_inputs is None else epilog_inputs
+    if not isinstance(grad_inputs, dict):
+        raise TypeError(f"epilog_inputs must be a dict, not {type(grad_inputs).__name__}")
+    for name, value in (("a", a), ("b", b), ("c", c), *((f"epilog_inputs[{k!r}]", v) for k, v in grad_inputs.items())):
+        if value is not None and not isinstance(value, torch.Tensor):
+            raise TypeError(f"{call}: {name} is a {type(value).__module__}.{type(value).__name__}; with torch "
+                            f"tensors that require grad (or under torch.compile) every operand must be a torch tensor")
+    spec = epilog_spec(epilog)
+    bias = grad_inputs.get("bias")
+    aux = grad_inputs.get("relu_aux", grad_inputs.get("gelu_aux"))
+    missing = [name for name in spec.inputs if grad_inputs.get(name) is None]
+    unknown = sorted(set(grad_inputs) - set(spec.inputs))
+    if missing or unknown:
+        raise ValueError(f"epilog {spec.name} takes epilog_inputs {list(spec.inputs)}; missing {missing}, not "
+                         f"applicable {unknown}")
+    grad = requires_grad(a, b, c, bias, aux)
+    why = reason(a=a, b=b, c=c, **{f"epilog_inputs[{k!r}]": v for k, v in grad_inputs.items()})
+    if execution is not None:
+        refuse(call, "execution=", f"moves data between devices outside autograd {why}",
+               "move the tensors with .to(device) (differentiable) and leave execution=None")
+    if stream is not None:
+        refuse(call, "stream=", f"is not supported here {why}",
+               "make the stream current with torch.cuda.stream(...): mathpy runs on torch's current stream")
+    if grad and spec.name not in _DIFFERENTIABLE:
+        refuse(call, f"epilog={spec.name}", f"is a backward epilog, which mathpy does not differentiate {why}",
+               "run it under torch.no_grad() or with detached operands, as a backward pass does")
+    if grad:
+        for name, t in (("a", a), ("b", b)):
+            if t.dtype in _FLOAT8:
+                refuse(call, f"{name} ({t.dtype})", f"has no backward in mathpy {why}",
+                       "train in bfloat16/float16 or run float8 products under torch.no_grad()")
+    for name, value in (("alpha", alpha), ("beta", beta)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float, complex))):
+            raise TypeError(f"{name} must be a number, not {value!r}")
+    if beta is None:
+        beta = 0 if c is None else 1
+    run = _KEEP_PRE_ACTIVATION.get(spec.name, spec.name) if grad else spec.name
+    d, extra = matmul(a, b, c, alpha, beta, run, bias, aux, encode_options(MatmulOptions, options, "options"),
+                      encode_options(MatmulPlanPreferences, preferences, "preferences"))
+    return (d, {spec.outputs[0]: extra}) if spec.outputs else d
