@@ -1,0 +1,23 @@
+"""mathpy for PyTorch training: autograd, torch.compile and fused layers.
+
+Nothing to call to turn it on: :mod:`mathpy.fft`'s functions and :func:`mathpy.matmul` hand a torch tensor that requires
+grad (with grad mode on), or any torch tensor while torch.compile traces, to this package, which runs the same
+computation as torch custom ops (``torch.ops.mathpy.*``) with backward formulas that call mathpy again: the backward of
+an FFT is an FFT, the backward of a matmul is matmuls. Fused matmul epilogs train fused. Arguments with no backward
+(Python callbacks, ``out=``, in-place options, the stateful ``FFT`` / ``Matmul``) raise an error that names them,
+never a silently detached result.
+
+Public here:
+
+- :class:`Linear`: a drop-in :class:`torch.nn.Linear` whose bias and activation (``"relu"``, ``"gelu"``) run in the
+  GEMM's epilog, and whose backward gets the bias gradient out of the weight-gradient GEMM (BGRADB);
+- :class:`MLP`: ``Linear -> activation -> Linear`` as one node, so the activation's derivative and the first bias
+  gradient come out of the second layer's input-gradient GEMM (DGELU_BGRAD / DRELU_BGRAD);
+- :func:`linear`, :func:`mlp`: the same as functions.
+
+``import mathpy`` does not import torch; this package does.
+"""
+
+from ._linear import MLP, Linear, linear, mlp
+
+__all__ = ["Linear", "MLP", "linear", "mlp"]

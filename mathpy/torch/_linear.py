@@ -1,0 +1,210 @@
+"""Linear layers whose bias and activation run in the GEMM's epilog, forward and backward.
+
+``y = act(x @ W^T + b)`` runs as one GEMM ``y^T = act(W @ x^T + b)`` (the bias is one value per row of that product,
+mathpy's convention; its column-major result is ``y`` row-major): RELU_BIAS, GELU_BIAS, or GELU_AUX_BIAS when a
+gradient will be needed, which keeps the pre-activation for the backward.
+
+The backward of an activation can be fused only into the GEMM that produces the gradient of the activation's output
+(cuBLASLt's DRELU/DGELU multiply a GEMM's result by ``act'(aux)``), and that GEMM belongs to the *next* layer. So:
+
+- :func:`linear` / :class:`Linear` alone: ``dW`` and the bias gradient come out of one GEMM (BGRADB on
+  ``dW^T = x^T @ G``, which is ``dW`` row-major), ``dx`` out of another; ``G = dy * act'`` is elementwise;
+- :func:`mlp` / :class:`MLP`, ``Linear -> act -> Linear`` as one autograd node (its hidden activation is internal, so
+  no hook or ``autograd.grad`` can ask for the gradient the fusion skips): layer 2's input-gradient GEMM runs
+  DGELU_BGRAD / DRELU_BGRAD with layer 1's aux, giving layer 1's pre-activation gradient and its bias gradient; layer
+  2's weight gradient and bias gradient come from one BGRADB GEMM. No elementwise kernel is left in the backward.
+
+``gelu`` is cuBLASLt's tanh approximation: ``torch.nn.functional.gelu(x, approximate="tanh")``.
+"""
+
+import torch
+
+from ..host.matmul import matmul as _mathpy_matmul
+from ..host.matmul._epilog import epilog_spec, gelu_aux_rows, relu_aux_rows
+from ._common import plain, requires_grad
+from ._matmul import gelu_grad, matmul, product
+
+__all__ = ["Linear", "MLP", "linear", "mlp"]
+
+_ACTIVATIONS = (None, "relu", "gelu")
+
+
+def _epilog(activation, bias, keep):
+    """The forward epilog: ``keep`` keeps what the backward needs (GELU's pre-activation; RELU's bitmask only when a
+    fused DRELU will read it, see :func:`mlp`)."""
+    if activation is None:
+        return "BIAS" if bias else "DEFAULT"
+    name = activation.upper() + ("_AUX" if keep else "")
+    return name + ("_BIAS" if bias else "")
+
+
+def _check(call, x, weight, bias, activation, what="weight"):
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"{call}: activation {activation!r} is not supported; allowed are {list(_ACTIVATIONS)}")
+    if weight.dim() != 2:
+        raise ValueError(f"{call}: {what} must be 2-D (out_features, in_features), not of shape {tuple(weight.shape)}")
+    if x.dim() == 0 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"{call}: input of shape {tuple(x.shape)} does not match {what} of shape "
+                         f"{tuple(weight.shape)} (its last axis must have {weight.shape[1]} features)")
+    if x.dtype != weight.dtype:
+        raise TypeError(f"{call}: input ({x.dtype}) and {what} ({weight.dtype}) must have the same dtype")
+    if bias is not None and (tuple(bias.shape) != (weight.shape[0],) or bias.dtype != weight.dtype):
+        raise ValueError(f"{call}: the bias of {what} must have shape ({weight.shape[0]},) and dtype {weight.dtype}, "
+                         f"not {tuple(bias.shape)} {bias.dtype}")
+
+
+def linear(x, weight, bias=None, activation=None):
+    """``act(x @ weight^T + bias)`` with the bias and activation fused into the GEMM, differentiable (see the module
+    docstring), as ``torch.nn.functional.linear`` followed by ``relu`` / ``gelu(approximate="tanh")``."""
+    _check("mathpy.torch.linear", x, weight, bias, activation)
+    x2 = x.reshape(-1, weight.shape[1])
+    epilog = _epilog(activation, bias is not None, activation == "gelu" and requires_grad(x, weight, bias))
+    if epilog_spec(epilog).name in ("DEFAULT", "RELU", "GELU"):  # no per-row operand: either order, row-major y
+        y, _ = product(x2, weight.mT, row_major=True, epilog=epilog)
+    else:  # the bias is per row of W @ x^T, whose column-major result is y row-major
+        d, _ = matmul(weight, x2.mT, None, 1, 0, epilog, bias, None, "", "")
+        y = d.mT
+    return y.reshape(*x.shape[:-1], weight.shape[0])
+
+
+class Linear(torch.nn.Linear):
+    """:class:`torch.nn.Linear` with an optional fused activation: ``act(x @ weight^T + bias)`` in one GEMM, forward
+    and backward (see :mod:`mathpy.torch`). ``activation``: None, ``"relu"`` or ``"gelu"`` (tanh approximation).
+    Parameters, initialisation and ``state_dict`` are torch.nn.Linear's."""
+
+    def __init__(self, in_features, out_features, bias=True, device=None, dtype=None, *, activation=None):
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"activation {activation!r} is not supported; allowed are {list(_ACTIVATIONS)}")
+        super().__init__(in_features, out_features, bias, device, dtype)
+        self.activation = activation
+
+    def forward(self, x):
+        return linear(x, self.weight, self.bias, self.activation)
+
+    def extra_repr(self):
+        return super().extra_repr() + f", activation={self.activation!r}"
+
+
+# --- the fused pair ----------------------------------------------------------------------------------------------
+
+@torch.library.custom_op("mathpy::mlp", mutates_args=())
+def mlp_op(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Tensor, b2: torch.Tensor | None,
+           activation: str, keep: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(y, h, aux)``: ``h = act(x @ w1^T + b1)`` (rows: the flattened leading axes of x), ``y = h @ w2^T + b2``
+    (x's leading axes), ``aux``: layer 1's epilog output (GELU pre-activation / RELU bitmask) when ``keep``, else
+    empty."""
+    x2 = plain(x).reshape(-1, w1.shape[1])
+    h, aux = _layer(x2, plain(w1), plain(b1), _epilog(activation, b1 is not None, keep))
+    y, _ = _layer(h, plain(w2), plain(b2), _epilog(None, b2 is not None, False))
+    return y.reshape(*x.shape[:-1], w2.shape[0]), h, (aux if aux is not None else h.new_empty(0))
+
+
+def _layer(x2, weight, bias, epilog):
+    """``epilog(x2 @ weight^T + bias)`` as a C-contiguous (rows, out) tensor, and the epilog's output."""
+    spec = epilog_spec(epilog)
+    result = _mathpy_matmul(weight, x2.mT, epilog=epilog, epilog_inputs=None if bias is None else {"bias": bias})
+    d, outputs = result if spec.outputs else (result, {})
+    # d is column-major with any per-row epilog and for 16-bit products: then d^T is already C-contiguous
+    return d.mT.contiguous(), (outputs[spec.outputs[0]] if spec.outputs else None)
+
+
+@mlp_op.register_fake
+def _(x, w1, b1, w2, b2, activation, keep):
+    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    hidden = w1.shape[0]
+    y = x.new_empty((*x.shape[:-1], w2.shape[0]))
+    h = x.new_empty((rows, hidden))
+    if not keep or activation not in ("relu", "gelu"):
+        return y, h, h.new_empty(0)
+    if activation == "relu":
+        r = relu_aux_rows(hidden)
+        return y, h, x.new_empty_strided((r, rows), (1, r), dtype=torch.uint8)
+    r = gelu_aux_rows(hidden)
+    return y, h, x.new_empty_strided((r, rows), (1, r))
+
+
+def _mlp_setup(ctx, inputs, output):
+    x, w1, b1, w2, b2, activation, keep = inputs
+    y, h, aux = output
+    ctx.set_materialize_grads(False)  # h and aux are outputs only to be saved: their gradients stay None
+    ctx.activation, ctx.has_b1, ctx.x_shape = activation, b1 is not None, x.shape
+    ctx.save_for_backward(x, w1, w2, h, aux if keep else None)
+
+
+def _mlp_backward(ctx, grad_y, grad_h, grad_aux):
+    x, w1, w2, h, aux = ctx.saved_tensors
+    need_x, need_w1, need_b1, need_w2, need_b2 = ctx.needs_input_grad[:5]
+    act, hidden = ctx.activation, w1.shape[0]
+    grad_w2 = grad_b2 = dz = grad_b1 = dh = None
+    if grad_y is not None:
+        g = grad_y.reshape(-1, w2.shape[0])
+        if need_w2:  # dW2 = g^T h, row-major, with db2 = sum of g over rows (BGRADB on the swapped product)
+            grad_w2, grad_b2 = product(g.mT, h, row_major=True, sum_a=need_b2)
+        elif need_b2:
+            grad_b2 = g.sum(0)
+        if need_x or need_w1 or need_b1:
+            fused = aux is not None and grad_h is None and grad_aux is None and w2.shape[0] > 1  # cuBLASLt: K > 1
+            if fused:  # dZ^T = act'(aux) * (W2^T @ g^T), db1 = its row sums: one kernel
+                epilog = ("DRELU" if act == "relu" else "DGELU") + ("_BGRAD" if ctx.has_b1 else "")
+                d, grad_b1 = product(w2.mT, g.mT, epilog=epilog, aux=aux)
+                dz = d.mT
+            else:
+                dh, _ = product(g, w2, row_major=True)
+    if dz is None and (need_x or need_w1 or need_b1):
+        dh = grad_h if dh is None else (dh if grad_h is None else dh + grad_h)
+        dz = None if dh is None else _times_activation_grad(dh, act, h, aux, hidden)
+        if grad_aux is not None and act == "gelu":
+            part = grad_aux[:hidden].mT
+            dz = part if dz is None else dz + part
+        if dz is not None and need_b1:
+            grad_b1 = dz.sum(0)
+    if dz is None:
+        return None, None, None, grad_w2, grad_b2, None, None
+    grad_w1 = product(dz.mT, x.reshape(-1, w1.shape[1]), row_major=True)[0] if need_w1 else None
+    grad_x = product(dz, w1, row_major=True)[0].reshape(ctx.x_shape) if need_x else None
+    return grad_x, grad_w1, (grad_b1 if need_b1 else None), grad_w2, grad_b2, None, None
+
+
+def _times_activation_grad(dh, activation, h, aux, hidden):
+    """``dh * act'(pre-activation)`` elementwise (the path without a fused DRELU/DGELU)."""
+    if activation == "relu":
+        return torch.where(h > 0, dh, torch.zeros_like(dh))
+    compute = torch.float32 if dh.dtype in (torch.float16, torch.bfloat16) else dh.dtype
+    return (dh.to(compute) * gelu_grad(aux[:hidden].mT.to(compute))).to(dh.dtype)
+
+
+mlp_op.register_autograd(_mlp_backward, setup_context=_mlp_setup)
+
+
+def mlp(x, w1, b1, w2, b2, activation="gelu"):
+    """``act(x @ w1^T + b1) @ w2^T + b2`` as one fused node (see the module docstring); ``b1`` / ``b2`` may be None,
+    ``activation`` is ``"relu"`` or ``"gelu"`` (tanh approximation)."""
+    if activation not in ("relu", "gelu"):
+        raise ValueError(f"mathpy.torch.mlp: activation {activation!r} is not supported; allowed are 'relu', 'gelu'")
+    _check("mathpy.torch.mlp", x, w1, b1, activation, "w1")
+    _check("mathpy.torch.mlp", x.new_empty((0, w1.shape[0])), w2, b2, None, "w2")
+    keep = requires_grad(x, w1, b1, w2, b2)
+    return mlp_op(x, w1, b1, w2, b2, activation, keep)[0]
+
+
+class MLP(torch.nn.Module):
+    """``Linear -> act -> Linear`` (a transformer's MLP block) as one fused node, forward and backward (see
+    :mod:`mathpy.torch`). Parameters live in ``fc1`` and ``fc2`` (:class:`torch.nn.Linear`), so a state_dict of
+    ``torch.nn.Sequential``-free MLPs with those names loads as it is. ``activation``: ``"gelu"`` (tanh approximation)
+    or ``"relu"``."""
+
+    def __init__(self, in_features, hidden_features, out_features=None, bias=True, activation="gelu", device=None,
+                 dtype=None):
+        super().__init__()
+        if activation not in ("relu", "gelu"):
+            raise ValueError(f"activation {activation!r} is not supported; allowed are 'relu', 'gelu'")
+        out_features = in_features if out_features is None else out_features
+        self.fc1 = torch.nn.Linear(in_features, hidden_features, bias, device, dtype)
+        self.fc2 = torch.nn.Linear(hidden_features, out_features, bias, device, dtype)
+        self.activation = activation
+
+    def forward(self, x):
+        return mlp(x, self.fc1.weight, self.fc1.bias, self.fc2.weight, self.fc2.bias, self.activation)
+
+    def extra_repr(self):
+        return f"activation={self.activation!r}"
