@@ -1,0 +1,153 @@
+"""mathpy.torch.Linear and MLP: drop-ins for their torch counterparts (values, gradients, state_dict), gradcheck in
+double precision, and proof that the backward runs fused: which mathpy products run (seen through torch's dispatcher,
+the op's public seam) and that no elementwise kernel is left in the MLP's backward."""
+
+import pytest
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from _torch_helpers import DEVICES, EPS, device_of, gradcheck_options, torch
+
+import mathpy.torch as mt
+
+F64 = torch.float64
+gelu_tanh = torch.nn.GELU(approximate="tanh")
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    return device_of(request)
+
+
+def randn(*shape, dtype=F64, device="cpu", seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, dtype=dtype, generator=g).to(device).requires_grad_()
+
+
+class Recorder(TorchDispatchMode):
+    """Records every op torch dispatches (name, and the epilog of mathpy::matmul calls)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.name()
+        self.calls.append((name, args[5]) if name.startswith("mathpy::matmul") else (name, None))
+        return func(*args, **(kwargs or {}))
+
+    def epilogs(self):
+        return sorted(epilog for name, epilog in self.calls if epilog is not None)
+
+    def names(self):
+        return {name.split(".")[0] for name, _ in self.calls}
+
+
+ACT = {None: lambda t: t, "relu": torch.relu, "gelu": gelu_tanh}
+
+
+@pytest.mark.parametrize("activation", [None, "relu", "gelu"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_is_a_drop_in(device, activation, bias):
+    torch.manual_seed(0)
+    reference = torch.nn.Linear(6, 10, bias=bias, dtype=F64, device=device)
+    layer = mt.Linear(6, 10, bias=bias, dtype=F64, device=device, activation=activation)
+    layer.load_state_dict(reference.state_dict())
+    assert isinstance(layer, torch.nn.Linear) and f"activation={activation!r}" in repr(layer)
+    for shape in [(6,), (4, 6), (2, 3, 6)]:
+        x = randn(*shape, device=device, seed=len(shape))
+        y, want = layer(x), ACT[activation](reference(x))
+        assert y.shape == want.shape and y.is_contiguous()
+        torch.testing.assert_close(y, want, rtol=1e-12, atol=1e-12)
+        g = torch.randn_like(want)
+        params = [x] + list(layer.parameters())
+        got = torch.autograd.grad(y, params, g)
+        expected = torch.autograd.grad(want, [x] + list(reference.parameters()), g)
+        for a, b in zip(got, expected):
+            assert a.shape == b.shape
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    x = randn(5, 6, device=device)
+    inputs = (x, layer.weight, layer.bias) if bias else (x, layer.weight)
+    assert torch.autograd.gradcheck(lambda *t: mt.linear(*t[:2], t[2] if bias else None, activation), inputs,
+                                    **gradcheck_options(device, activation == "gelu"))
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("out_features", [4, 1], ids=["fused", "K=1-unfused"])
+def test_mlp_is_a_drop_in(device, activation, bias, out_features):
+    """out_features = 1 leaves the second layer's input-gradient product with K = 1, which cuBLASLt's DRELU/DGELU
+    do not support: that case takes the elementwise path, and must agree all the same."""
+    torch.manual_seed(0)
+    block = mt.MLP(6, 16, out_features, bias=bias, activation=activation, dtype=F64, device=device)
+    reference = torch.nn.Sequential(block.fc1, torch.nn.ReLU() if activation == "relu" else gelu_tanh, block.fc2)
+    x = randn(2, 3, 6, device=device)
+    y, want = block(x), reference(x)
+    torch.testing.assert_close(y, want, rtol=1e-12, atol=1e-12)
+    g = torch.randn_like(want)
+    params = [x] + list(block.parameters())
+    for a, b in zip(torch.autograd.grad(y, params, g), torch.autograd.grad(want, params, g)):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    inputs = (x, block.fc1.weight, block.fc1.bias, block.fc2.weight, block.fc2.bias)
+    assert torch.autograd.gradcheck(lambda *t: mt.mlp(*t, activation=activation), inputs,
+                                    **gradcheck_options(device, activation == "gelu"))
+
+
+def test_linear_backward_takes_the_bias_gradient_from_the_weight_gradient_kernel(device):
+    layer = mt.Linear(8, 12, activation="gelu", dtype=F64, device=device)
+    x = randn(5, 8, device=device)
+    with Recorder() as forward:
+        y = layer(x)
+    assert forward.epilogs() == ["GELU_AUX_BIAS"]  # keeps the pre-activation for the backward
+    with Recorder() as backward:
+        y.backward(torch.randn_like(y))
+    assert backward.epilogs() == ["BGRADB", "DEFAULT"]  # dW with db; dx
+    with torch.no_grad(), Recorder() as inference:
+        layer(x)
+    assert inference.epilogs() == ["GELU_BIAS"]  # nothing kept without a gradient to compute
+
+
+@pytest.mark.parametrize("activation, fused", [("gelu", "DGELU_BGRAD"), ("relu", "DRELU_BGRAD")])
+def test_mlp_backward_is_four_fused_products_and_nothing_else(device, activation, fused):
+    block = mt.MLP(8, 16, activation=activation, dtype=F64, device=device)
+    x = randn(5, 8, device=device)
+    y = block(x)
+    with Recorder() as backward:
+        y.backward(torch.randn_like(y))
+    # layer 2: dW2 with db2 (BGRADB), dZ1 = act'(aux) * (W2^T g^T) with db1 (D*_BGRAD); layer 1: dW1, dx
+    assert backward.epilogs() == sorted(["BGRADB", fused, "DEFAULT", "DEFAULT"])
+    elementwise = {"aten::mul", "aten::add", "aten::tanh", "aten::where", "aten::sum", "aten::gt", "aten::pow"}
+    assert not (backward.names() & elementwise), backward.names()
+    assert all(p.grad is not None for p in block.parameters()) and x.grad is not None
+
+
+def test_mlp_without_a_bias_uses_the_plain_backward_epilog(device):
+    block = mt.MLP(8, 16, bias=False, dtype=F64, device=device)
+    y = block(randn(5, 8, device=device))
+    with Recorder() as backward:
+        y.sum().backward()
+    assert "DGELU" in backward.epilogs() and "BGRADB" not in backward.epilogs()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_mlp_in_training_dtypes_is_as_accurate_as_torch(device, dtype):
+    """The fused block in a training dtype against float64 on the same rounded parameters and input, next to torch's
+    own unfused block in the same dtype: each gradient's error is at most twice torch's plus sqrt(K) roundings of the
+    dtype at the gradient's scale, K = 64 the longest reduction (the fused path rounds in other places, so its error
+    is not torch's, but it is of the same size; a wrong formula is off by O(1))."""
+    torch.manual_seed(0)
+    block = mt.MLP(32, 64, dtype=dtype, device=device)
+    block64 = mt.MLP(32, 64, dtype=F64, device=device)
+    block64.load_state_dict({k: v.double() for k, v in block.state_dict().items()})
+    peer = torch.nn.Sequential(block.fc1, gelu_tanh, block.fc2)
+    x = (torch.randn(48, 32) / 4).to(dtype).to(device).requires_grad_()
+    x64 = x.detach().double().requires_grad_()
+    g = torch.randn(48, 32).to(dtype).to(device)
+    params = [x] + list(block.parameters())
+    y, y_peer, y64 = block(x), peer(x), block64(x64)
+    ours = (y,) + torch.autograd.grad(y, params, g)
+    theirs = (y_peer,) + torch.autograd.grad(y_peer, params, g)
+    exact = (y64,) + torch.autograd.grad(y64, [x64] + list(block64.parameters()), g.double())
+    for name, a, b, e in zip(["y", "x", "w1", "b1", "w2", "b2"], ours, theirs, exact):
+        assert a.dtype == dtype and a.shape == e.shape, name
+        error, peer_error = (a.double() - e).abs().max(), (b.double() - e).abs().max()
+        assert error <= 2 * peer_error + 8 * EPS[dtype] * e.abs().max(), (name, float(error), float(peer_error))
