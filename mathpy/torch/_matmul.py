@@ -59,7 +59,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None, alpha: Numb
                             epilog_inputs=inputs or None, options=_decode(options),
                             preferences=_decode(preferences))
     d, outputs = result if spec.outputs else (result, {})
-    d_like, extra_like = _fake(a, b, c, spec, d.dtype)
+    d_like, extra_like = _fake(a, b, c, spec, d.dtype, "meta")  # the layouts the fake promises, allocating nothing
     extra = outputs[spec.outputs[0]] if spec.outputs else d.new_empty(0)
     return _in_layout(d, d_like), _in_layout(extra, extra_like)
 
@@ -80,14 +80,14 @@ def _result_dtype(a, options):
     return getattr(torch, name) if name else a.dtype
 
 
-def _fake(a, b, c, spec, d_dtype):
-    """Empty tensors with the shapes, dtypes and strides of the kernel's ``(d, extra)``."""
+def _fake(a, b, c, spec, d_dtype, device=None):
+    """Empty tensors with the shapes, dtypes and strides of the kernel's ``(d, extra)``, on ``device`` (None: a's)."""
     a_vec, b_vec = a.dim() == 1, b.dim() == 1
     m = 1 if a_vec else a.shape[-2]
     n = 1 if b_vec else b.shape[-1]
     batch = tuple(torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
     row_major = _row_major_result(spec, a, b, c, d_dtype)
-    d = _empty_matrices(a, batch, m, n, d_dtype, row_major)
+    d = _empty_matrices(a, batch, m, n, d_dtype, row_major, device)
     if a_vec and b_vec:
         d = d[..., 0, 0]
     elif a_vec:
@@ -98,16 +98,16 @@ def _fake(a, b, c, spec, d_dtype):
         return d, d.new_empty(0)
     name = spec.outputs[0]
     if name == "relu_aux":
-        extra = _empty_matrices(a, batch, relu_aux_rows(m), n, torch.uint8, False)
+        extra = _empty_matrices(a, batch, relu_aux_rows(m), n, torch.uint8, False, device)
     elif name == "gelu_aux":
-        extra = _empty_matrices(a, batch, gelu_aux_rows(m), n, d_dtype, False)
+        extra = _empty_matrices(a, batch, gelu_aux_rows(m), n, d_dtype, False, device)
     else:
         length = n if name == "bgradb" else m
-        extra = a.new_empty((*batch, length, 1) if batch else (length,), dtype=d_dtype)
+        extra = a.new_empty((*batch, length, 1) if batch else (length,), dtype=d_dtype, device=device)
     return d, extra
 
 
-def _empty_matrices(like, batch, rows, cols, dtype, row_major):
+def _empty_matrices(like, batch, rows, cols, dtype, row_major, device=None):
     """An empty ``(*batch, rows, cols)`` tensor, batches contiguous, matrices row- or column-major."""
     size = rows * cols
     inner = (cols, 1) if row_major else (1, rows)
@@ -115,7 +115,7 @@ def _empty_matrices(like, batch, rows, cols, dtype, row_major):
     for extent in reversed(batch):
         strides.append(step)
         step *= extent
-    return like.new_empty_strided((*batch, rows, cols), (*reversed(strides), *inner), dtype=dtype)
+    return like.new_empty_strided((*batch, rows, cols), (*reversed(strides), *inner), dtype=dtype, device=device)
 
 
 def _row_major_result(spec, a, b, c, d_dtype):
