@@ -240,6 +240,16 @@ def test_matmul_gradients_in_training_dtypes(device, dtype, epilog):
         assert bool((error <= bound + 1e-30).all()), float((error / (bound + 1e-30)).max())
 
 
+def test_matmul_result_type_other_than_the_operands(device):
+    """float16 operands, float32 result: the gradients come back in the operands' dtype."""
+    a, b = randn(3, 4, dtype=torch.float16, device=device), randn(4, 5, dtype=torch.float16, device=device)
+    d = mathpy.matmul(a, b, options={"result_type": "float32"})
+    assert d.dtype == torch.float32
+    ga, gb = torch.autograd.grad(d, (a, b), torch.ones_like(d))
+    assert ga.dtype == gb.dtype == torch.float16
+    torch.testing.assert_close(ga, (torch.ones(3, 5, device=device) @ b.detach().float().mT).half())
+
+
 def test_matmul_second_derivatives(device):
     a, b = randn(3, 4, device=device), randn(4, 2, device=device)
     assert gradgradcheck(lambda a, b: mathpy.matmul(a, b, alpha=0.5), (a, b))

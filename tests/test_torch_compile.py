@@ -105,6 +105,23 @@ def test_compiled_graph_holds_mathpys_ops(device):
         assert any(op in target for target in seen), (op, seen)
 
 
+def test_matmul_options_pass_through_compile(device):
+    """Options and preferences, as a dict or as an object built inside the compiled function, reach mathpy."""
+    a, b = randn(8, 16, dtype=torch.float16, device=device), randn(16, 4, dtype=torch.float16, device=device)
+
+    def f(a, b):
+        d = mathpy.matmul(a, b, options={"result_type": "float32"}, preferences={"limit": 2})
+        e = mathpy.matmul(a, b, options=mathpy.MatmulOptions(compute_type="16F"))
+        return d + e
+
+    got = torch.compile(f, fullgraph=True, backend="aot_eager")(a, b)
+    assert got.dtype == torch.float32  # result_type was applied, not dropped
+    torch.testing.assert_close(got, f(a, b))
+    with pytest.raises(Exception, match="unknown MatmulOptions fields"):
+        torch.compile(lambda a, b: mathpy.matmul(a, b, options={"alow_tf32": True}), fullgraph=True,
+                      backend="aot_eager")(a, b)
+
+
 def test_callbacks_are_refused_under_compile(device):
     def double(data_out, offset, value, user_info, unused):
         data_out[offset] = value * 2

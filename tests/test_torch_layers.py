@@ -92,6 +92,25 @@ def test_mlp_is_a_drop_in(device, activation, bias, out_features):
                                     **gradcheck_options(device, activation == "gelu"))
 
 
+def test_linear_complex_and_bad_arguments(device):
+    layer = torch.nn.Linear(4, 3, dtype=torch.complex128, device=device)
+    x = randn(2, 4, dtype=torch.complex128, device=device)
+    assert torch.autograd.gradcheck(lambda x, w, b: mt.linear(x, w, b), (x, layer.weight, layer.bias))
+    with pytest.raises(ValueError, match="activation 'relu' is not defined for complex"):
+        mt.linear(x, layer.weight, activation="relu")
+    w = randn(3, 4, device=device)
+    with pytest.raises(ValueError, match="activation 'tanh' is not supported"):
+        mt.linear(randn(2, 4, device=device), w, activation="tanh")
+    with pytest.raises(ValueError, match="the input has 5 features.*takes 4"):
+        mt.linear(randn(2, 5, device=device), w)
+    with pytest.raises(TypeError, match="must have the same dtype"):
+        mt.linear(randn(2, 4, dtype=torch.float32, device=device), w)
+    with pytest.raises(ValueError, match="the bias of weight must have shape"):
+        mt.linear(randn(2, 4, device=device), w, randn(4, device=device))
+    with pytest.raises(ValueError, match="w2 of shape"):
+        mt.mlp(randn(2, 4, device=device), w, None, randn(3, 5, device=device), None)
+
+
 def test_linear_backward_takes_the_bias_gradient_from_the_weight_gradient_kernel(device):
     layer = mt.Linear(8, 12, activation="gelu", dtype=F64, device=device)
     x = randn(5, 8, device=device)

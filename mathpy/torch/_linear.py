@@ -38,16 +38,15 @@ def _epilog(activation, bias, keep):
     return name + ("_BIAS" if bias else "")
 
 
-def _check(call, x, weight, bias, activation, what="weight"):
-    if activation not in _ACTIVATIONS:
-        raise ValueError(f"{call}: activation {activation!r} is not supported; allowed are {list(_ACTIVATIONS)}")
+def _check(call, features, dtype, weight, bias, what="weight"):
+    """``features``: the input's last extent (None: a 0-d input); ``dtype``: the input's."""
     if weight.dim() != 2:
         raise ValueError(f"{call}: {what} must be 2-D (out_features, in_features), not of shape {tuple(weight.shape)}")
-    if x.dim() == 0 or x.shape[-1] != weight.shape[1]:
-        raise ValueError(f"{call}: input of shape {tuple(x.shape)} does not match {what} of shape "
-                         f"{tuple(weight.shape)} (its last axis must have {weight.shape[1]} features)")
-    if x.dtype != weight.dtype:
-        raise TypeError(f"{call}: input ({x.dtype}) and {what} ({weight.dtype}) must have the same dtype")
+    if features != weight.shape[1]:
+        raise ValueError(f"{call}: the input has {features} features (its last axis) but {what} of shape "
+                         f"{tuple(weight.shape)} takes {weight.shape[1]}")
+    if dtype != weight.dtype:
+        raise TypeError(f"{call}: the input ({dtype}) and {what} ({weight.dtype}) must have the same dtype")
     if bias is not None and (tuple(bias.shape) != (weight.shape[0],) or bias.dtype != weight.dtype):
         raise ValueError(f"{call}: the bias of {what} must have shape ({weight.shape[0]},) and dtype {weight.dtype}, "
                          f"not {tuple(bias.shape)} {bias.dtype}")
@@ -55,9 +54,19 @@ def _check(call, x, weight, bias, activation, what="weight"):
 
 def linear(x, weight, bias=None, activation=None):
     """``act(x @ weight^T + bias)`` with the bias and activation fused into the GEMM, differentiable (see the module
-    docstring), as ``torch.nn.functional.linear`` followed by ``relu`` / ``gelu(approximate="tanh")``."""
-    _check("mathpy.torch.linear", x, weight, bias, activation)
+    docstring), as ``torch.nn.functional.linear`` followed by ``relu`` / ``gelu(approximate="tanh")``. Complex
+    tensors (no epilog exists for them) take no activation; their bias is added by torch."""
+    call = "mathpy.torch.linear"
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"{call}: activation {activation!r} is not supported; allowed are {list(_ACTIVATIONS)}")
+    _check(call, x.shape[-1] if x.dim() else None, x.dtype, weight, bias)
     x2 = x.reshape(-1, weight.shape[1])
+    if weight.is_complex():
+        if activation is not None:
+            raise ValueError(f"{call}: activation {activation!r} is not defined for complex tensors")
+        y, _ = product(x2, weight.mT, row_major=True)
+        y = y if bias is None else y + bias
+        return y.reshape(*x.shape[:-1], weight.shape[0])
     epilog = _epilog(activation, bias is not None, activation == "gelu" and requires_grad(x, weight, bias))
     if epilog_spec(epilog).name in ("DEFAULT", "RELU", "GELU"):  # no per-row operand: either order, row-major y
         y, _ = product(x2, weight.mT, row_major=True, epilog=epilog)
@@ -179,10 +188,13 @@ mlp_op.register_autograd(_mlp_backward, setup_context=_mlp_setup)
 def mlp(x, w1, b1, w2, b2, activation="gelu"):
     """``act(x @ w1^T + b1) @ w2^T + b2`` as one fused node (see the module docstring); ``b1`` / ``b2`` may be None,
     ``activation`` is ``"relu"`` or ``"gelu"`` (tanh approximation)."""
+    call = "mathpy.torch.mlp"
     if activation not in ("relu", "gelu"):
-        raise ValueError(f"mathpy.torch.mlp: activation {activation!r} is not supported; allowed are 'relu', 'gelu'")
-    _check("mathpy.torch.mlp", x, w1, b1, activation, "w1")
-    _check("mathpy.torch.mlp", x.new_empty((0, w1.shape[0])), w2, b2, None, "w2")
+        raise ValueError(f"{call}: activation {activation!r} is not supported; allowed are 'relu', 'gelu'")
+    _check(call, x.shape[-1] if x.dim() else None, x.dtype, w1, b1, "w1")
+    _check(call, w1.shape[0], x.dtype, w2, b2, "w2")
+    if x.is_complex():
+        raise TypeError(f"{call}: complex tensors are not supported (cuBLASLt has no epilogs for them)")
     keep = requires_grad(x, w1, b1, w2, b2)
     return mlp_op(x, w1, b1, w2, b2, activation, keep)[0]
 

@@ -265,17 +265,29 @@ def product(a, b, alpha=1, *, row_major=None, epilog="DEFAULT", aux=None, sum_a=
 # --- options -----------------------------------------------------------------------------------------------------
 
 def encode_options(cls, value, name):
-    """``value`` (None, a ``cls`` instance or a dict), validated by mathpy, as the op's string argument: its
-    non-default fields as ``name=repr`` pairs (dtypes by name), "" for none. (Not JSON: torch.compile traces this.)"""
+    """``value`` (None, a ``cls`` instance or a dict) as the op's string argument: its non-default fields as
+    ``name=repr`` pairs (dtypes by name), "" for none. In eager mode mathpy validates it here; while torch.compile
+    traces, only unknown names are refused here (dynamo cannot trace the validation; the kernel's call validates the
+    values when it runs). No JSON or dataclasses.fields: dynamo traces this function."""
     if value is None:
         return ""
-    options = check_or_create_options(cls, value, name)
+    fields = _FIELDS[cls]
+    if not torch.compiler.is_compiling():
+        value = check_or_create_options(cls, value, name)
+    elif isinstance(value, dict):
+        unknown = sorted(set(value) - {field for field, _ in fields})
+        if unknown:
+            raise ValueError(f"{name}: unknown {cls.__name__} fields {unknown}")
     parts = []
-    for f in dataclasses.fields(options):
-        v = getattr(options, f.name)
-        if v != f.default:
-            parts.append(f"{f.name}={(v.name if isinstance(v, np.dtype) else v)!r}")
+    for field, default in fields:
+        v = value.get(field, default) if isinstance(value, dict) else getattr(value, field)
+        if v is not default and (default is None or v != default):  # (np.dtype("float64") == None is True)
+            parts.append(f"{field}={(v.name if isinstance(v, np.dtype) else v)!r}")
     return ";".join(parts)
+
+
+_FIELDS = {cls: tuple((f.name, f.default) for f in dataclasses.fields(cls))
+           for cls in (MatmulOptions, MatmulPlanPreferences)}
 
 
 def _decode(text):
