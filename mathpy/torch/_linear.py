@@ -17,6 +17,8 @@ The backward of an activation can be fused only into the GEMM that produces the 
 ``gelu`` is cuBLASLt's tanh approximation: ``torch.nn.functional.gelu(x, approximate="tanh")``.
 """
 
+from typing import Optional  # the op signature: the form every torch's schema inference reads
+
 import torch
 
 from ..host.matmul import matmul as _mathpy_matmul
@@ -97,8 +99,8 @@ class Linear(torch.nn.Linear):
 # --- the fused pair ----------------------------------------------------------------------------------------------
 
 @torch.library.custom_op("mathpy::mlp", mutates_args=())
-def mlp_op(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Tensor, b2: torch.Tensor | None,
-           activation: str, keep: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def mlp_op(x: torch.Tensor, w1: torch.Tensor, b1: Optional[torch.Tensor], w2: torch.Tensor,
+           b2: Optional[torch.Tensor], activation: str, keep: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(y, h, aux)``: ``h = act(x @ w1^T + b1)`` (rows: the flattened leading axes of x), ``y = h @ w2^T + b2``
     (x's leading axes), ``aux``: layer 1's epilog output (GELU pre-activation / RELU bitmask) when ``keep``, else
     empty."""

@@ -21,6 +21,7 @@ so compiled and eager code see the same strides.
 import ast
 import dataclasses
 import math
+from typing import Optional  # the op signatures: the form every torch's schema inference reads
 
 import numpy as np
 import torch
@@ -44,8 +45,8 @@ _FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 # --- the op ------------------------------------------------------------------------------------------------------
 
 @torch.library.custom_op("mathpy::matmul", mutates_args=())
-def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None, alpha: Number, beta: Number, epilog: str,
-           bias: torch.Tensor | None, aux: torch.Tensor | None, options: str, preferences: str
+def matmul(a: torch.Tensor, b: torch.Tensor, c: Optional[torch.Tensor], alpha: Number, beta: Number, epilog: str,
+           bias: Optional[torch.Tensor], aux: Optional[torch.Tensor], options: str, preferences: str
            ) -> tuple[torch.Tensor, torch.Tensor]:
     """``mathpy.matmul(a, b, c, alpha=, beta=, epilog=, epilog_inputs={bias / aux})`` -> ``(d, extra)``; ``epilog``
     is a MatmulEpilog name, ``options`` / ``preferences`` encoded by :func:`encode_options`."""
