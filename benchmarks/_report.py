@@ -156,3 +156,38 @@ def device_table(rows):
         "The reference is cuFFT for the block FFT, cuFFT with the filter fused as an LTO epilog plus an inverse cuFFT "
         "(through mathpy.fft) for the fused convolution, and the faster cuBLAS call (torch.bmm, cupy.matmul) for the "
         "block GEMM; best of three rounds. " + RATIO_NOTE])
+
+
+# --- bench_autograd.py --------------------------------------------------------------------------------------------
+
+AUTOGRAD_IMPLS = ("mathpy MLP", "mathpy Linear x2", "torch eager", "torch.compile")
+
+
+def autograd_tables(rows, hook):
+    """``rows``: one dict per size: "tokens", "d", and per implementation (AUTOGRAD_IMPLS) "step_ms", "forward_ms",
+    "extra_gb"; ``hook``: {call: us}."""
+    headers = ["tokens x d", "**mathpy MLP** ms (TFLOP/s)", "mathpy Linear x2 ms", "torch eager ms",
+               "torch.compile ms", "eager / mathpy", "compile / mathpy", "Linear x2 / mathpy",
+               "forward ms: **mathpy** / eager / compile", "extra GB: mathpy / eager / compile"]
+    cells, missed = [], []
+    for r in rows:
+        step, forward, gb = r["step_ms"], r["forward_ms"], r["extra_gb"]
+        mp = step["mathpy MLP"]
+        tflops = 48.0 * r["tokens"] * r["d"] ** 2 / mp / 1e9
+        cells.append([f"{r['tokens']} x {r['d']}", f"**{mp:.3f} ({tflops:.0f})**", ms(step.get("mathpy Linear x2")),
+                      ms(step.get("torch eager")), ms(step.get("torch.compile")), ratio(step.get("torch eager"), mp),
+                      ratio(step.get("torch.compile"), mp), ratio(step.get("mathpy Linear x2"), mp),
+                      " / ".join([f"**{ms(forward['mathpy MLP'])}**", ms(forward.get("torch eager")),
+                                  ms(forward.get("torch.compile"))]),
+                      " / ".join(f"{gb[k]:.2f}" if k in gb else "-" for k in ("mathpy MLP", "torch eager",
+                                                                                "torch.compile"))])
+        if not (step.get("torch.compile", 0) >= mp and step.get("torch eager", 0) > mp):
+            missed.append(f"{r['tokens']} x {r['d']}")
+    return "\n".join([
+        table(headers, cells), "",
+        "bf16 MLP block (d -> 4d -> d, GELU tanh, biases), forward + backward per step (ms), medians; TFLOP/s counts "
+        "the six GEMMs (48 tokens d^2). " + RATIO_NOTE + " Target: compile / mathpy >= 1 and eager / mathpy > 1: "
+        + (f"missed at {', '.join(missed)}" if missed else "met at every size") + ".", "",
+        table(["entry hook and calls, 8 x 1024 complex64, async", "us per call"],
+              [[name, f"{us:.2f}"] for name, us in hook.items()]), "",
+        "Host time per asynchronous call (median of 5 rounds of 3000 calls)."])

@@ -20,7 +20,8 @@ GPU time per step: CUDA events around ``reps`` steps, median of ``rounds``; TFLO
 (48 tokens d^2 flop). Every mathpy result and gradient is checked against torch eager first. A last section times the
 entry hook that routes grad-requiring tensors (``mathpy._torch_route.wanted``) against a whole stateless FFT call.
 
-Writes benchmarks/results/bench_autograd.md / .json / .png; prints the table last.
+Prints, last, an Environment line and the tables in the form docs/benchmarks.md shows (ratios: peer time / mathpy
+time); writes them to benchmarks/results/bench_autograd.md, with .json and a .png plot.
 """
 
 import argparse
@@ -40,6 +41,7 @@ except ImportError:
 if not torch.cuda.is_available():
     sys.exit("bench_autograd needs a CUDA GPU (torch.cuda.is_available() is False)")
 
+import _report  # noqa: E402  (the Markdown tables docs/benchmarks.md shows)
 import mathpy  # noqa: E402
 import mathpy.fft  # noqa: E402
 import mathpy.torch as mt  # noqa: E402
@@ -129,7 +131,8 @@ def bench_size(tokens, d, reps, rounds):
     torch.cuda.synchronize()
     compile_s = time.perf_counter() - t0
     flop = 48.0 * tokens * d * d
-    rows = []
+    row = {"tokens": tokens, "d": d, "step_ms": {}, "forward_ms": {}, "extra_gb": {}, "compile_s": compile_s,
+           "error_vs_eager": errors}
     for name, block in impls.items():
         step, forward = stepper(block, x, g)
         for _ in range(2):  # warm-up: plans, allocator, autotuned kernels
@@ -137,19 +140,14 @@ def bench_size(tokens, d, reps, rounds):
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
         step_ms = gpu_ms(step, reps, rounds)
-        peak_gb = (torch.cuda.max_memory_allocated() - base) / 1e9
-        forward_ms = gpu_ms(forward, reps, rounds)
-        rows.append({"tokens": tokens, "d": d, "impl": name, "forward_ms": forward_ms, "step_ms": step_ms,
-                     "tflops": flop / step_ms / 1e9, "peak_gb": peak_gb, "error_vs_eager": errors.get(name)})
-        print(f"  {tokens:>6} x {d:<5} {name:<17} forward {forward_ms:8.3f} ms  forward+backward {step_ms:8.3f} ms "
-              f"({flop / step_ms / 1e9:5.0f} TFLOP/s, +{peak_gb:.2f} GB)", flush=True)
-    by = {r["impl"]: r for r in rows}
-    for r in rows:
-        r["vs_eager"] = by["torch eager"]["step_ms"] / r["step_ms"]
-        r["vs_compile"] = by["torch.compile"]["step_ms"] / r["step_ms"]
+        row["extra_gb"][name] = (torch.cuda.max_memory_allocated() - base) / 1e9
+        row["step_ms"][name] = step_ms
+        row["forward_ms"][name] = gpu_ms(forward, reps, rounds)
+        print(f"  {tokens:>6} x {d:<5} {name:<17} forward {row['forward_ms'][name]:8.3f} ms  forward+backward "
+              f"{step_ms:8.3f} ms ({flop / step_ms / 1e9:5.0f} TFLOP/s, +{row['extra_gb'][name]:.2f} GB)", flush=True)
     del impls, x, g
     torch.cuda.empty_cache()
-    return rows, compile_s
+    return row
 
 
 def bench_hook():
@@ -171,43 +169,34 @@ def bench_hook():
         return statistics.median(times)
 
     return {
-        "wanted(x) alone, CUDA tensor without grad (us)": host_us(lambda: _torch_route.wanted(x, None, None, None)),
-        "mathpy.fft.fft(x) stateless, 8x1024 c64 (us)": host_us(lambda: mathpy.fft.fft(x)),
-        "mathpy.fft.fft(x) with x.requires_grad, autograd op (us)": host_us(lambda: mathpy.fft.fft(xg)),
-        "torch.fft.fft(x) (us)": host_us(lambda: torch.fft.fft(x)),
+        "wanted(x), the check alone (CUDA tensor, no grad)": host_us(lambda: _torch_route.wanted(x, None, None, None)),
+        "mathpy.fft.fft(x), stateless": host_us(lambda: mathpy.fft.fft(x)),
+        "mathpy.fft.fft(x) with x.requires_grad (the autograd op)": host_us(lambda: mathpy.fft.fft(xg)),
+        "torch.fft.fft(x)": host_us(lambda: torch.fft.fft(x)),
     }
 
 
-def write(rows, compile_s, hook, device):
+def write(rows, hook, device):
+    """The report (Environment line, tables) into benchmarks/results/, and a plot; returns the text."""
     os.makedirs(RESULTS, exist_ok=True)
-    lines = [f"MLP block fwd+bwd, bf16, {device}, torch {torch.__version__}: GPU ms per step (TFLOP/s); speedup = "
-             "time of the peer / time of the row", "",
-             "| tokens x d | implementation | forward ms | forward+backward ms | TFLOP/s | vs eager | vs compile | "
-             "extra GB |", "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['tokens']} x {r['d']} | {r['impl']} | {r['forward_ms']:.3f} | {r['step_ms']:.3f} | "
-                     f"{r['tflops']:.0f} | {r['vs_eager']:.3f} | {r['vs_compile']:.3f} | {r['peak_gb']:.2f} |")
-    lines += ["", "torch.compile compile time per size (s): " + ", ".join(f"{k}: {v:.1f}" for k, v in
-                                                                          compile_s.items()),
-              "", "| entry hook | us |", "|---|---|"] + [f"| {k} | {v:.2f} |" for k, v in hook.items()]
-    text = "\n".join(lines) + "\n"
+    compile_line = "torch.compile's compile time per size (s): " + ", ".join(
+        f"{r['tokens']} x {r['d']}: {r['compile_s']:.1f}" for r in rows)
+    text = "\n".join([_report.environment(device), "", _report.autograd_tables(rows, hook), "", compile_line]) + "\n"
     with open(os.path.join(RESULTS, "bench_autograd.md"), "w") as f:
         f.write(text)
     with open(os.path.join(RESULTS, "bench_autograd.json"), "w") as f:
-        json.dump({"device": device, "rows": rows, "compile_s": compile_s, "hook_us": hook}, f, indent=1)
+        json.dump({"device": device, "rows": rows, "hook_us": hook}, f, indent=1)
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        sizes = sorted({(r["tokens"], r["d"]) for r in rows}, key=lambda s: (s[1], s[0]))
-        names = list(dict.fromkeys(r["impl"] for r in rows))
+        names = list(_report.AUTOGRAD_IMPLS)
         fig, ax = plt.subplots(figsize=(11, 4.5))
         width = 0.8 / len(names)
         for i, name in enumerate(names):
-            values = [next(r["tflops"] for r in rows if (r["tokens"], r["d"]) == s and r["impl"] == name)
-                      for s in sizes]
-            ax.bar([j + (i - (len(names) - 1) / 2) * width for j in range(len(sizes))], values, width, label=name)
-        ax.set_xticks(range(len(sizes)), [f"{t} x {d}" for t, d in sizes])
+            values = [48.0 * r["tokens"] * r["d"] ** 2 / r["step_ms"][name] / 1e9 for r in rows]
+            ax.bar([j + (i - (len(names) - 1) / 2) * width for j in range(len(rows))], values, width, label=name)
+        ax.set_xticks(range(len(rows)), [f"{r['tokens']} x {r['d']}" for r in rows])
         ax.set_xlabel("tokens x d (MLP d -> 4d -> d)")
         ax.set_ylabel("TFLOP/s, forward + backward")
         ax.set_title(f"bf16 MLP block training step, {device}")
@@ -226,22 +215,17 @@ def main():
     device = torch.cuda.get_device_name()
     started = time.perf_counter()
     print(f"== {device}; torch {torch.__version__}; mathpy {mathpy.__version__}")
-    rows, compile_s = [], {}
+    rows = []
     for tokens, d in (QUICK_SIZES if args.quick else SIZES):
         reps = 3 if tokens * d * d > 2 ** 40 else 5
-        size_rows, compile_s[f"{tokens}x{d}"] = bench_size(tokens, d, reps, 3 if args.quick else 5)
-        rows += size_rows
+        rows.append(bench_size(tokens, d, reps, 3 if args.quick else 5))
     print("== entry hook")
     hook = bench_hook()
-    text = write(rows, compile_s, hook, device)
-    short = [f"{r['tokens']}x{r['d']}: {r['vs_compile']:.3f} vs compile, {r['vs_eager']:.3f} vs eager"
-             for r in rows if r["impl"] == "mathpy MLP" and (r["vs_compile"] < 1 or r["vs_eager"] <= 1)]
-    if short:
-        print("NOTE: mathpy MLP misses its target (at least as fast as torch.compile, faster than eager) at "
-              + "; ".join(short))
+    text = write(rows, hook, device)
     print(f"(took {time.perf_counter() - started:.0f} s; results in {RESULTS})")
     print()
     print(text)
+
 
 if __name__ == "__main__":
     main()
