@@ -308,6 +308,14 @@ def test_matmul_refuses_arguments_without_backward(device):
     with pytest.raises(TypeError, match="alpha must be a number"):
         mathpy.matmul(a, b, alpha="2")
 
+    def custom(value, row, col, data):  # a custom Python epilog (issue 14's form): compiled, never differentiated
+        return value * data[row, col]
+    gate = torch.ones(3, 5, dtype=F64, device=device, requires_grad=True)
+    with pytest.raises(TypeError, match=r"epilog= \(a Python function\) is a custom epilog.*a requires grad"):
+        mathpy.matmul(a, b, epilog=custom)
+    with pytest.raises(TypeError, match=r"custom epilog.*epilog_inputs\['data'\] requires grad"):
+        mathpy.matmul(a.detach(), b.detach(), epilog=custom, epilog_inputs={"data": gate})
+
 
 def test_stateful_objects_refuse_grad_requiring_operands(device):
     x = randn(4, 8, dtype=torch.complex128, device=device)

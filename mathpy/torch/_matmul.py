@@ -307,6 +307,10 @@ def _backward_options(options):
 
 # --- mathpy.matmul on torch tensors ------------------------------------------------------------------------------
 
+def _named(epilog_inputs):
+    return {f"epilog_inputs[{name!r}]": value for name, value in epilog_inputs.items()}
+
+
 def route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution, stream):
     """``mathpy.matmul(...)`` for torch tensors that need autograd or torch.compile: the same result, differentiable
     in a, b, c and the bias, built from the custom op."""
@@ -318,6 +322,10 @@ def route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, exe
         if value is not None and not isinstance(value, torch.Tensor):
             raise TypeError(f"{call}: {name} is a {type(value).__module__}.{type(value).__name__}; with torch "
                             f"tensors that require grad (or under torch.compile) every operand must be a torch tensor")
+    if callable(epilog) and not isinstance(epilog, (str, int)):  # a custom (Python) epilog: compiled, not derived
+        refuse(call, "epilog= (a Python function)", "is a custom epilog, which mathpy cannot differentiate or compile "
+               f"into a torch graph {reason(a=a, b=b, c=c, **_named(grad_inputs))}",
+               "apply it with torch ops to the product, or call it under torch.no_grad() outside torch.compile")
     spec = epilog_spec(epilog)
     bias = grad_inputs.get("bias")
     aux = grad_inputs.get("relu_aux", grad_inputs.get("gelu_aux"))
@@ -327,7 +335,7 @@ def route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, exe
         raise ValueError(f"epilog {spec.name} takes epilog_inputs {list(spec.inputs)}; missing {missing}, not "
                          f"applicable {unknown}")
     grad = requires_grad(a, b, c, bias, aux)
-    why = reason(a=a, b=b, c=c, **{f"epilog_inputs[{k!r}]": v for k, v in grad_inputs.items()})
+    why = reason(a=a, b=b, c=c, **_named(grad_inputs))
     if execution is not None:
         refuse(call, "execution=", f"moves data between devices outside autograd {why}",
                "move the tensors with .to(device) (differentiable) and leave execution=None")
