@@ -167,4 +167,4 @@ def test_training_step_replays_in_a_cuda_graph():
         y = model(static_x.clone())
         eager = [y] + list(torch.autograd.grad(y.square().sum(), params))
         for got, want in zip([static_y] + static_grads, eager):
-            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * float(want.detach().abs().max()))

@@ -111,6 +111,23 @@ def test_linear_complex_and_bad_arguments(device):
         mt.mlp(randn(2, 4, device=device), w, None, randn(3, 5, device=device), None)
 
 
+def test_layers_follow_autocast(device):
+    """Inside torch.autocast, float32 parameters and input run in the autocast dtype, as torch.nn.Linear does, and
+    the parameters' gradients come back in float32."""
+    torch.manual_seed(0)
+    reference = torch.nn.Linear(8, 16, device=device)
+    layer = mt.Linear(8, 16, activation="relu", device=device)
+    layer.load_state_dict(reference.state_dict())
+    block = mt.MLP(8, 16, device=device)
+    x = torch.randn(4, 8, device=device)
+    with torch.autocast(device, dtype=torch.bfloat16):
+        y, want, z = layer(x), torch.relu(reference(x)), block(x)
+    assert y.dtype == want.dtype == z.dtype == torch.bfloat16
+    torch.testing.assert_close(y, want, rtol=2 ** -7, atol=2 ** -7 * float(want.detach().abs().max()))
+    (y.float().sum() + z.float().sum()).backward()
+    assert layer.weight.grad.dtype == block.fc1.weight.grad.dtype == torch.float32
+
+
 def test_linear_backward_takes_the_bias_gradient_from_the_weight_gradient_kernel(device):
     layer = mt.Linear(8, 12, activation="gelu", dtype=F64, device=device)
     x = randn(5, 8, device=device)

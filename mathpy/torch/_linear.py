@@ -14,7 +14,8 @@ The backward of an activation can be fused only into the GEMM that produces the 
   DGELU_BGRAD / DRELU_BGRAD with layer 1's aux, giving layer 1's pre-activation gradient and its bias gradient; layer
   2's weight gradient and bias gradient come from one BGRADB GEMM. No elementwise kernel is left in the backward.
 
-``gelu`` is cuBLASLt's tanh approximation: ``torch.nn.functional.gelu(x, approximate="tanh")``.
+``gelu`` is cuBLASLt's tanh approximation: ``torch.nn.functional.gelu(x, approximate="tanh")``. Inside
+``torch.autocast`` both run in the autocast dtype, as torch.nn.Linear does.
 """
 
 from typing import Optional  # the op signature: the form every torch's schema inference reads
@@ -40,6 +41,16 @@ def _epilog(activation, bias, keep):
     return name + ("_BIAS" if bias else "")
 
 
+def _autocast(*tensors):
+    """``tensors`` in the autocast dtype inside a ``torch.autocast`` region of their device, as torch.nn.Linear's
+    ``addmm`` is (differentiable casts; None stays None); unchanged outside one."""
+    device = tensors[0].device.type
+    if device not in ("cpu", "cuda") or not torch.is_autocast_enabled(device):
+        return tensors
+    dtype = torch.get_autocast_dtype(device)
+    return tuple(None if t is None or not t.is_floating_point() else t.to(dtype) for t in tensors)
+
+
 def _check(call, features, dtype, weight, bias, what="weight"):
     """``features``: the input's last extent (None: a 0-d input); ``dtype``: the input's."""
     if weight.dim() != 2:
@@ -61,6 +72,7 @@ def linear(x, weight, bias=None, activation=None):
     call = "mathpy.torch.linear"
     if activation not in _ACTIVATIONS:
         raise ValueError(f"{call}: activation {activation!r} is not supported; allowed are {list(_ACTIVATIONS)}")
+    x, weight, bias = _autocast(x, weight, bias)
     _check(call, x.shape[-1] if x.dim() else None, x.dtype, weight, bias)
     x2 = x.reshape(-1, weight.shape[1])
     if weight.is_complex():
@@ -193,6 +205,7 @@ def mlp(x, w1, b1, w2, b2, activation="gelu"):
     call = "mathpy.torch.mlp"
     if activation not in ("relu", "gelu"):
         raise ValueError(f"{call}: activation {activation!r} is not supported; allowed are 'relu', 'gelu'")
+    x, w1, b1, w2, b2 = _autocast(x, w1, b1, w2, b2)
     _check(call, x.shape[-1] if x.dim() else None, x.dtype, w1, b1, "w1")
     _check(call, w1.shape[0], x.dtype, w2, b2, "w2")
     if x.is_complex():
