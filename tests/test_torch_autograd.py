@@ -133,6 +133,7 @@ MATMUL_SHAPES = [
     ("c-row-broadcast", (2, 3, 4), (4, 5), (5,), 1.5, 0.5),
     ("c-column-broadcast", (2, 3, 4), (4, 5), (2, 3, 1), 1, 2),
     ("c-vector-b", (3, 4), (4,), (3,), -1, 1),
+    ("numpy-scalars", (3, 4), (4, 5), (3, 5), np.float32(0.5), np.float64(2)),
 ]
 
 
@@ -149,7 +150,9 @@ def test_matmul_gradcheck(device, case, dtype):
         return mathpy.matmul(a, b, c, alpha=alpha, beta=beta)
 
     d = f(*inputs)
-    expected = alpha * torch.matmul(a, b) + (0 if c_shape is None else (1 if beta is None else beta) * inputs[2])
+    scalar_alpha, scalar_beta = (v.item() if isinstance(v, np.generic) else v for v in (alpha, beta))
+    expected = scalar_alpha * torch.matmul(a, b) + (0 if c_shape is None else
+                                                    (1 if beta is None else scalar_beta) * inputs[2])
     torch.testing.assert_close(d, expected, rtol=1e-12, atol=1e-12)
     assert gradcheck(f, inputs)
 

@@ -350,9 +350,14 @@ def route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, exe
             if t.dtype in _FLOAT8:
                 refuse(call, f"{name} ({t.dtype})", f"has no backward in mathpy {why}",
                        "train in bfloat16/float16 or run float8 products under torch.no_grad()")
+    scalars = []
     for name, value in (("alpha", alpha), ("beta", beta)):
+        if isinstance(value, np.number):
+            value = value.item()  # the op's Scalar argument takes Python numbers
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float, complex))):
             raise TypeError(f"{name} must be a number, not {value!r}")
+        scalars.append(value)
+    alpha, beta = scalars
     if beta is None:
         beta = 0 if c is None else 1
     run = _KEEP_PRE_ACTIVATION.get(spec.name, spec.name) if grad else spec.name
