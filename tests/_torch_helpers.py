@@ -12,6 +12,17 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 EPS = {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8, torch.float32: 2.0 ** -24, torch.float64: 2.0 ** -53}
 
 
+#: Relative error of cuBLASLt's GELU / DGELU epilogs on the GPU, where it exceeds the dtype's rounding: float64 ~5e-9
+#: (mathpy.host.matmul._epilog), float32 and below (evaluated in float32) up to 1e-4 at |value| ~ 7, i.e. ~2e-5
+#: (test_matmul_epilog, measured on an H200). The CPU engine evaluates GELU exactly in its compute type.
+CUBLASLT_GELU_ERROR = {torch.float64: 5e-9, torch.float32: 2e-5, torch.float16: 2e-5, torch.bfloat16: 2e-5}
+
+
+def gelu_error(device, dtype, gelu=True):
+    """The relative error a GELU epilog adds on ``device`` (0 on the CPU, or without GELU)."""
+    return CUBLASLT_GELU_ERROR[dtype] if (gelu and device == "cuda") else 0.0
+
+
 def device_of(request):
     if request.param == "cuda" and not torch.cuda.is_available():
         pytest.skip("torch has no CUDA on this machine")

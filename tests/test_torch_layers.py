@@ -5,7 +5,7 @@ the op's public seam) and that no elementwise kernel is left in the MLP's backwa
 import pytest
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from _torch_helpers import DEVICES, EPS, device_of, gradcheck_options, torch
+from _torch_helpers import DEVICES, EPS, device_of, gelu_error, gradcheck_options, torch
 
 import mathpy.torch as mt
 
@@ -53,11 +53,12 @@ def test_linear_is_a_drop_in(device, activation, bias):
     layer = mt.Linear(6, 10, bias=bias, dtype=F64, device=device, activation=activation)
     layer.load_state_dict(reference.state_dict())
     assert isinstance(layer, torch.nn.Linear) and f"activation={activation!r}" in repr(layer)
+    tol = max(1e-12, 4 * gelu_error(device, F64, activation == "gelu"))  # cuBLASLt's float64 GELU on a GPU
     for shape in [(6,), (4, 6), (2, 3, 6)]:
         x = randn(*shape, device=device, seed=len(shape))
         y, want = layer(x), ACT[activation](reference(x))
         assert y.shape == want.shape and y.is_contiguous()
-        torch.testing.assert_close(y, want, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(y, want, rtol=tol, atol=tol)
         g = torch.randn_like(want)
         params = [x] + list(layer.parameters())
         got = torch.autograd.grad(y, params, g)
@@ -82,11 +83,13 @@ def test_mlp_is_a_drop_in(device, activation, bias, out_features):
     reference = torch.nn.Sequential(block.fc1, torch.nn.ReLU() if activation == "relu" else gelu_tanh, block.fc2)
     x = randn(2, 3, 6, device=device)
     y, want = block(x), reference(x)
-    torch.testing.assert_close(y, want, rtol=1e-12, atol=1e-12)
+    # on a GPU, cuBLASLt's float64 GELU and DGELU (~5e-9 relative) through sums of up to 16 terms
+    tol = max(1e-10, 20 * gelu_error(device, F64, activation == "gelu"))
+    torch.testing.assert_close(y, want, rtol=tol, atol=tol)
     g = torch.randn_like(want)
     params = [x] + list(block.parameters())
     for a, b in zip(torch.autograd.grad(y, params, g), torch.autograd.grad(want, params, g)):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(a, b, rtol=tol, atol=tol * float(b.abs().max()))
     inputs = (x, block.fc1.weight, block.fc1.bias, block.fc2.weight, block.fc2.bias)
     assert torch.autograd.gradcheck(lambda *t: mt.mlp(*t, activation=activation), inputs,
                                     **gradcheck_options(device, activation == "gelu"))
@@ -169,7 +172,8 @@ def test_mlp_in_training_dtypes_is_as_accurate_as_torch(device, dtype):
     """The fused block in a training dtype against float64 on the same rounded parameters and input, next to torch's
     own unfused block in the same dtype: each gradient's error is at most twice torch's plus sqrt(K) roundings of the
     dtype at the gradient's scale, K = 64 the longest reduction (the fused path rounds in other places, so its error
-    is not torch's, but it is of the same size; a wrong formula is off by O(1))."""
+    is not torch's, but it is of the same size; a wrong formula is off by O(1)); on a GPU plus sqrt(K) times the
+    error of cuBLASLt's GELU/DGELU, which in float32 exceeds the dtype's rounding."""
     torch.manual_seed(0)
     block = mt.MLP(32, 64, dtype=dtype, device=device)
     block64 = mt.MLP(32, 64, dtype=F64, device=device)
@@ -186,4 +190,5 @@ def test_mlp_in_training_dtypes_is_as_accurate_as_torch(device, dtype):
     for name, a, b, e in zip(["y", "x", "w1", "b1", "w2", "b2"], ours, theirs, exact):
         assert a.dtype == dtype and a.shape == e.shape, name
         error, peer_error = (a.double() - e).abs().max(), (b.double() - e).abs().max()
-        assert error <= 2 * peer_error + 8 * EPS[dtype] * e.abs().max(), (name, float(error), float(peer_error))
+        allowed = 2 * peer_error + 8 * (EPS[dtype] + gelu_error(device, dtype)) * e.abs().max()
+        assert error <= allowed, (name, float(error), float(peer_error))
