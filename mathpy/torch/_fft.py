@@ -126,6 +126,9 @@ def route(name, a, n, axes, norm, out, prolog, epilog, options, execution, strea
     torch.compile: the same result (NumPy 2's rules and dtypes), differentiable, built from the custom ops."""
     call = f"mathpy.fft.{name}"
     _check_supported(call, a, out, prolog, epilog, options, execution, stream)
+    if not isinstance(a, torch.Tensor):
+        raise TypeError(f"{call}: a is a {type(a).__module__}.{type(a).__name__}; with torch tensors that require grad "
+                        f"(or under torch.compile) the operand must be a torch tensor")
     kind, inverse, n_dimensional = _FUNCTIONS[name]
     norm = _check_norm(norm)
     if name in ("hfft", "ihfft"):  # hfft = irfft(conj(a)), ihfft = conj(rfft(a)), both with the norm swapped
