@@ -1,0 +1,317 @@
+"""One rank of the multi-process tests of mathpy.distributed (tests/test_distributed.py starts N of them with the
+environment torchrun would set). ``python tests/_distributed_worker.py GROUP [cuda]`` runs the checks of GROUP and
+prints one JSON line per check: ``{"check": name, "ok": bool, "detail": text}``; it exits 0 when the run completed,
+whatever the checks found (the test reads the lines of every rank).
+
+Every rank builds the same global operands from one seed, passes its part, and compares its part of the result with
+the single-process reference (numpy.fft / a float64 matmul) computed from the global operands.
+"""
+
+import itertools
+import json
+import math
+import os
+import sys
+import traceback
+
+import numpy as np
+
+import mathpy
+import mathpy.distributed as md
+from mathpy.distributed import BlockCyclic, Box, Pencil, Slab
+
+RESULTS = []
+
+
+def report(name, ok, detail=""):
+    RESULTS.append(name)
+    print(json.dumps({"check": name, "ok": bool(ok), "detail": str(detail)[:2000]}), flush=True)
+
+
+def part_of(array, partition, rank):
+    """This rank's part of a global NumPy array under ``partition``."""
+    index = [np.arange(s.start, s.stop) if isinstance(s, range) else s for s in partition.sets[rank]]
+    return array[np.ix_(*index)]
+
+
+def to_numpy(x):
+    from mathpy._operands import to_host, wrap_operand
+    op = wrap_operand(x)
+    return op.numpy().copy() if op.on_host else to_host(op, None).tensor
+
+
+class Package:
+    def __init__(self, name, device):
+        self.name, self.device = name, device
+
+    def __call__(self, array):
+        array = np.ascontiguousarray(array)
+        if self.name == "numpy":
+            return array
+        if self.name == "cupy":
+            import cupy
+            return cupy.asarray(array)
+        import torch
+        tensor = torch.from_numpy(array.copy())
+        return tensor if self.device is None else tensor.to(f"cuda:{self.device}")
+
+    def native(self, x):
+        from mathpy._operands import wrap_operand
+        op = wrap_operand(x)
+        return op.package == self.name and op.device_id == self.device
+
+    def __repr__(self):
+        return self.name if self.device is None else f"{self.name}-cuda"
+
+
+def fft_tolerance(dtype, n):
+    """A normwise bound for an FFT of n points in ``dtype``'s precision (a few ulps times log2 n)."""
+    eps = np.finfo(np.dtype(dtype)).eps
+    return 8 * eps * max(1.0, math.log2(n))
+
+
+def relative_error(got, want):
+    got, want = np.asarray(got), np.asarray(want)
+    scale = max(float(np.max(np.abs(want))) if want.size else 0.0, 1e-30)
+    return float(np.max(np.abs(got - want))) / scale if want.size else 0.0
+
+
+def check_close(name, got, want, tolerance, package=None):
+    try:
+        if package is not None and not package.native(got):
+            report(name, False, f"result is not a {package} array: {type(got)}")
+            return
+        got = to_numpy(got)
+        if got.shape != want.shape:
+            report(name, False, f"shape {got.shape} != {want.shape}")
+            return
+        error = relative_error(got, want)
+        report(name, error <= tolerance, f"relative error {error:.3g} (tolerance {tolerance:.3g})")
+    except Exception:
+        report(name, False, traceback.format_exc())
+
+
+def run(name, function):
+    try:
+        function()
+    except Exception:
+        report(name, False, traceback.format_exc())
+
+
+# --- FFT -------------------------------------------------------------------------------------------------------------
+
+def fft_distributions(ndim, size, rank):
+    """(name, input distribution, out distribution) cases for this job size."""
+    cases = [("slabX", Slab.X, None), ("slabY", Slab.Y, None), ("slabX->X", Slab.X, Slab.X)]
+    if ndim == 3:
+        cases.append(("slabX->Z", Slab.X, Slab.Z))
+        if size % 2 == 0:
+            cases.append(("pencil", Pencil((2, size // 2)), None))
+            cases.append(("pencil->pencil01", Pencil((2, size // 2)), Pencil((2, size // 2))))
+    cases.append(("box", "box", None))
+    return cases
+
+
+def box_of(shape, size, rank):
+    """An uneven split along the last axis: rank r gets r + 1 shares (not a canonical slab)."""
+    n = shape[-1]
+    weights = np.arange(1, size + 1)
+    edges = np.concatenate([[0], np.floor(np.cumsum(weights) / weights.sum() * n).astype(int)])
+    lower, upper = [0] * len(shape), list(shape)
+    lower[-1], upper[-1] = int(edges[rank]), int(edges[rank + 1])
+    return Box(tuple(lower), tuple(upper))
+
+
+def fft_checks(package, size, rank):
+    rng = np.random.default_rng(1234)
+    shapes = [(6, 10), (5, 7, 3), (8, 6, 4)]
+    functions = [("fftn", md.fftn, np.fft.fftn, "complex"), ("ifftn", md.ifftn, np.fft.ifftn, "complex"),
+                 ("rfftn", md.rfftn, np.fft.rfftn, "real")]
+    for shape, (fname, fn, ref_fn, kind), dtype_index in itertools.product(shapes, functions, range(2)):
+        dtype = [np.complex64, np.complex128][dtype_index] if kind == "complex" else [np.float32, np.float64][dtype_index]
+        g = rng.standard_normal(shape)
+        if kind == "complex":
+            g = g + 1j * rng.standard_normal(shape)
+        g = g.astype(dtype)
+        want = ref_fn(g.astype(np.complex128 if kind == "complex" else np.float64))
+        for case, dist, out in fft_distributions(len(shape), size, rank):
+            if dist == "box":
+                dist = box_of(shape, size, rank)
+            name = f"fft {fname} {shape} {np.dtype(dtype).name} {case} {package}"
+
+            def one(dist=dist, out=out, name=name, g=g, want=want, fn=fn, shape=shape, dtype=dtype):
+                part = part_of(g, dist.partition(shape, size, _peers(dist, shape, size)), rank)
+                with md.FFT(package(part), dist, out_distribution=out,
+                            options={"fft_type": None}) as plan:
+                    result_partition = plan.result_partition
+                y = fn(package(part), dist, out_distribution=out)
+                check_close(name, y, part_of(want, result_partition, rank), fft_tolerance(dtype, g.size), package)
+            run(name, one)
+    # irfftn, both parities, from the Hermitian half of real data
+    for shape, parity in [((6, 10), "even"), ((5, 7, 3), "odd"), ((4, 6, 8), "even")]:
+        real = rng.standard_normal(shape)
+        half = np.fft.rfftn(real).astype(np.complex128)
+        want = np.fft.irfftn(half, s=shape)
+        for case, dist, out in fft_distributions(len(shape), size, rank):
+            if dist == "box":
+                dist = box_of(half.shape, size, rank)
+            name = f"fft irfftn {shape} {parity} {case} {package}"
+
+            def one(dist=dist, out=out, name=name, half=half, want=want, parity=parity):
+                part = part_of(half, dist.partition(half.shape, size, _peers(dist, half.shape, size)), rank)
+                with md.FFT(package(part), dist, out_distribution=out,
+                            options={"fft_type": "C2R", "last_axis_parity": parity}) as plan:
+                    result_partition = plan.result_partition
+                y = md.irfftn(package(part), dist, out_distribution=out, last_axis_parity=parity)
+                check_close(name, y, part_of(want, result_partition, rank), fft_tolerance(np.float64, want.size),
+                            package)
+            run(name, one)
+    run(f"fft stateful {package}", lambda: fft_stateful(package, size, rank))
+    run(f"fft norms {package}", lambda: fft_norms(package, size, rank))
+
+
+def _peers(dist, shape, size):
+    """Every rank's Box, made the way each rank makes its own (for building reference partitions)."""
+    if not isinstance(dist, Box):
+        return None
+    return [box_of(shape, size, r) if len(dist.lower) == len(shape) else None for r in range(size)]
+
+
+def fft_stateful(package, size, rank):
+    """A plan executed twice with reset_operand, both directions, with a prolog and a filter epilog."""
+    rng = np.random.default_rng(7)
+    shape = (8, 6, 5)
+    a, b = (rng.standard_normal(shape) + 1j * rng.standard_normal(shape) for _ in range(2))
+    a, b = a.astype(np.complex128), b.astype(np.complex128)
+    partition = Slab.X.partition(shape, size)
+    plan = md.FFT(package(part_of(a, partition, rank)), Slab.X)
+    lower, upper = plan.epilog_box
+    filt = (np.arange(math.prod(shape)).reshape(shape) % 7 + 1.0).astype(np.complex128)
+    local_filter = filt[tuple(slice(lo, hi) for lo, hi in zip(lower, upper))]
+    layout_shape, layout_strides = plan.epilog_layout
+    assert tuple(layout_shape) == local_filter.shape, (layout_shape, local_filter.shape)
+
+    def triple(data_in, offset, user_info, unused):
+        return data_in[offset] * 3
+
+    def apply_filter(data_out, offset, value, user_info, unused):
+        data_out[offset] = value * user_info[offset]
+
+    plan.plan(prolog=triple, epilog=mathpy.fft.Callback(apply_filter, data=package(local_filter)))
+    tolerance = fft_tolerance(np.float64, a.size)
+    result = plan.result_partition
+    y = plan.execute()
+    check_close(f"fft stateful callbacks {package}", y, part_of(np.fft.fftn(a * 3) * filt, result, rank), tolerance,
+                package)
+    plan.reset_operand(package(part_of(b, partition, rank)))
+    y = plan.execute(direction="inverse")
+    check_close(f"fft stateful reset+inverse {package}", y,
+                part_of(np.fft.ifftn(b * 3) * b.size * filt, result, rank), tolerance, package)
+    plan.free()
+    plan.free()
+    try:
+        plan.execute()
+        report(f"fft freed plan refuses {package}", False, "no error")
+    except mathpy.InvalidPlanStateError:
+        report(f"fft freed plan refuses {package}", True)
+
+
+def fft_norms(package, size, rank):
+    rng = np.random.default_rng(3)
+    shape = (6, 4, 4)
+    g = rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
+    for norm in ("backward", "ortho", "forward"):
+        for fn, ref in ((md.fftn, np.fft.fftn), (md.ifftn, np.fft.ifftn)):
+            y = fn(package(part_of(g, Slab.X.partition(shape, size), rank)), Slab.X, out_distribution=Slab.X,
+                   norm=norm)
+            check_close(f"fft {fn.__name__} norm={norm} {package}", y,
+                        part_of(ref(g, norm=norm), Slab.X.partition(shape, size), rank), fft_tolerance(np.float64, 96),
+                        package)
+
+
+# --- errors ----------------------------------------------------------------------------------------------------------
+
+def expect_everywhere(name, function, error=md.DistributionMismatchError, needle=""):
+    try:
+        function()
+    except error as e:
+        report(name, needle in str(e), f"{type(e).__name__}: {e}")
+        return
+    except Exception as e:  # noqa: BLE001
+        report(name, False, f"wrong error {type(e).__name__}: {e}")
+        return
+    report(name, False, "no error")
+
+
+def error_checks(package, size, rank):
+    shape = (8, 6)
+    g = np.ones(shape, np.complex64)
+    part = part_of(g, Slab.X.partition(shape, size), rank)
+    expect_everywhere("error dtype mismatch", lambda: md.fftn(
+        package(part.astype(np.complex128 if rank == size - 1 else np.complex64)), Slab.X), needle="dtype")
+    expect_everywhere("error distribution mismatch", lambda: md.fftn(
+        package(part_of(g, (Slab.Y if rank == 0 else Slab.X).partition(shape, size), rank)),
+        Slab.Y if rank == 0 else Slab.X), needle="distribution")
+    uneven = np.ones((3 if rank == 0 else 1, 6), np.complex64) if size > 1 else np.ones((8, 6), np.complex64)
+    if size > 1:
+        expect_everywhere("error non-canonical slab", lambda: md.fftn(package(uneven), Slab.X), needle="Box")
+    expect_everywhere("error bad norm on one rank", lambda: md.fftn(
+        package(part), Slab.X, norm="bogus" if rank == 0 else None), needle="rank 0")
+    expect_everywhere("error 1-D part on one rank", lambda: md.fftn(
+        package(part.reshape(-1) if rank == size - 1 else part), Slab.X), needle=f"rank {size - 1}")
+    expect_everywhere("error global shape mismatch", lambda: md.fftn(
+        package(np.ones((part.shape[0], 6 + (rank == 0)), np.complex64)), Slab.X), needle="axis 1")
+    boxes = [Box((0, 0), (8, 6))] * size
+    if size > 1:
+        expect_everywhere("error overlapping boxes", lambda: md.fftn(package(g), boxes[rank]), needle="")
+    expect_everywhere("error unsupported dtype", lambda: md.fftn(package(part.real.astype(np.int32)), Slab.X),
+                      needle="dtype")
+    # the plan still works after all these errors: nothing is left half-done in the transport
+    y = md.fftn(package(part), Slab.X)
+    check_close("fft after errors", y, part_of(np.fft.fftn(g), Slab.Y.partition(shape, size), rank), 1e-5, package)
+
+
+def timeout_check(package, size, rank):
+    """Rank 0 skips the call: the others must get DistributedTimeoutError, not hang."""
+    shape = (4, 4)
+    part = part_of(np.ones(shape, np.complex64), Slab.X.partition(shape, size), rank)
+    if rank == 0:
+        import time
+        time.sleep(float(os.environ.get("MATHPY_TEST_TIMEOUT", "60")) + 3)  # alive, but not in the call
+        report("timeout (rank 0 does not call)", True)
+        return
+    expect_everywhere("timeout", lambda: md.fftn(package(part), Slab.X), error=md.DistributedTimeoutError)
+
+
+GROUPS = {"fft": fft_checks, "errors": error_checks, "timeout": timeout_check}
+
+
+def main():
+    groups = sys.argv[1].split(",")
+    device = None
+    packages = ["numpy", "torch"]
+    if len(sys.argv) > 2 and sys.argv[2] == "cuda":
+        device = int(os.environ.get("LOCAL_RANK", "0"))
+        packages = ["torch", "cupy"]
+    timeout = float(os.environ.get("MATHPY_TEST_TIMEOUT", "60"))
+    context = md.initialize(timeout=timeout)
+    size, rank = context.size, context.rank
+    for group in groups:
+        for name in packages:
+            if name == "cupy":
+                try:
+                    import cupy  # noqa: F401
+                except ImportError:
+                    continue
+            GROUPS[group](Package(name, device), size, rank)
+            if group == "timeout":
+                break
+    if groups != ["timeout"]:
+        md.finalize()
+    print(json.dumps({"done": True, "checks": len(RESULTS)}), flush=True)
+    sys.stdout.flush()
+    os._exit(0)  # a rank left waiting by the timeout check must not wait again in process-group teardown
+
+
+if __name__ == "__main__":
+    main()
