@@ -52,7 +52,10 @@ class Package:
             import cupy
             return cupy.asarray(array)
         import torch
-        tensor = torch.from_numpy(array.copy())
+        if array.dtype == mathpy._operands.BFLOAT16:
+            tensor = torch.from_numpy(array.view(np.int16).copy()).view(torch.bfloat16)
+        else:
+            tensor = torch.from_numpy(array.copy())
         return tensor if self.device is None else tensor.to(f"cuda:{self.device}")
 
     def native(self, x):
@@ -229,6 +232,143 @@ def fft_norms(package, size, rank):
                         package)
 
 
+# --- matmul ----------------------------------------------------------------------------------------------------------
+
+def matmul_cases(size):
+    cases = [("row", ("row", "row", "row"), "gather+overlap"),
+             ("column", ("column", "column", "column"), "gather+overlap"),
+             ("reduce->row", (Slab(1), Slab(0), Slab(0)), "reduce"),
+             ("reduce->column", (Slab(1), Slab(0), Slab(1)), "reduce"),
+             ("mixed", (Slab(0), Slab(1), Slab(0)), "gather")]
+    if size % 2 == 0:
+        grid = BlockCyclic((2, size // 2), (2, 3))
+        cases.append(("block-cyclic", (grid, grid, grid), "gather"))
+        cases.append(("block-cyclic-mixed", (Slab(0), grid, grid), "gather"))
+    return cases
+
+
+def integers(rng, shape, dtype):
+    """Small integers: products and sums of a few of them are exact in every dtype, so results compare exactly."""
+    return rng.integers(-3, 4, size=shape).astype(np.float64).astype(dtype)
+
+
+def local_parts(dists, shapes, size, rank, *globals_):
+    parts = []
+    for dist, shape, g in zip(dists, shapes, globals_):
+        dist = md._distribution.as_distribution(dist)
+        parts.append(part_of(g, dist.partition(shape, size), rank))
+    return parts
+
+
+def matmul_checks(package, size, rank):
+    from mathpy.host.matmul._epilog import pack_bits, relu_aux_rows
+    rng = np.random.default_rng(11)
+    m, k, n = 12, 10, 8
+    bf16 = mathpy._operands.BFLOAT16
+    for (case, dists, algorithm), dtype in itertools.product(matmul_cases(size), (np.float32, np.float64, bf16)):
+        if dtype == bf16 and package.name == "cupy":
+            continue
+        a, b, c = integers(rng, (m, k), dtype), integers(rng, (k, n), dtype), integers(rng, (m, n), dtype)
+        bias = integers(rng, (m,), dtype)
+        mask = rng.random((m, n)) > 0.5
+        pd = md._distribution.as_distribution(dists[2]).partition((m, n), size)
+        rows, cols = (np.arange(s.start, s.stop) if isinstance(s, range) else s for s in pd.sets[rank])
+        a_part, b_part, c_part = local_parts(dists, [(m, k), (k, n), (m, n)], size, rank, a, b, c)
+        local_bias = bias[rows]
+        local_mask = pack_bits(mask[np.ix_(rows, cols)], relu_aux_rows(len(rows)))
+        for epilog, inputs in ((None, None), ("relu_bias", {"bias": local_bias}),
+                               ("gelu_aux_bias", {"bias": local_bias}), ("drelu_bgrad", {"relu_aux": local_mask})):
+            if dtype == bf16 and epilog == "drelu_bgrad":
+                continue
+            name = f"matmul {case} {np.dtype(dtype).name} {epilog} {package}"
+
+            def one(dists=dists, epilog=epilog, inputs=inputs, name=name, a_part=a_part, b_part=b_part,
+                    c_part=c_part, algorithm=algorithm, rows=rows, cols=cols, a=a, b=b, c=c, dtype=dtype):
+                given = None if inputs is None else {key: package(v) for key, v in inputs.items()}
+                forced = "reduce" if algorithm == "reduce" else None
+                with md.Matmul(package(a_part), package(b_part), package(c_part), distributions=dists, alpha=2,
+                               beta=0.5, algorithm=forced) as mm:
+                    mm.plan(epilog=epilog, epilog_inputs=given)
+                    if mm.algorithm != algorithm:
+                        report(name + " algorithm", False, f"{mm.algorithm} != {algorithm}")
+                    got = mm.execute()
+                # the single-process reference: the same product of the rank's rows of A, columns of B, part of C
+                want = mathpy.matmul(a[rows, :].astype(np.float64), b[:, cols].astype(np.float64),
+                                     c[np.ix_(rows, cols)].astype(np.float64), alpha=2, beta=0.5, epilog=epilog,
+                                     epilog_inputs=None if inputs is None else
+                                     {key: (v.astype(np.float64) if v.dtype != np.uint8 else v)
+                                      for key, v in inputs.items()})
+                tolerance = 4 * np.finfo(np.float32 if dtype == bf16 else dtype).eps if epilog else 0.0
+                if dtype == bf16:
+                    tolerance = 2.0 ** -8 if epilog and "gelu" in epilog else 0.0
+                if isinstance(want, tuple):
+                    check_close(name, got[0], want[0].astype(np.float64), tolerance, package)
+                    for key, value in want[1].items():
+                        expected = value if value.dtype == np.uint8 else value.astype(np.float64)
+                        check_close(f"{name} aux {key}", got[1][key], expected, tolerance, package)
+                else:
+                    check_close(name, got, want, tolerance, package)
+            run(name, one)
+    run(f"matmul stateful {package}", lambda: matmul_stateful(package, size, rank))
+    run(f"matmul random {package}", lambda: matmul_random(package, size, rank))
+
+
+def matmul_random(package, size, rank):
+    """Gaussian operands: the error stays within a bound derived from K and the dtype, for each algorithm."""
+    rng = np.random.default_rng(5)
+    m, k, n = 16, 40, 12
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    want = a @ b
+    for dtype in (np.float32, np.float64):
+        for dists in (("row",) * 3, ("column",) * 3, (Slab(1), Slab(0), Slab(0))):
+            for overlap in (True, False):
+                a_part, b_part = local_parts(dists, [(m, k), (k, n)], size, rank, a.astype(dtype), b.astype(dtype))
+                got = md.matmul(package(a_part), package(b_part), distributions=dists, overlap=overlap)
+                pd = md._distribution.as_distribution(dists[2]).partition((m, n), size)
+                bound = 2 * k * np.finfo(dtype).eps * float(np.abs(a).max() * np.abs(b).max()) / np.abs(want).max()
+                check_close(f"matmul random {dtype.__name__} {dists} overlap={overlap} {package}", got,
+                            part_of(want, pd, rank), bound, package)
+
+
+def matmul_stateful(package, size, rank):
+    rng = np.random.default_rng(9)
+    m, k, n = 8, 6, 10
+    dists = ("row", "row", "row")
+    a1, b1, a2, b2 = (integers(rng, s, np.float32) for s in ((m, k), (k, n), (m, k), (k, n)))
+    pa, pb = local_parts(dists, [(m, k), (k, n)], size, rank, a1, b1)
+    pd = Slab(0).partition((m, n), size)
+    with md.Matmul(package(pa), package(pb), distributions=dists) as mm:
+        mm.plan(epilog="relu")
+        check_close(f"matmul stateful first {package}", mm.execute(), part_of(np.maximum(a1 @ b1, 0), pd, rank), 0,
+                    package)
+        pa, pb = local_parts(dists, [(m, k), (k, n)], size, rank, a2, b2)
+        mm.reset_operands(a=package(pa), b=package(pb))
+        check_close(f"matmul stateful reset {package}", mm.execute(), part_of(np.maximum(a2 @ b2, 0), pd, rank), 0,
+                    package)
+        check_close(f"matmul stateful again {package}", mm.execute(), part_of(np.maximum(a2 @ b2, 0), pd, rank), 0,
+                    package)
+
+
+def matmul_error_checks(package, size, rank):
+    m, k, n = 8, 6, 4
+    a = np.ones((m, k), np.float32)
+    b = np.ones((k, n), np.float32)
+    pa, pb = local_parts(("row", "row"), [(m, k), (k, n)], size, rank, a, b)
+    expect_everywhere("matmul error dtype mismatch", lambda: md.matmul(
+        package(pa.astype(np.float64) if rank == 0 else pa), package(pb.astype(np.float64) if rank == 0 else pb),
+        distributions="row"), needle="dtypes")
+    expect_everywhere("matmul error k mismatch", lambda: md.matmul(
+        package(pa), package(np.ones((pb.shape[0] + (rank == 0), n), np.float32)), distributions="row"))
+    expect_everywhere("matmul error bad bias on one rank", lambda: md.matmul(
+        package(pa), package(pb), distributions="row", epilog="bias",
+        epilog_inputs={"bias": package(np.ones(pa.shape[0] + (rank == 0), np.float32))}), needle="rank 0")
+    expect_everywhere("matmul error reduce impossible", lambda: md.matmul(
+        package(pa), package(pb), distributions="row", algorithm="reduce"), needle="reduce")
+    expect_everywhere("matmul error distributions disagree", lambda: md.matmul(
+        package(pa), package(pb), distributions="row" if rank else ("row", "row", "column")),
+        needle="distributions")
+
+
 # --- errors ----------------------------------------------------------------------------------------------------------
 
 def expect_everywhere(name, function, error=md.DistributionMismatchError, needle=""):
@@ -283,7 +423,12 @@ def timeout_check(package, size, rank):
     expect_everywhere("timeout", lambda: md.fftn(package(part), Slab.X), error=md.DistributedTimeoutError)
 
 
-GROUPS = {"fft": fft_checks, "errors": error_checks, "timeout": timeout_check}
+def all_errors(package, size, rank):
+    error_checks(package, size, rank)
+    matmul_error_checks(package, size, rank)
+
+
+GROUPS = {"fft": fft_checks, "matmul": matmul_checks, "errors": all_errors, "timeout": timeout_check}
 
 
 def main():

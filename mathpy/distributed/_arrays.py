@@ -134,11 +134,18 @@ class _NumPyLike(Arrays):
     def cast(self, x, dtype):
         return x if x.dtype == np.dtype(dtype) else x.astype(np.dtype(dtype))
 
+    def cast_into(self, destination, source):
+        if self.package == "numpy":
+            np.copyto(destination, source, casting="unsafe")
+        else:
+            destination[...] = source
+
     def scale(self, x, factor):
         x *= x.real.dtype.type(factor)
 
-    def add(self, x, y):
-        x += y
+    def add_scaled(self, x, y, factor):
+        """``x += factor * y`` (``y`` converted to x's dtype)."""
+        x += self.cast(y, x.dtype) * x.dtype.type(factor)
 
     def on_stream(self, stream):
         if self.package != "cupy" or stream is None:
@@ -194,11 +201,15 @@ class _Torch(Arrays):
         target = self._torch_dtype(dtype)
         return x if x.dtype == target else x.to(target)
 
+    def cast_into(self, destination, source):
+        destination.copy_(source)
+
     def scale(self, x, factor):
         x.mul_(float(factor))
 
-    def add(self, x, y):
-        x.add_(y)
+    def add_scaled(self, x, y, factor):
+        """``x += factor * y`` (``y`` converted to x's dtype)."""
+        x.add_(y.to(x.dtype), alpha=factor)
 
     def on_stream(self, stream):
         if stream is None or self.device_id is None:

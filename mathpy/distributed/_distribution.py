@@ -32,7 +32,7 @@ import operator
 
 import numpy as np
 
-__all__ = ["Slab", "Pencil", "Box", "BlockCyclic", "Partition", "as_distribution", "block_range"]
+__all__ = ["Slab", "Pencil", "Box", "BlockCyclic", "Partition", "as_distribution", "block_range", "same_set"]
 
 
 def block_range(n, parts, index):
@@ -294,7 +294,7 @@ def as_distribution(value, what="distribution"):
     raise TypeError(f"{what} must be Slab, Pencil, Box or BlockCyclic (or one of {sorted(_NAMES)}), not {value!r}")
 
 
-def _same_set(a, b):
+def same_set(a, b):
     if isinstance(a, range) and isinstance(b, range):
         return a == b
     if isinstance(a, range) or isinstance(b, range):
@@ -343,7 +343,7 @@ class Partition:
     def __eq__(self, other):
         if not isinstance(other, Partition) or other.shape != self.shape or len(other.sets) != len(self.sets):
             return False
-        return all(_same_set(a, b) for mine, theirs in zip(self.sets, other.sets) for a, b in zip(mine, theirs))
+        return all(same_set(a, b) for mine, theirs in zip(self.sets, other.sets) for a, b in zip(mine, theirs))
 
     def __hash__(self):
         return hash(self.shape)

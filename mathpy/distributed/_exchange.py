@@ -104,7 +104,8 @@ class Exchange:
         self.in_shape, self.out_shape = source.local_shape(rank), target.local_shape(rank)
         self.identity = source == target
         counts = [[_volume(source.sets[s], target.sets[d]) for d in range(size)] for s in range(size)]
-        self.crosses = any(counts[s][d] for s in range(size) for d in range(size) if s != d)
+        self.total_crossing = sum(counts[s][d] for s in range(size) for d in range(size) if s != d)
+        self.crosses = self.total_crossing > 0
         self.send_counts = list(counts[rank])
         self.recv_counts = [counts[s][rank] for s in range(size)]
         self.sends = [self._piece(source.sets[rank], target.sets[d], 0) for d in range(size)]
@@ -140,6 +141,13 @@ class Exchange:
         return selectors, shape, math.prod(shape)
 
     @property
+    def receive_count(self):
+        """Elements of the receive buffer of :meth:`start`."""
+        if self.mode == "all_gather":
+            return max(self.block_counts) * self.size
+        return sum(c for q, c in enumerate(self.recv_counts) if q != self.rank or self.self_in_collective)
+
+    @property
     def bytes_crossing(self):
         """Elements this rank sends to other ranks (multiply by the itemsize for bytes)."""
         return sum(c for q, c in enumerate(self.send_counts) if q != self.rank)
@@ -161,12 +169,13 @@ class Exchange:
             return x
         return self.start(x, arrays, transport, stream, out=out).finish()
 
-    def start(self, x, arrays, transport, stream=None, async_op=False, out=None):
-        """Begin moving ``x``; the returned :class:`_Pending` gives the received pieces or the finished part."""
+    def start(self, x, arrays, transport, stream=None, async_op=False, out=None, buffer=None):
+        """Begin moving ``x``; the returned :class:`_Pending` gives the received pieces or the finished part.
+        ``buffer``: a 1-D receive buffer the caller owns (of :attr:`receive_count` elements), reused across runs."""
         sends, recvs = self._selectors(arrays)
         dtype = arrays.dtype(x)
         me = self.rank
-        pending = _Pending(self, arrays, dtype, out)
+        pending = _Pending(self, arrays, dtype, out, buffer)
         if self.mode == "local":
             pending.result = arrays.empty(self.out_shape, dtype) if out is None else out
             if sends[me] is not None:
@@ -218,8 +227,8 @@ class _Pending:
     """A started exchange: ``wait()`` completes the collective, ``segments()`` are the received pieces (views of the
     receive buffer, None where nothing came), ``finish()`` the rank's new part."""
 
-    def __init__(self, plan, arrays, dtype, out):
-        self.plan, self.arrays, self.dtype, self.out = plan, arrays, dtype, out
+    def __init__(self, plan, arrays, dtype, out, buffer):
+        self.plan, self.arrays, self.dtype, self.out, self.buffer = plan, arrays, dtype, out, buffer
         self.work = self.recv = self.result = self.own = None
         self.segments_at = None
         self.in_collective = True
@@ -229,6 +238,8 @@ class _Pending:
         plan = self.plan
         if self.out is not None and plan.direct_recv and count == math.prod(plan.out_shape):
             return self.arrays.flat(self.out)
+        if self.buffer is not None:
+            return self.buffer[:count]
         return self.arrays.empty((count,), self.dtype)
 
     def wait(self):
