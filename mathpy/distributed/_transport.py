@@ -129,6 +129,9 @@ class TorchTransport(Transport):
             raise DistributedError("torch.distributed is not initialised: call mathpy.distributed.initialize() (or "
                                    "torch.distributed.init_process_group) first")
         self._dist, self._group, self.timeout = dist, group, float(timeout)
+        # torch 2.13 renamed the tensor forms (the old names warn); 2.11 (the GPU image) has only the old ones
+        self._all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        self._reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
         self.rank, self.size = dist.get_rank(group), dist.get_world_size(group)
         backend = str(dist.get_backend(group)).lower()
         self.backend = backend
@@ -203,13 +206,13 @@ class TorchTransport(Transport):
         payload = np.frombuffer(pickle.dumps(value), dtype=np.uint8)
         with self._errors("agreement (the metadata all-gather)"):
             sizes = torch.zeros(self.size, dtype=torch.int64)
-            dist.all_gather_into_tensor(sizes, torch.tensor([payload.size], dtype=torch.int64),
+            self._all_gather(sizes, torch.tensor([payload.size], dtype=torch.int64),
                                         group=self._host_group)
             longest = int(sizes.max())
             padded = torch.zeros(longest, dtype=torch.uint8)
             padded[:payload.size] = torch.from_numpy(payload.copy())
             gathered = torch.empty(longest * self.size, dtype=torch.uint8)
-            dist.all_gather_into_tensor(gathered, padded, group=self._host_group)
+            self._all_gather(gathered, padded, group=self._host_group)
         data = gathered.numpy()
         return [pickle.loads(data[r * longest:r * longest + int(sizes[r])].tobytes()) for r in range(self.size)]
 
@@ -227,14 +230,14 @@ class TorchTransport(Transport):
         send_t, recv_t = self._tensor(send), self._tensor(recv)
         group = self._group_for(send_t, "all_gather")
         with self._stream(send_t, stream), self._errors("all_gather"):
-            work = self._dist.all_gather_into_tensor(recv_t, send_t, group=group, async_op=async_op)
+            work = self._all_gather(recv_t, send_t, group=group, async_op=async_op)
         return self._finish(work, "all_gather", async_op)
 
     def reduce_scatter(self, send, recv, *, stream=None, async_op=False):
         send_t, recv_t = self._tensor(send, typed=True), self._tensor(recv, typed=True)
         group = self._group_for(send_t, "reduce_scatter")
         with self._stream(send_t, stream), self._errors("reduce_scatter"):
-            work = self._dist.reduce_scatter_tensor(recv_t, send_t, op=self._dist.ReduceOp.SUM, group=group,
+            work = self._reduce_scatter(recv_t, send_t, op=self._dist.ReduceOp.SUM, group=group,
                                                     async_op=async_op)
         return self._finish(work, "reduce_scatter", async_op)
 
