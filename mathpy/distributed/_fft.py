@@ -200,6 +200,16 @@ class FFT:
         return self._out_partition
 
     @property
+    def result_distribution(self):
+        """The distribution of the result, to pass on (to the inverse transform, say): a Slab or Pencil, or this
+        rank's Box."""
+        last = self._steps[-1].distribution if self._steps else None
+        if last is not None:
+            return last
+        lower, upper = self.result_box
+        return Box(lower, upper)
+
+    @property
     def result_box(self):
         """(lower, upper) of this rank's part of the global result."""
         return self._out_partition.box(self._context.rank)

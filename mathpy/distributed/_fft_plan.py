@@ -35,7 +35,8 @@ __all__ = ["Step", "plan_steps", "output_shape"]
 class Step:
     """One step: ``kind`` "fft" (a local transform of ``axes``, of ``fft_type``, the halved axis last) or
     "exchange" (into ``distribution``). ``before`` / ``after``: the partitions around the step (global shapes
-    included: an R2C or C2R step changes the halved axis' extent)."""
+    included: an R2C or C2R step changes the halved axis' extent). An "fft" step's ``distribution`` is the Slab or
+    Pencil its data is in (None for boxes)."""
 
     kind: str
     before: Partition
@@ -85,6 +86,11 @@ def _candidates(ndim, nranks, distributions):
     return [Slab(axis) for axis in range(ndim)]
 
 
+def _named(distribution):
+    """The distribution a step's partition is, when it is one that keeps its meaning as the halved axis changes."""
+    return distribution if isinstance(distribution, (Slab, Pencil)) else None
+
+
 def _changes(current, candidate):
     if isinstance(current, Pencil) and isinstance(candidate, Pencil):
         return sum(a != b for a, b in zip(current.axes, candidate.axes))
@@ -110,7 +116,7 @@ def plan_steps(fft_type, shape, distribution, partition, out_distribution, out_p
             if kind != "C2C":
                 after = _resized(current, last, final_shape[last])
             axes = tuple(sorted(group - {last})) + ((last,) if last in group else ())
-            steps.append(Step("fft", current, after, axes, kind))
+            steps.append(Step("fft", current, after, axes, kind, _named(current_distribution)))
             current, pending = after, pending - group
             continue
         best = None
