@@ -16,7 +16,8 @@ each rank synchronising its GPU; a one-GPU time is CUDA-event time on each rank'
    the overlap, and the ``reduce`` algorithm (A by columns, B by rows). Speedup = one-GPU time / distributed time
    (target >= 1.8 on two GPUs). Every distributed result is checked against the one-GPU one.
 3. FFT C2C complex64, 3-D 1024^3 and 2-D 32768^2 (``--quick``: 512^3, 16384^2), Slab.X -> Slab.Y: the distributed
-   transform's time; its parts (each local FFT, the exchange with its packing, NCCL's all-to-all of the same bytes);
+   transform's time; its parts (``FFT.execute(profile=...)``: each local FFT, the exchange with its packing, and
+   separately NCCL's all-to-all of the same buffers); for 2-D also with ``local_layout="c"``;
    the exchange's bandwidth vs NCCL's (target >= 80%); the total vs the bound ``local FFTs + NCCL all-to-all of the same
    bytes`` (target <= 1.2x); strong scaling (the same problem on one GPU) and weak scaling (half the problem, one
    slab, on one GPU).
@@ -49,7 +50,6 @@ if not DRY and not torch.cuda.is_available():
 import mathpy  # noqa: E402
 import mathpy.distributed as md  # noqa: E402
 import mathpy.fft  # noqa: E402
-from mathpy.distributed._arrays import arrays_for  # noqa: E402
 from mathpy.distributed._exchange import Exchange  # noqa: E402
 from mathpy.distributed._fft_plan import plan_steps  # noqa: E402
 
@@ -239,7 +239,6 @@ def bench_matmul(job, quick):
 
 def bench_fft(job, shape):
     p, rank = job.size, job.rank
-    arrays = arrays_for("torch", None if DRY else job.device)
     g = randn(shape, torch.complex64, job.cuda, 3)
     axes = tuple(range(len(shape)))
     with mathpy.fft.FFT(g, axes=axes) as f:
@@ -257,39 +256,39 @@ def bench_fft(job, shape):
     del g, half, whole
     free()
 
-    with md.FFT(part, md.Slab.X) as plan:
-        plan.plan()
-        t_total = job.timed(plan.execute, reps=5)
-        error = max(job.context.transport.agree(relative_error(plan.execute(), want)))
-        steps_text = plan.steps
+    def distributed(layout):
+        """(median total, error, per-step seconds (slowest rank, median of 3 profiled runs), steps)."""
+        with md.FFT(part, md.Slab.X, options={"local_layout": layout}) as plan:
+            plan.plan()
+            total = job.timed(plan.execute, reps=5)
+            error = max(job.context.transport.agree(relative_error(plan.execute(), want)))
+            runs = []
+            for _ in range(3):
+                profile = []
+                plan.execute(profile=profile)
+                runs.append([max(job.context.transport.agree(seconds)) for _, seconds in profile])
+            steps = [name for name, _ in profile]
+        free()
+        return total, error, [statistics.median(column) for column in zip(*runs)], steps
+
+    t_total, error, step_times, steps_text = distributed("auto")
+    alternative = None
+    if len(shape) == 2:  # "auto" lays the axis-0 transform's input out transposed here; time C order too
+        alternative = distributed("c")[0]
     del want
     free()
-
-    # the parts, one by one, on the same shapes (the plan's own steps)
     partition = md.Slab.X.partition(shape, p)
     steps = plan_steps("C2C", shape, md.Slab.X, partition, None, None, p)
-    local_times, exchange_time, crossing = [], None, 0
-    x = part
-    for step in steps:
-        if step.kind == "fft":
-            with mathpy.fft.FFT(x, axes=step.axes) as f:
-                f.plan()
-                local_times.append(gpu_time(f.execute, reps=5))
-                x = f.execute()
-        else:
-            exchange = Exchange(step.before, step.after, rank)
-            out = arrays.empty(exchange.out_shape, np.complex64)
-            source = x
-            exchange_time = job.timed(lambda: exchange.run(source, arrays, job.context.transport, out=out), reps=5)
-            crossing = exchange.bytes_crossing * 8
-            x = out
-            del source
-    del x, part
+    crossing = sum(Exchange(s.before, s.after, rank).bytes_crossing * 8 for s in steps if s.kind == "exchange")
+    local_times = [t for t, s in zip(step_times, steps) if s.kind == "fft"]
+    exchange_time = sum(t for t, s in zip(step_times, steps) if s.kind == "exchange")
+    del part
     free()
     local_bytes = int(np.prod(partition.local_shape(rank))) * 8
     t_nccl = nccl_all_to_all(job, local_bytes)
     bound = sum(local_times) + t_nccl
     return {"shape": shape, "one_gpu_s": t_one, "half_one_gpu_s": t_half, "total_s": t_total, "error": error,
+            "c_layout_total_s": alternative,
             "steps": steps_text, "local_s": local_times, "exchange_s": exchange_time, "nccl_s": t_nccl,
             "crossing_bytes": crossing, "exchange_GBps": crossing / exchange_time / 1e9,
             "nccl_GBps": crossing / t_nccl / 1e9, "bound_s": bound}
@@ -310,7 +309,10 @@ def report_fft(job, rows):
                 f"**{r['exchange_GBps'] / r['nccl_GBps'] * 100:.0f}%** | {r['bound_s'] * 1e3:.2f} | "
                 f"**{r['total_s'] / r['bound_s']:.2f}x** | {r['one_gpu_s'] / r['total_s']:.2f}x | "
                 f"{r['half_one_gpu_s'] / r['total_s'] * 100:.0f}% | {r['error']:.2g} |")
-    job.say("\nsteps: " + " | ".join("; ".join(r["steps"]) for r in rows[:1]))
+    for r in rows:
+        job.say(f"\n{'x'.join(map(str, r['shape']))} steps: {'; '.join(r['steps'])}")
+        if r["c_layout_total_s"]:
+            job.say(f"  (with local_layout='c', the axis-0 transform strided: {r['c_layout_total_s'] * 1e3:.2f} ms)")
     job.say("weak scaling: one GPU transforms half the global array (its slab) / the distributed time of the whole.\n")
 
 

@@ -168,6 +168,7 @@ def fft_checks(package, size, rank):
                 result = result_partition("C2R", half.shape, dist, peers, out, size, parity)
                 check_close(name, y, part_of(want, result, rank), fft_tolerance(np.float64, want.size), package)
             run(name, one)
+    run(f"fft layouts {package}", lambda: fft_layouts(package, size, rank))
     run(f"fft stateful {package}", lambda: fft_stateful(package, size, rank))
     run(f"fft norms {package}", lambda: fft_norms(package, size, rank))
 
@@ -186,6 +187,24 @@ def _peers(dist, shape, size):
     if not isinstance(dist, Box):
         return None
     return [box_of(shape, size, r) if len(dist.lower) == len(shape) else None for r in range(size)]
+
+
+def fft_layouts(package, size, rank):
+    """Transforms after an exchange with their axes innermost (the exchange transposes while unpacking), chosen
+    explicitly and by "auto" for a long outer axis; results are strided views, values as numpy's."""
+    rng = np.random.default_rng(17)
+    cases = [((6, 10), Slab.X, None, "transform_last"), ((6, 10), Slab.Y, Slab.Y, "transform_last"),
+             ((5, 7, 3), Slab.X, Slab.X, "transform_last"), ((8192, 4), Slab.X, None, "auto"),
+             ((8192, 4), Slab.X, Slab.X, "auto")]
+    for shape, dist, out, layout in cases:
+        g = (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(np.complex128)
+        with md.FFT(package(part_of(g, dist.partition(shape, size), rank)), dist, out_distribution=out,
+                    options={"local_layout": layout}) as plan:
+            plan.plan()
+            for direction, ref in (("forward", np.fft.fftn(g)), ("inverse", np.fft.ifftn(g) * g.size)):
+                y = plan.execute(direction=direction)
+                check_close(f"fft layout {layout} {shape} {dist} -> {out} {direction} {package}", y,
+                            part_of(ref, plan.result_partition, rank), fft_tolerance(np.float64, g.size), package)
 
 
 def fft_stateful(package, size, rank):

@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import _operands
 
-__all__ = ["Arrays", "arrays_for", "region_offset"]
+__all__ = ["Arrays", "arrays_for", "region_offset", "torch_stream_scope"]
 
 
 def region_offset(shape, selectors):
@@ -61,6 +61,12 @@ class Arrays:
     def empty(self, shape, dtype):
         return _operands.empty(self.package, tuple(shape), np.dtype(dtype), self.device_id)
 
+    def empty_ordered(self, shape, dtype, order):
+        """A new array of ``shape`` whose axes lie in memory in ``order`` (outermost first)."""
+        base = self.empty([shape[a] for a in order], dtype)
+        inverse = tuple(int(i) for i in np.argsort(order))
+        return base.permute(inverse) if self.package == "torch" else base.transpose(inverse)
+
     def view(self, flat, start, count, shape):
         """The part ``[start, start + count)`` of 1-D ``flat`` seen with ``shape`` (no copy)."""
         return flat[start:start + count].reshape(shape)
@@ -74,6 +80,9 @@ class Arrays:
     def selectors(self, selectors):
         """``selectors`` with the index arrays moved to where this package computes."""
         return selectors
+
+    def synchronize(self):
+        """Wait for the work queued on the current stream (nothing on the host)."""
 
 
 class _NumPyLike(Arrays):
@@ -150,10 +159,19 @@ class _NumPyLike(Arrays):
     def on_stream(self, stream):
         if self.package != "cupy" or stream is None:
             return contextlib.nullcontext()
+        cuda = self.xp.cuda
+        with cuda.Device(self.device_id):
+            if stream == cuda.get_current_stream().ptr:
+                return contextlib.nullcontext()
         stack = contextlib.ExitStack()
-        stack.enter_context(self.xp.cuda.Device(self.device_id))
-        stack.enter_context(self.xp.cuda.ExternalStream(stream))
+        stack.enter_context(cuda.Device(self.device_id))
+        stack.enter_context(cuda.Stream.null if stream == 0 else cuda.ExternalStream(stream))
         return stack
+
+    def synchronize(self):
+        if self.package == "cupy":
+            with self.xp.cuda.Device(self.device_id):
+                self.xp.cuda.get_current_stream().synchronize()
 
 
 class _Torch(Arrays):
@@ -212,10 +230,24 @@ class _Torch(Arrays):
         x.add_(y.to(x.dtype), alpha=factor)
 
     def on_stream(self, stream):
-        if stream is None or self.device_id is None:
-            return contextlib.nullcontext()
-        torch = self.torch
-        return torch.cuda.stream(torch.cuda.ExternalStream(stream, device=self.device))
+        return torch_stream_scope(stream, self.device)
+
+    def synchronize(self):
+        if self.device_id is not None:
+            self.torch.cuda.current_stream(self.device).synchronize()
+
+
+def torch_stream_scope(stream, device):
+    """A context making raw CUDA stream ``stream`` torch's current stream on ``device`` (a torch.device); nothing
+    when it already is. Stream 0 is torch's own default stream object: an ExternalStream(0) is another stream to
+    torch's allocator and event bookkeeping although CUDA runs both as the legacy stream, and work ordered through
+    the two was seen to race (wrong results on two H200s)."""
+    import torch
+    if stream is None or device.type != "cuda" or stream == torch.cuda.current_stream(device).cuda_stream:
+        return contextlib.nullcontext()
+    if stream == 0:
+        return torch.cuda.stream(torch.cuda.default_stream(device))
+    return torch.cuda.stream(torch.cuda.ExternalStream(stream, device=device))
 
 
 @functools.cache

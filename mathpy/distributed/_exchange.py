@@ -117,18 +117,18 @@ class Exchange:
         else:
             self.mode = "all_to_all"
         self.block_counts = [math.prod(source.local_shape(s)) for s in range(size)]
-        self.direct_send = self.mode == "all_to_all" and _direct(
-            self.in_shape, [None if p is None else (p[0], p[2]) for p in self.sends])
+        sends = [None if p is None else (p[0], p[2]) for p in self.sends]
+        recvs = [None if p is None else (p[0], p[2]) for p in self.recvs]
+        self.direct_send = self.mode == "all_to_all" and _direct(self.in_shape, sends)
         if self.mode == "all_gather":
-            equal = len(set(self.block_counts)) == 1
-            self.direct_recv = equal and _direct(self.out_shape, [None if p is None else (p[0], p[2])
-                                                                  for p in self.recvs])
+            self.direct_recv = len(set(self.block_counts)) == 1 and _direct(self.out_shape, recvs)
         else:
-            self.direct_recv = self.mode == "all_to_all" and _direct(
-                self.out_shape, [None if p is None else (p[0], p[2]) for p in self.recvs])
-        # The own piece goes through the collective only when a buffer is the array itself (a split must not be
-        # skipped in the middle of it); otherwise it is copied straight from x into the result.
-        self.self_in_collective = self.direct_send or self.direct_recv
+            self.direct_recv = self.mode == "all_to_all" and _direct(self.out_shape, recvs)
+        # The own piece is copied straight from x into the result while the others travel, unless the collective
+        # works in place on x or on the result and the own piece sits between others there (a split cannot be
+        # skipped in the middle of a buffer): then it travels with them.
+        self._send_span = _span_without(self.send_counts, rank) if self.direct_send else None
+        self._recv_span = _span_without(self.recv_counts, rank) if self.direct_recv else None
         self._converted = {}
 
     @staticmethod
@@ -139,13 +139,6 @@ class Exchange:
             return None
         selectors, shape = found[side], found[2]
         return selectors, shape, math.prod(shape)
-
-    @property
-    def receive_count(self):
-        """Elements of the receive buffer of :meth:`start`."""
-        if self.mode == "all_gather":
-            return max(self.block_counts) * self.size
-        return sum(c for q, c in enumerate(self.recv_counts) if q != self.rank or self.self_in_collective)
 
     @property
     def bytes_crossing(self):
@@ -163,23 +156,25 @@ class Exchange:
 
     # --- running -----------------------------------------------------------------------------------------------------
     def run(self, x, arrays, transport, stream=None, out=None):
-        """The rank's new part: ``out`` (a C-contiguous array of the target part's shape and x's dtype, which the
-        plan owns) when given, else a new array (``x`` itself when the partitions are equal)."""
+        """The rank's new part: ``out`` (an array of the target part's shape and x's dtype, any strides, which the
+        plan owns) when given, else a new C-contiguous array (``x`` itself when the partitions are equal)."""
         if self.identity and out is None:
             return x
         return self.start(x, arrays, transport, stream, out=out).finish()
 
     def start(self, x, arrays, transport, stream=None, async_op=False, out=None, buffer=None):
         """Begin moving ``x``; the returned :class:`_Pending` gives the received pieces or the finished part.
-        ``buffer``: a 1-D receive buffer the caller owns (of :attr:`receive_count` elements), reused across runs."""
+        ``buffer``: a 1-D receive buffer the caller owns, reused across runs (when the pieces are not received in
+        place)."""
         sends, recvs = self._selectors(arrays)
         dtype = arrays.dtype(x)
         me = self.rank
-        pending = _Pending(self, arrays, dtype, out, buffer)
+        result = arrays.empty(self.out_shape, dtype) if out is None else out
+        pending = _Pending(self, arrays, result)
         if self.mode == "local":
-            pending.result = arrays.empty(self.out_shape, dtype) if out is None else out
             if sends[me] is not None:
-                arrays.put(pending.result, recvs[me], arrays.take(x, sends[me]))
+                arrays.put(result, recvs[me], arrays.take(x, sends[me]))
+            pending.done = True
             return pending
         contiguous = arrays.is_c_contiguous(x)
         if self.mode == "all_gather":
@@ -190,57 +185,79 @@ class Exchange:
                 send = arrays.empty((longest,), dtype)
                 if self.block_counts[me]:
                     arrays.copy(arrays.view(send, 0, self.block_counts[me], self.in_shape), x)
-            recv = pending.receive_buffer(longest * self.size)
+            pending.in_place = buffer is None and self.direct_recv and arrays.is_c_contiguous(result)
+            recv = arrays.flat(result) if pending.in_place else _receive_buffer(arrays, buffer, longest * self.size,
+                                                                                 dtype)
             pending.segments_at = [(s * longest, self.block_counts[s], self.source.local_shape(s))
                                    for s in range(self.size)]
-            pending.work = transport.all_gather(send, recv, stream=stream, async_op=async_op)
             pending.recv = recv
-            return pending
-        send_counts, recv_counts = list(self.send_counts), list(self.recv_counts)
-        if not self.self_in_collective:
-            send_counts[me] = recv_counts[me] = 0
-        if self.direct_send and contiguous:
-            send = arrays.flat(x)
-        else:  # (a strided x where a direct send was planned: packed, its own piece included as planned)
-            send = arrays.empty((sum(send_counts),), dtype)
-            offset = 0
-            for q, piece in enumerate(self.sends):
-                if piece is not None and send_counts[q]:
-                    arrays.copy(arrays.view(send, offset, piece[2], piece[1]), arrays.take(x, sends[q]))
-                    offset += piece[2]
-        pending.in_collective = recv_counts[me] > 0 or self.recv_counts[me] == 0
-        recv = pending.receive_buffer(sum(recv_counts))
-        offset, segments = 0, []
-        for s, piece in enumerate(self.recvs):
-            count = recv_counts[s]
-            segments.append(None if piece is None or not count else (offset, count, piece[1]))
-            offset += count
-        pending.segments_at = segments
-        if not pending.in_collective:  # the own piece, straight from x
-            pending.own = arrays.take(x, sends[me])
-        pending.work = transport.all_to_all_v(send, send_counts, recv, recv_counts, stream=stream, async_op=async_op)
-        pending.recv = recv
+            pending.work = transport.all_gather(send, recv, stream=stream, async_op=True)
+        else:
+            send_direct = self.direct_send and contiguous
+            pending.in_place = recv_direct = buffer is None and self.direct_recv and arrays.is_c_contiguous(result)
+            own = self.send_counts[me] > 0
+            apart = own and not (send_direct and self._send_span is None) and not (recv_direct and
+                                                                                  self._recv_span is None)
+            send_counts, recv_counts = list(self.send_counts), list(self.recv_counts)
+            if apart:
+                send_counts[me] = recv_counts[me] = 0
+            if send_direct:
+                send = arrays.flat(x)
+                if apart:
+                    send = send[self._send_span[0]:self._send_span[1]]
+            else:
+                send = arrays.empty((sum(send_counts),), dtype)
+                offset = 0
+                for q, piece in enumerate(self.sends):
+                    if piece is not None and send_counts[q]:
+                        arrays.copy(arrays.view(send, offset, piece[2], piece[1]), arrays.take(x, sends[q]))
+                        offset += piece[2]
+            if recv_direct:
+                recv = arrays.flat(result)
+                if apart:
+                    recv = recv[self._recv_span[0]:self._recv_span[1]]
+            else:
+                recv = _receive_buffer(arrays, buffer, sum(recv_counts), dtype)
+            offset, segments = 0, []
+            for s, piece in enumerate(self.recvs):
+                count = recv_counts[s]
+                segments.append(None if piece is None or not count else (offset, count, piece[1]))
+                offset += count
+            pending.segments_at, pending.recv = segments, recv
+            pending.work = transport.all_to_all_v(send, send_counts, recv, recv_counts, stream=stream,
+                                                  async_op=True)
+            if apart:  # while the other pieces travel
+                arrays.put(result, recvs[me], arrays.take(x, sends[me]))
+        if not async_op:
+            pending.wait()
         return pending
+
+
+def _span_without(counts, rank):
+    """The flat range of a buffer holding ``counts`` back to back in rank order that excludes ``rank``'s part, or
+    None when that part lies between others."""
+    total, before = sum(counts), sum(counts[:rank])
+    if counts[rank] == 0:
+        return 0, total
+    if before == 0:
+        return counts[rank], total
+    if before + counts[rank] == total:
+        return 0, before
+    return None
+
+
+def _receive_buffer(arrays, buffer, count, dtype):
+    return buffer[:count] if buffer is not None else arrays.empty((count,), dtype)
 
 
 class _Pending:
     """A started exchange: ``wait()`` completes the collective, ``segments()`` are the received pieces (views of the
     receive buffer, None where nothing came), ``finish()`` the rank's new part."""
 
-    def __init__(self, plan, arrays, dtype, out, buffer):
-        self.plan, self.arrays, self.dtype, self.out, self.buffer = plan, arrays, dtype, out, buffer
-        self.work = self.recv = self.result = self.own = None
-        self.segments_at = None
-        self.in_collective = True
-
-    def receive_buffer(self, count):
-        """The collective's receive buffer: ``out`` itself when the pieces arrive in place, else a new one."""
-        plan = self.plan
-        if self.out is not None and plan.direct_recv and count == math.prod(plan.out_shape):
-            return self.arrays.flat(self.out)
-        if self.buffer is not None:
-            return self.buffer[:count]
-        return self.arrays.empty((count,), self.dtype)
+    def __init__(self, plan, arrays, result):
+        self.plan, self.arrays, self.result = plan, arrays, result
+        self.work = self.recv = self.segments_at = None
+        self.in_place = self.done = False
 
     def wait(self):
         if self.work is not None:
@@ -252,19 +269,12 @@ class _Pending:
         return [None if at is None or not at[1] else self.arrays.view(self.recv, *at) for at in self.segments_at]
 
     def finish(self):
-        if self.result is not None:
-            return self.result
         self.wait()
-        plan, arrays = self.plan, self.arrays
-        if plan.direct_recv and (plan.mode == "all_gather" or self.in_collective):
-            self.result = self.recv.reshape(plan.out_shape) if self.out is None else self.out
-            return self.result
-        result = arrays.empty(plan.out_shape, self.dtype) if self.out is None else self.out
-        _, recvs = plan._selectors(arrays)
-        for s, segment in enumerate(self.segments()):
-            if segment is not None:
-                arrays.put(result, recvs[s], segment)
-        if self.own is not None and recvs[plan.rank] is not None:
-            arrays.put(result, recvs[plan.rank], self.own)
-        self.result = result
-        return result
+        if not self.done:
+            self.done = True
+            if not self.in_place:
+                _, recvs = self.plan._selectors(self.arrays)
+                for s, segment in enumerate(self.segments()):
+                    if segment is not None:
+                        self.arrays.put(self.result, recvs[s], segment)
+        return self.result

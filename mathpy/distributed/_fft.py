@@ -24,6 +24,7 @@ True
 
 import dataclasses
 import math
+import time
 
 import numpy as np
 
@@ -49,15 +50,27 @@ _NORMS = (None, "backward", "ortho", "forward")
 _DIRECTIONS = {"forward": "forward", "inverse": "inverse", -1: "forward", 1: "inverse"}
 
 
+_LAYOUTS = ("auto", "c", "transform_last")
+_LONG_STRIDED = 8192  # see _transform_last
+
+
 @dataclasses.dataclass(frozen=True)
 class FFTOptions:
     """``fft_type``: "C2C", "R2C" or "C2R" (None: R2C for real operands, C2C for complex ones); ``last_axis_parity``:
-    "even" or "odd", the parity of the last axis of a C2R result (its extent is ``2 * (m - 1)`` or ``2 * m - 1``)."""
+    "even" or "odd", the parity of the last axis of a C2R result (its extent is ``2 * (m - 1)`` or ``2 * m - 1``).
+
+    ``local_layout``: how a transform that follows an exchange lays out its input, which the exchange writes: "c"
+    (C order), "transform_last" (the transformed axes innermost: the exchange transposes while it unpacks, and the
+    result of that step keeps that order, a strided view), or "auto" ("transform_last" for one long transform of an
+    outer axis, where cuFFT's strided transforms are slow, else "c")."""
 
     fft_type: str | None = None
     last_axis_parity: str = "even"
+    local_layout: str = "auto"
 
     def __post_init__(self):
+        if self.local_layout not in _LAYOUTS:
+            raise ValueError(f"FFTOptions.local_layout must be one of {list(_LAYOUTS)}, not {self.local_layout!r}")
         if self.fft_type not in (None, "C2C", "R2C", "C2R"):
             raise ValueError(f"FFTOptions.fft_type must be None, 'C2C', 'R2C' or 'C2R', not {self.fft_type!r}")
         if self.last_axis_parity not in ("even", "odd"):
@@ -164,7 +177,9 @@ class FFT:
                 buffer = None
                 following = self._steps[index + 1] if index + 1 < len(self._steps) else None
                 if following is not None and following.kind == "fft" and not step.after.is_empty(rank):
-                    buffer = arrays.empty(step.after.local_shape(rank), dtype)
+                    shape = step.after.local_shape(rank)
+                    order = _memory_order(shape, following.axes, self._options.local_layout)
+                    buffer = arrays.empty_ordered(shape, dtype, order)
                 self._work.append((exchange, buffer))
                 pending_buffer = buffer
                 continue
@@ -283,12 +298,15 @@ class FFT:
             first.fft.reset_operand(new.tensor)
         self._op = new
 
-    def execute(self, direction=None):
+    def execute(self, direction=None, *, profile=None):
         """Run the transform and return this rank's part of the result (a new array in the operand's package).
-        ``direction``: "forward" / -1 or "inverse" / +1 (C2C; R2C is forward, C2R inverse). Unnormalised."""
-        return self._execute(direction, None)
+        ``direction``: "forward" / -1 or "inverse" / +1 (C2C; R2C is forward, C2R inverse). Unnormalised.
 
-    def _execute(self, direction, scale):
+        ``profile``: a list to which each step appends ``(description, seconds)``; the device is synchronised
+        around every step for it (slower: for finding where the time goes)."""
+        return self._execute(direction, None, profile)
+
+    def _execute(self, direction, scale, profile=None):
         self._check_live()
         if not self._planned:
             raise InvalidPlanStateError("execute() before plan(): call plan() first")
@@ -300,7 +318,10 @@ class FFT:
         arrays, transport, stream = self._arrays, self._context.transport, self._stream
         x = self._op.tensor
         with arrays.on_stream(stream):
-            for item in self._work:
+            if profile is not None:
+                arrays.synchronize()
+            for item, described in zip(self._work, self.steps):
+                started = time.perf_counter()
                 if isinstance(item, _Local):
                     if item.fft is None:
                         x = arrays.empty(item.out_shape, item.out_dtype)
@@ -309,6 +330,9 @@ class FFT:
                 else:
                     exchange, buffer = item
                     x = exchange.run(x, arrays, transport, stream, out=buffer)
+                if profile is not None:
+                    arrays.synchronize()
+                    profile.append((described, time.perf_counter() - started))
             if x is self._op.tensor:  # nothing moved and nothing was transformed: never hand back the operand
                 x = _copy(arrays, x)
             if scale is not None and scale != 1:
@@ -336,6 +360,20 @@ class FFT:
         state = "freed" if self._freed else ("planned" if self._planned else "not planned")
         return (f"FFT({self._fft_type}, global shape {self._global_shape}, rank {self._context.rank} of "
                 f"{self._context.size}, {state})")
+
+
+def _memory_order(shape, axes, choice):
+    """The order in which a transform input's axes lie in memory (outermost first), per ``local_layout``. "auto"
+    moves one long transform of an outer axis innermost: on an H200, cuFFT took 18.7 ms for the axis-0 transforms of
+    a C-order 32768 x 16384 complex64 array (stride 16384) against about 4 ms along the contiguous axis."""
+    ndim = len(shape)
+    natural = tuple(range(ndim))
+    moved = tuple(a for a in natural if a not in axes) + tuple(axes)
+    if choice == "c" or moved == natural:
+        return natural
+    if choice == "transform_last" or (len(axes) == 1 and shape[axes[0]] >= _LONG_STRIDED):
+        return moved
+    return natural
 
 
 def _copy(arrays, x):

@@ -19,6 +19,7 @@ import pickle
 import numpy as np
 
 from .._operands import wrap_operand
+from ._arrays import arrays_for, torch_stream_scope
 from ._errors import DistributedError, DistributedTimeoutError
 
 __all__ = ["Transport", "TorchTransport", "LocalTransport"]
@@ -69,7 +70,6 @@ class LocalTransport(Transport):
 
     @staticmethod
     def _copy(send, recv):
-        from ._arrays import arrays_for
         op = wrap_operand(send)
         if op.size:
             arrays_for(op.package, op.device_id).copy(recv[:op.size], send)
@@ -189,10 +189,7 @@ class TorchTransport(Transport):
         return self._host_group
 
     def _stream(self, tensor, stream):
-        import torch
-        if stream is None or not tensor.is_cuda:
-            return contextlib.nullcontext()
-        return torch.cuda.stream(torch.cuda.ExternalStream(stream, device=tensor.device))
+        return torch_stream_scope(stream, tensor.device)
 
     def _finish(self, work, what, async_op):
         if async_op:
