@@ -330,7 +330,10 @@ def matmul_checks(package, size, rank):
                     check_close(name, got[0], want[0].astype(np.float64), tolerance, package)
                     for key, value in want[1].items():
                         expected = value if value.dtype == np.uint8 else value.astype(np.float64)
-                        check_close(f"{name} aux {key}", got[1][key], expected, tolerance, package)
+                        found = got[1][key]
+                        if key == "gelu_aux":  # rows past M are padding, unspecified (mathpy.host.matmul._epilog)
+                            expected, found = expected[:len(rows)], found[:len(rows)]
+                        check_close(f"{name} aux {key}", found, expected, tolerance, package)
                 else:
                     check_close(name, got, want, tolerance, package)
             run(name, one)
