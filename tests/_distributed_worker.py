@@ -53,7 +53,7 @@ class Package:
             with cupy.cuda.Device(self.device):
                 return cupy.asarray(array)
         import torch
-        if array.dtype == mathpy._operands.BFLOAT16:
+        if array.dtype == mathpy._dtypes.BFLOAT16:
             tensor = torch.from_numpy(array.view(np.int16).copy()).view(torch.bfloat16)
         else:
             tensor = torch.from_numpy(array.copy())
@@ -291,7 +291,7 @@ def matmul_checks(package, size, rank):
     from mathpy.host.matmul._epilog import pack_bits, relu_aux_rows
     rng = np.random.default_rng(11)
     m, k, n = 12, 10, 8
-    bf16 = mathpy._operands.BFLOAT16
+    bf16 = mathpy._dtypes.BFLOAT16
     for (case, dists, algorithm), dtype in itertools.product(matmul_cases(size), (np.float32, np.float64, bf16)):
         if dtype == bf16 and package.name == "cupy":
             continue

@@ -1,6 +1,7 @@
-"""Local array work in the operand's own package: allocation, the slicing and index gathers that pack and unpack
-exchanges, casts and scaling. NumPy on the host; CuPy or torch on the operand's GPU, in that package's current stream
-(:meth:`Arrays.on_stream` makes a caller's stream current for a block of work).
+"""Local array work of the distributed algorithms, in the operand's own package: the slicing and index gathers that
+pack and unpack exchanges, views of flat buffers, and (through the package's home in :mod:`mathpy._packages`)
+allocation, copies, casts, scaling, stream scopes and synchronisation. NumPy on the host; CuPy or torch on the
+operand's GPU, on that package's current stream.
 
 Selectors are tuples with one entry per axis: a ``slice`` (a view, no copy) or an int64 NumPy array of positions
 (a gather; moved to the device once by :meth:`Arrays.selectors`).
@@ -21,9 +22,9 @@ import functools
 
 import numpy as np
 
-from .. import _operands
+from .. import _operands, _packages
 
-__all__ = ["Arrays", "arrays_for", "region_offset", "torch_stream_scope"]
+__all__ = ["Arrays", "arrays_for", "region_offset"]
 
 
 def region_offset(shape, selectors):
@@ -53,36 +54,70 @@ def region_offset(shape, selectors):
 
 
 class Arrays:
-    """The operations of one package on one device (``device_id`` None: the host)."""
+    """The operations of one package on one device (``device_id`` None: the host), on the current stream."""
 
     def __init__(self, package, device_id):
         self.package, self.device_id = package, device_id
+        self.home = _packages.get(package)
+        self.here = self.home.on(device_id)
 
+    # --- through the package's home ------------------------------------------------------------------------------
     def empty(self, shape, dtype):
-        return _operands.empty(self.package, tuple(shape), np.dtype(dtype), self.device_id)
+        return self.here.empty(tuple(shape), np.dtype(dtype))
+
+    def zeros(self, shape, dtype):
+        return self.here.empty(tuple(shape), np.dtype(dtype), zero=True)
 
     def empty_ordered(self, shape, dtype, order):
         """A new array of ``shape`` whose axes lie in memory in ``order`` (outermost first)."""
-        base = self.empty([shape[a] for a in order], dtype)
-        inverse = tuple(int(i) for i in np.argsort(order))
-        return base.permute(inverse) if self.package == "torch" else base.transpose(inverse)
+        return self.here.empty(tuple(shape), np.dtype(dtype), order=tuple(order))
+
+    def copy(self, destination, source):
+        """``destination[...] = source``, converting between floating dtypes."""
+        self.here.copy_into(destination, source)
+
+    cast_into = copy
+
+    def cast(self, x, dtype):
+        return x if self.dtype(x) == np.dtype(dtype) else self.home.astype(x, np.dtype(dtype))
+
+    def scale(self, x, factor):
+        self.here.scale(x, factor)
+
+    def dtype(self, x):
+        return self.home.numpy_dtype(x.dtype)
+
+    def is_c_contiguous(self, x):
+        return _operands.wrap_operand(x).is_c_contiguous
+
+    def on_stream(self, stream):
+        """A context making raw CUDA ``stream`` current (the package's own stream object for stream 0)."""
+        if self.device_id is None or stream is None:
+            return contextlib.nullcontext()
+        return self.home.stream_scope(self.device_id, stream)
+
+    def synchronize(self):
+        """Wait for the work queued on the current stream (nothing on the host)."""
+        if self.device_id is not None:
+            self.here.synchronize()
+
+    # --- flat buffers ----------------------------------------------------------------------------------------------
+    def flat(self, x):
+        """The 1-D view of a C-contiguous ``x``."""
+        return x.reshape(-1)
 
     def view(self, flat, start, count, shape):
         """The part ``[start, start + count)`` of 1-D ``flat`` seen with ``shape`` (no copy)."""
         return flat[start:start + count].reshape(shape)
 
-    def dtype(self, x):
-        return _operands.wrap_operand(x).dtype
+    def add_scaled(self, x, y, factor):
+        """``x += factor * y`` (``y`` converted to x's dtype)."""
+        x += self.cast(y, self.dtype(x)) * factor
 
-    def is_c_contiguous(self, x):
-        return _operands.wrap_operand(x).is_c_contiguous
-
+    # --- selectors (package-specific below) ------------------------------------------------------------------------
     def selectors(self, selectors):
         """``selectors`` with the index arrays moved to where this package computes."""
         return selectors
-
-    def synchronize(self):
-        """Wait for the work queued on the current stream (nothing on the host)."""
 
 
 class _NumPyLike(Arrays):
@@ -96,23 +131,11 @@ class _NumPyLike(Arrays):
         else:
             self.xp = np
 
-    def _device(self):
-        if self.package == "cupy":
-            return self.xp.cuda.Device(self.device_id)
-        return contextlib.nullcontext()
-
     def selectors(self, selectors):
         if self.package == "numpy":
             return selectors
-        with self._device():
+        with self.here.scope():
             return tuple(s if isinstance(s, slice) else self.xp.asarray(s) for s in selectors)
-
-    def zeros(self, shape, dtype):
-        with self._device():
-            return self.xp.zeros(tuple(shape), np.dtype(dtype))
-
-    def flat(self, x):
-        return x.reshape(-1)
 
     def take(self, x, selectors):
         view = x[tuple(s if isinstance(s, slice) else slice(None) for s in selectors)]
@@ -123,55 +146,11 @@ class _NumPyLike(Arrays):
 
     def put(self, y, selectors, block):
         if all(isinstance(s, slice) for s in selectors):
-            target = y[tuple(selectors)]
-            if self.package == "numpy":
-                np.copyto(target, block, casting="no")
-            else:
-                target[...] = block
+            self.copy(y[tuple(selectors)], block)
             return
-        shape = y.shape
-        with self._device():
-            index = [self.xp.arange(*s.indices(n)) if isinstance(s, slice) else s for s, n in zip(selectors, shape)]
+        with self.here.scope():
+            index = [self.xp.arange(*s.indices(n)) if isinstance(s, slice) else s for s, n in zip(selectors, y.shape)]
             y[self.xp.ix_(*index)] = block
-
-    def copy(self, destination, source):
-        if self.package == "numpy":
-            np.copyto(destination, source, casting="no")
-        else:
-            destination[...] = source
-
-    def cast(self, x, dtype):
-        return x if x.dtype == np.dtype(dtype) else x.astype(np.dtype(dtype))
-
-    def cast_into(self, destination, source):
-        if self.package == "numpy":
-            np.copyto(destination, source, casting="unsafe")
-        else:
-            destination[...] = source
-
-    def scale(self, x, factor):
-        x *= x.real.dtype.type(factor)
-
-    def add_scaled(self, x, y, factor):
-        """``x += factor * y`` (``y`` converted to x's dtype)."""
-        x += self.cast(y, x.dtype) * x.dtype.type(factor)
-
-    def on_stream(self, stream):
-        if self.package != "cupy" or stream is None:
-            return contextlib.nullcontext()
-        cuda = self.xp.cuda
-        with cuda.Device(self.device_id):
-            if stream == cuda.get_current_stream().ptr:
-                return contextlib.nullcontext()
-        stack = contextlib.ExitStack()
-        stack.enter_context(cuda.Device(self.device_id))
-        stack.enter_context(cuda.Stream.null if stream == 0 else cuda.ExternalStream(stream))
-        return stack
-
-    def synchronize(self):
-        if self.package == "cupy":
-            with self.xp.cuda.Device(self.device_id):
-                self.xp.cuda.get_current_stream().synchronize()
 
 
 class _Torch(Arrays):
@@ -179,19 +158,10 @@ class _Torch(Arrays):
         super().__init__(package, device_id)
         import torch
         self.torch = torch
-        self.device = torch.device("cpu") if device_id is None else torch.device("cuda", device_id)
-
-    def _torch_dtype(self, dtype):
-        return _torch_dtype(np.dtype(dtype))
+        self.device = self.home.device(device_id)
 
     def selectors(self, selectors):
         return tuple(s if isinstance(s, slice) else self.torch.as_tensor(s, device=self.device) for s in selectors)
-
-    def zeros(self, shape, dtype):
-        return self.torch.zeros(tuple(shape), dtype=self._torch_dtype(dtype), device=self.device)
-
-    def flat(self, x):
-        return x.reshape(-1)
 
     def take(self, x, selectors):
         view = x[tuple(s if isinstance(s, slice) else slice(None) for s in selectors)]
@@ -212,47 +182,8 @@ class _Torch(Arrays):
             index.append(s.reshape([-1 if a == axis else 1 for a in range(ndim)]))
         y[tuple(index)] = block
 
-    def copy(self, destination, source):
-        destination.copy_(source)
-
-    def cast(self, x, dtype):
-        target = self._torch_dtype(dtype)
-        return x if x.dtype == target else x.to(target)
-
-    def cast_into(self, destination, source):
-        destination.copy_(source)
-
-    def scale(self, x, factor):
-        x.mul_(float(factor))
-
     def add_scaled(self, x, y, factor):
-        """``x += factor * y`` (``y`` converted to x's dtype)."""
-        x.add_(y.to(x.dtype), alpha=factor)
-
-    def on_stream(self, stream):
-        return torch_stream_scope(stream, self.device)
-
-    def synchronize(self):
-        if self.device_id is not None:
-            self.torch.cuda.current_stream(self.device).synchronize()
-
-
-def torch_stream_scope(stream, device):
-    """A context making raw CUDA stream ``stream`` torch's current stream on ``device`` (a torch.device); nothing
-    when it already is. Stream 0 is torch's own default stream object: an ExternalStream(0) is another stream to
-    torch's allocator and event bookkeeping although CUDA runs both as the legacy stream, and work ordered through
-    the two was seen to race (wrong results on two H200s)."""
-    import torch
-    if stream is None or device.type != "cuda" or stream == torch.cuda.current_stream(device).cuda_stream:
-        return contextlib.nullcontext()
-    if stream == 0:
-        return torch.cuda.stream(torch.cuda.default_stream(device))
-    return torch.cuda.stream(torch.cuda.ExternalStream(stream, device=device))
-
-
-@functools.cache
-def _torch_dtype(dtype):
-    return _operands.empty("torch", (0,), dtype, None).dtype
+        x.add_(self.cast(y, self.dtype(x)), alpha=factor)
 
 
 @functools.cache

@@ -73,12 +73,19 @@ def initialize(*, backend=None, device_id=None, timeout=300.0, comm=None, transp
     """Join the job and return its :class:`Context` (also the default of every later call). Collective: every
     process calls it. Calling it again returns the current context.
 
-    backend    torch.distributed backend for a new process group; default ``"cpu:gloo,cuda:nccl"`` when a GPU is
-               usable, else ``"gloo"``.
-    device_id  the GPU of this process; default ``LOCAL_RANK`` modulo the number of GPUs (None on the CPU).
-    timeout    seconds every collective may take before it raises DistributedTimeoutError.
-    comm       an mpi4py communicator to take ranks and the rendezvous from (default under mpirun: COMM_WORLD).
-    transport  a ready :class:`Transport`; nothing else is set up.
+    Parameters
+    ----------
+    backend
+        torch.distributed backend for a new process group; default ``"cpu:gloo,cuda:nccl"`` when a GPU is usable,
+        else ``"gloo"``.
+    device_id
+        The GPU of this process; default ``LOCAL_RANK`` modulo the number of GPUs (None on the CPU).
+    timeout
+        Seconds every collective may take before it raises DistributedTimeoutError.
+    comm
+        An mpi4py communicator to take ranks and the rendezvous from (default under mpirun: COMM_WORLD).
+    transport
+        A ready :class:`Transport`; nothing else is set up.
     """
     global _current
     if _current is not None:

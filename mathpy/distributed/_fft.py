@@ -101,14 +101,24 @@ class FFT:
     """A planned distributed FFT over all axes of a 2-D or 3-D global array. Collective: every rank constructs it
     (and calls :meth:`plan`, :meth:`execute`, :meth:`reset_operand`) together.
 
-    operand           this rank's part (NumPy, CuPy or torch; host memory runs on the CPU through gloo, device
-                      memory on its GPU through NCCL).
-    distribution      how the input is split: Slab, Pencil, or this rank's Box.
-    out_distribution  how the result is split (None: where the steps end, see the module docstring).
-    options           :class:`FFTOptions` or a dict of its fields.
-    context           the :class:`~mathpy.distributed.Context` (default: :func:`~mathpy.distributed.initialize`'s).
-    stream            CUDA stream of the local work (default: the package's current one).
+    Parameters
+    ----------
+    operand
+        This rank's part (NumPy, CuPy or torch; host memory runs on the CPU through gloo, device memory on its GPU
+        through NCCL).
+    distribution
+        How the input is split: Slab, Pencil, or this rank's Box.
+    out_distribution
+        How the result is split (None: where the steps end, see the module docstring).
+    options
+        :class:`FFTOptions` or a dict of its fields.
+    context
+        The :class:`~mathpy.distributed.Context` (default: :func:`~mathpy.distributed.initialize`'s).
+    stream
+        CUDA stream of the local work (default: the package's current one).
 
+    Notes
+    -----
     Unnormalised in both directions, as :class:`mathpy.fft.FFT`. Life cycle: ``plan(prolog=, epilog=)``,
     ``execute(direction=)`` any number of times (``reset_operand`` between), ``free()`` (or ``with``).
     """

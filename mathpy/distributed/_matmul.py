@@ -69,13 +69,24 @@ class Matmul:
     """A planned distributed ``D = epilog(alpha * A @ B + beta * C)`` over 2-D matrices. Collective: every rank
     constructs it and calls :meth:`plan`, :meth:`execute`, :meth:`reset_operands` together.
 
-    a, b, c        this rank's parts (NumPy, CuPy or torch; one package and device).
-    distributions  ``(dist_a, dist_b, dist_d)`` or one for all (C follows D).
-    alpha, beta    scalars (beta defaults to 1 with c, else 0).
-    options        :class:`mathpy.MatmulOptions` (dtypes, compute type) or a dict.
-    algorithm      None (fewest bytes moved), "gather" or "reduce".
-    overlap        overlap the gather with the rank's own K block where the distributions allow it.
-    context        the :class:`~mathpy.distributed.Context`; stream: CUDA stream of the local work.
+    Parameters
+    ----------
+    a, b, c
+        This rank's parts (NumPy, CuPy or torch; one package and device).
+    distributions
+        ``(dist_a, dist_b, dist_d)`` or one for all (C follows D).
+    alpha, beta
+        Scalars (beta defaults to 1 with c, else 0).
+    options
+        :class:`mathpy.MatmulOptions` (dtypes, compute type) or a dict.
+    algorithm
+        None (fewest bytes moved), "gather" or "reduce".
+    overlap
+        Overlap the gather with the rank's own K block where the distributions allow it.
+    context
+        The :class:`~mathpy.distributed.Context` (default: :func:`~mathpy.distributed.initialize`'s).
+    stream
+        CUDA stream of the local work (default: the package's current one).
     """
 
     def __init__(self, a, b, c=None, *, distributions, alpha=1, beta=None, options=None, algorithm=None, overlap=True,

@@ -17,12 +17,13 @@ import dataclasses
 import numpy as np
 
 from .. import _operands
+from .._dtypes import BFLOAT16
 from ..host.matmul import Matmul as LocalMatmul
 from ..host.matmul._epilog import epilog_spec
 
 __all__ = ["GatherProduct", "OverlappedProduct", "ReduceProduct", "accumulation_dtype"]
 
-_HALF = (np.dtype(np.float16), _operands.BFLOAT16)
+_HALF = (np.dtype(np.float16), BFLOAT16)
 
 
 def accumulation_dtype(result):

@@ -19,7 +19,8 @@ import pickle
 import numpy as np
 
 from .._operands import wrap_operand
-from ._arrays import arrays_for, torch_stream_scope
+from .. import _packages
+from ._arrays import arrays_for
 from ._errors import DistributedError, DistributedTimeoutError
 
 __all__ = ["Transport", "TorchTransport", "LocalTransport"]
@@ -189,7 +190,9 @@ class TorchTransport(Transport):
         return self._host_group
 
     def _stream(self, tensor, stream):
-        return torch_stream_scope(stream, tensor.device)
+        if stream is None or not tensor.is_cuda:
+            return contextlib.nullcontext()
+        return _packages.get("torch").stream_scope(tensor.device.index, stream)
 
     def _finish(self, work, what, async_op):
         if async_op:
