@@ -162,7 +162,7 @@ def machine(job, quick):
         rows.append({"bytes_per_rank": size, "all_to_all_s": t_a2a, "all_gather_s": t_ag,
                      "all_to_all_GBps": size * (p - 1) / p / t_a2a / 1e9,
                      "all_gather_GBps": size * (p - 1) / p / t_ag / 1e9})
-        del send, recv, piece
+        send, recv, piece = None, None, None  # release the memory
         free()
     job.say("## NCCL through torch.distributed (bandwidth: bytes each rank sends / receives to / from the others)\n")
     job.say("| bytes per rank | all-to-all ms | all-to-all GB/s | all-gather ms | all-gather GB/s |")
@@ -179,7 +179,7 @@ def nccl_all_to_all(job, nbytes):
     send = torch.empty(nbytes, dtype=torch.uint8, device=job.cuda)
     recv = torch.empty_like(send)
     seconds = job.timed(lambda: dist.all_to_all_single(recv, send), reps=5)
-    del send, recv
+    send, recv = None, None  # release the memory
     free()
     return seconds
 
@@ -200,10 +200,9 @@ def bench_matmul(job, quick):
     rows = md.Slab(0).partition((n, n), p).sets[rank][0]
     cols = md.Slab(1).partition((n, n), p).sets[rank][1]
     want_rows = d_one[rows.start:rows.stop].clone()
-    want_cols = d_one[:, cols.start:cols.stop].clone()
     a_rows, b_rows = a[rows.start:rows.stop].clone(), b[rows.start:rows.stop].clone()
     a_cols = a[:, cols.start:cols.stop].contiguous()
-    del a, b, d_one
+    a, b, d_one = None, None, None  # release the memory
     free()
     results = {"n": n, "one_gpu_s": t_one, "torch_one_gpu_s": t_torch, "variants": []}
 
@@ -221,7 +220,7 @@ def bench_matmul(job, quick):
     variant("row, no overlap", a_rows, b_rows, "row", want_rows, overlap=False)
     variant("reduce (A by columns, B by rows)", a_cols, b_rows, (md.Slab(1), md.Slab(0), md.Slab(0)), want_rows,
             algorithm="reduce")
-    del a_rows, b_rows, a_cols, want_rows, want_cols
+    a_rows, b_rows, a_cols, want_rows = None, None, None, None  # release the memory
     free()
     job.say(f"## Matmul {n}^3 bf16 on {p} GPU(s) vs one\n")
     job.say(f"one GPU: mathpy {t_one * 1e3:.1f} ms ({flops / t_one / 1e12:.0f} TFLOP/s), torch.matmul "
@@ -253,7 +252,7 @@ def bench_fft(job, shape):
     part = g[x_part.start:x_part.stop].clone()
     y_part = md.Slab.Y.partition(shape, p).sets[rank][1]
     want = whole[:, y_part.start:y_part.stop].clone()
-    del g, half, whole
+    g, half, whole = None, None, None  # release the memory
     free()
 
     def distributed(layout):
@@ -275,14 +274,14 @@ def bench_fft(job, shape):
     alternative = None
     if len(shape) == 2:  # "auto" lays the axis-0 transform's input out transposed here; time C order too
         alternative = distributed("c")[0]
-    del want
+    want = None  # release the memory
     free()
     partition = md.Slab.X.partition(shape, p)
     steps = plan_steps("C2C", shape, md.Slab.X, partition, None, None, p)
     crossing = sum(Exchange(s.before, s.after, rank).bytes_crossing * 8 for s in steps if s.kind == "exchange")
     local_times = [t for t, s in zip(step_times, steps) if s.kind == "fft"]
     exchange_time = sum(t for t, s in zip(step_times, steps) if s.kind == "exchange")
-    del part
+    part = None  # release the memory
     free()
     local_bytes = int(np.prod(partition.local_shape(rank))) * 8
     t_nccl = nccl_all_to_all(job, local_bytes)
@@ -347,7 +346,7 @@ def bench_nvmath(job, quick):
         a_t = a[:, k_part.start:k_part.stop].contiguous().T       # (k_r, M), column-major: A^T split along K
         b_f = b[k_part.start:k_part.stop].T.contiguous().T         # (k_r, N), column-major
         a_cols, b_rows = a[:, k_part.start:k_part.stop].contiguous(), b[k_part.start:k_part.stop].clone()
-        del a, b
+        a, b = None, None  # release the memory
         free()
         qualifiers = np.zeros((3,), dtype=matrix_qualifiers_dtype)
         qualifiers[0]["is_transpose"] = True

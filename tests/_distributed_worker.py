@@ -7,6 +7,7 @@ Every rank builds the same global operands from one seed, passes its part, and c
 the single-process reference (numpy.fft / a float64 matmul) computed from the global operands.
 """
 
+import importlib.util
 import itertools
 import json
 import math
@@ -133,7 +134,7 @@ def fft_checks(package, size, rank):
     functions = [("fftn", md.fftn, np.fft.fftn, "complex"), ("ifftn", md.ifftn, np.fft.ifftn, "complex"),
                  ("rfftn", md.rfftn, np.fft.rfftn, "real")]
     for shape, (fname, fn, ref_fn, kind), dtype_index in itertools.product(shapes, functions, range(2)):
-        dtype = [np.complex64, np.complex128][dtype_index] if kind == "complex" else [np.float32, np.float64][dtype_index]
+        dtype = ([np.complex64, np.complex128] if kind == "complex" else [np.float32, np.float64])[dtype_index]
         g = rng.standard_normal(shape)
         if kind == "complex":
             g = g + 1j * rng.standard_normal(shape)
@@ -479,11 +480,8 @@ def main():
     size, rank = context.size, context.rank
     for group in groups:
         for name in packages:
-            if name == "cupy":
-                try:
-                    import cupy  # noqa: F401
-                except ImportError:
-                    continue
+            if name == "cupy" and importlib.util.find_spec("cupy") is None:
+                continue
             GROUPS[group](Package(name, device), size, rank)
             if group == "timeout":
                 break

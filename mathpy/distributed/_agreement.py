@@ -11,7 +11,7 @@ problem through the agreement, and all ranks raise together.
 >>> require_same("fftn", [{"dtype": "complex64"}, {"dtype": "float32"}], ["dtype"])
 Traceback (most recent call last):
 ...
-mathpy.distributed._errors.DistributionMismatchError: fftn: the ranks disagree on dtype: rank 0: 'complex64', rank 1: 'float32'
+mathpy.distributed._errors.DistributionMismatchError: fftn: the ranks disagree on dtype: rank 0: 'complex64', ...
 """
 
 import contextlib

@@ -23,7 +23,7 @@ array([0, 2, 4])
 >>> Slab.Y.global_shape([(4, 2), (4, 3)], None)
 Traceback (most recent call last):
 ...
-ValueError: rank 0 holds 2 indices along axis 1, but Slab(axis=1) of a global extent 5 over 2 ranks gives it 3 (the first 5 % 2 ranks hold one more); use Box for other splits
+ValueError: rank 0 holds 2 indices along axis 1, but Slab(axis=1) of a global extent 5 over 2 ranks gives it 3 ...
 """
 
 import dataclasses

@@ -135,7 +135,7 @@ class Matmul:
             if shape_c != (m, n):
                 raise DistributionMismatchError(f"{what}: the global c is {shape_c[0]} x {shape_c[1]}, the product "
                                                 f"is {m} x {n}")
-        size, rank = transport.size, context.rank
+        size = transport.size
         pa = dist_a.partition((m, k), size)
         pb = dist_b.partition((k, n), size)
         pd = dist_d.partition((m, n), size)

@@ -202,7 +202,6 @@ class TorchTransport(Transport):
     # --- the collectives ---------------------------------------------------------------------------------------------
     def agree(self, value):
         import torch
-        dist = self._dist
         payload = np.frombuffer(pickle.dumps(value), dtype=np.uint8)
         with self._errors("agreement (the metadata all-gather)"):
             sizes = torch.zeros(self.size, dtype=torch.int64)
