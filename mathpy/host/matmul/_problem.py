@@ -121,6 +121,7 @@ class MatmulProblem:
     a_scale: float | None = None
     b_scale: float | None = None
     d_scale: float | None = None
+    fused: object = None  # a ``_fused.FusedEpilog`` (Python epilog and its data layout) when epilog is None
 
     def __post_init__(self):  # plan caches hash problems on every stateless call: hash once
         object.__setattr__(self, "_hash", hash(_fields_of_problem(self)))

@@ -1,0 +1,149 @@
+"""Matmul with a Python epilog fused into the product: what the problem carries, how ``data`` is validated, and the
+CPU engine. (The GPU engine is :mod:`._fused_cuda`; the epilog checks and compilers are :mod:`mathpy.jit`.)
+
+``matmul(a, b, epilog=f, epilog_inputs={"data": x})``: ``D = f(alpha * A @ B + beta * C)`` element by element, with
+``f(value, row, col, data)`` or ``f(value, batch, row, col, data)`` (see :mod:`mathpy.jit._matmul_epilog`). Named
+epilogs (RELU, GELU, BIAS...) keep going to cuBLASLt; a Python function goes to these engines. The result is
+row-major (C order), as numpy.matmul gives it.
+
+Supported: real float16, bfloat16, float32 and float64 operands (A and B of one dtype; C and D of the result dtype),
+compute type "32F" (float64: "64F"). Refused before any work: complex and float8 operands, other compute types, a
+``data`` of another package or device than the operands, of an unsupported dtype or of more than 3 dimensions.
+
+>>> import numpy as np, mathpy
+>>> a = np.arange(6, dtype=np.float32).reshape(2, 3)
+>>> def clamp_row(value, row, col, data):
+...     return min(value * data[row], np.float32(40))
+>>> mathpy.matmul(a, a.T, epilog=clamp_row, epilog_inputs={"data": np.array([1, 2], np.float32)})
+array([[ 5., 14.],
+       [28., 40.]], dtype=float32)
+"""
+
+import dataclasses
+import math
+import time
+
+import numpy as np
+
+from ...jit import _matmul_epilog as E
+from ._cpu import _compute_dtype, _round_inputs, _store
+from ._options import BF16, F16
+
+__all__ = ["FusedEpilog", "DataLayout", "fused_epilog", "check_fused_problem", "stage_data", "FusedCPUEngine",
+           "FUSED_DTYPES"]
+
+FUSED_DTYPES = (np.dtype(np.float16), BF16, np.dtype(np.float32), np.dtype(np.float64))
+
+
+@dataclasses.dataclass(frozen=True)
+class DataLayout:
+    """The ``data`` epilog input as the kernel indexes it: shape, strides in elements, dtype name."""
+
+    shape: tuple
+    strides: tuple
+    dtype: str
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+
+@dataclasses.dataclass(frozen=True)
+class FusedEpilog:
+    """The Python epilog of a problem and the layout of its ``data`` (None: the function gets ``data=None``)."""
+
+    epilog: E.MatmulEpilogFunction
+    data: DataLayout | None
+
+    @property
+    def name(self):
+        return self.epilog.where
+
+
+def fused_epilog(epilog):
+    """A checked :class:`~mathpy.jit._matmul_epilog.MatmulEpilogFunction` when ``epilog`` is a Python function (or a
+    numba dispatcher), else None (a named epilog)."""
+    if epilog is None or isinstance(epilog, (str, int, bool)) or not callable(epilog):
+        return None
+    return E.as_matmul_epilog(epilog)
+
+
+def check_fused_problem(epilog, a_dtype, b_dtype, d_dtype, compute_type):
+    """Refuse, before any work, what the fused engines do not take (ValueError naming the value and what is
+    allowed)."""
+    for what, dtype in (("a", a_dtype), ("b", b_dtype), ("the result", d_dtype)):
+        if dtype not in FUSED_DTYPES:
+            raise ValueError(f"matmul epilog {epilog.where}: {what} has dtype {dtype.name}; Python epilogs take "
+                             f"float16, bfloat16, float32 or float64 operands")
+    if a_dtype != b_dtype:
+        raise ValueError(f"matmul epilog {epilog.where}: a ({a_dtype.name}) and b ({b_dtype.name}) must have one "
+                         f"dtype")
+    wanted = "64F" if a_dtype == np.float64 else "32F"
+    if compute_type != wanted:
+        raise ValueError(f"matmul epilog {epilog.where}: compute type {compute_type} is not supported with a Python "
+                         f"epilog on {a_dtype.name} operands; allowed: {wanted}")
+
+
+def stage_data(op, epilog, package, device_id):
+    """(DataLayout, needs a C-order copy) of the ``data`` operand ``op``; ValueError / TypeError when it cannot be
+    one."""
+    dtype = op.dtype.name
+    if dtype not in E.DATA_DTYPES:
+        raise ValueError(f"epilog input 'data' of {epilog.where} has dtype {dtype}; allowed: "
+                         f"{', '.join(E.DATA_DTYPES)}")
+    if not 0 <= len(op.shape) <= 3:
+        raise ValueError(f"epilog input 'data' of {epilog.where} has shape {tuple(op.shape)}; it must have at most "
+                         f"3 dimensions (data[row, col], data[row], data[batch, row, col], ...)")
+    if op.package != package or op.device_id != device_id:
+        raise ValueError(f"epilog input 'data' must be of the operands' package and device ({package}, "
+                         f"{device_id}); it is {op.package}, {op.device_id}")
+    strides = tuple(op.strides)
+    copy = any(s < 0 for s in strides)  # the kernel indexes with non-negative strides
+    if copy:
+        strides = _c_strides(op.shape)
+    return DataLayout(tuple(op.shape), strides, dtype), copy
+
+
+def _c_strides(shape):
+    strides, step = [], 1
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= max(extent, 1)
+    return tuple(reversed(strides))
+
+
+class FusedCPUEngine:
+    """The CPU engine: NumPy (BLAS) for the product with cuBLASLt's numerics (as :class:`~._cpu.CPUEngine`), then the
+    epilog compiled by numba, then one rounding to the result's dtype. Arguments of :meth:`execute` as for
+    ``CPUEngine`` (NumPy views), with ``epilog_inputs["data"]`` the data array (any strides) when given."""
+
+    def __init__(self, problem, *, execution=None, options=None, preferences=None):
+        self.problem = problem
+        self.execution = execution
+        self.algorithms = ["numpy+numba"]
+        self.workspace_bytes = 0
+        self._compute = _compute_dtype(problem.a.dtype)
+
+    def autotune(self, operands, stream=None, iterations=3):
+        start = time.perf_counter()
+        for _ in range(iterations):
+            self.execute(**operands, stream=stream)
+        return [(self.algorithms[0], (time.perf_counter() - start) / max(iterations, 1))]
+
+    def execute(self, a, b, c, d, epilog_inputs, epilog_outputs, alpha, beta, stream=None):
+        p, ct = self.problem, self._compute
+        x = np.matmul(_round_inputs(a.astype(ct), p.compute_type), _round_inputs(b.astype(ct), p.compute_type))
+        if alpha != 1:
+            x *= ct.type(alpha)
+        if c is not None and beta != 0:
+            x += ct.type(beta) * c.astype(ct)
+        x = np.ascontiguousarray(np.broadcast_to(x, (p.batch, p.m, p.n)))
+        y = E.apply_cpu(p.fused.epilog, x, epilog_inputs.get("data"))
+        _store(y, d)
+
+    def free(self):
+        """Nothing to release."""
+
+
+def grid_tiles(m, n, bm, bn):
+    return math.ceil(m / bm), math.ceil(n / bn)

@@ -1,0 +1,249 @@
+"""The GPU engine of matmuls with a fused Python epilog: picks a kernel from :mod:`mathpy.device._gemm_kernel`,
+compiles it once per process (numba-cuda to PTX, the driver to SASS), and launches it on the plan's stream.
+
+Kernel choice (``algorithms[0]``):
+
+- ``"wgmma"`` on compute capability 9.0 for float16/bfloat16 A and B whose layouts a TMA tensor map can describe
+  (one unit stride; leading dimension and batch stride multiples of 16 bytes; data 16-byte aligned, checked at each
+  execute) and a row-major C: the warp-specialised TMA + wgmma kernel, 128 x 256 tiles (128 x 128 when N <= 128).
+- ``"generic"`` otherwise: the block GEMM of :mod:`mathpy.device` (tensor cores for 16-bit types on sm_80+) on
+  64 x 64 tiles, any strides.
+
+The tensor maps depend on the operands' addresses, so each execute encodes them on the host
+(``cuTensorMapEncodeTiled``) and copies them (256 bytes, from pageable memory: staged at once, ordered on the stream)
+into a buffer from the package's stream-ordered allocator; the kernel reads them from global memory.
+"""
+
+import ctypes
+import threading
+
+import numpy as np
+
+from ... import _cuda, _operands
+from ..._errors import CUDALibraryError
+from ..._log import logger
+from ...jit import _matmul_epilog as E
+from ._fused import grid_tiles
+
+__all__ = ["FusedCUDAEngine"]
+
+_lock = threading.Lock()
+_kernels = {}  # (kind, config, epilog function, data dtype/ndim, device) -> _Kernel
+
+
+def _check(result, what):
+    status = result[0] if isinstance(result, tuple) else result
+    if int(status) != 0:
+        raise CUDALibraryError("cuda", what, int(status), getattr(status, "name", str(status)))
+    return result[1:] if isinstance(result, tuple) and len(result) > 2 else (result[1] if isinstance(result, tuple)
+                                                                                and len(result) == 2 else None)
+
+
+class _Kernel:
+    """A loaded kernel: CUfunction, parameter names and ctypes, dynamic shared memory, block size."""
+
+    def __init__(self, ptx, name, params, shared_bytes, threads, compute):
+        from cuda.bindings import driver
+
+        self.module = _check(driver.cuModuleLoadData(ptx.encode() + b"\0"), "cuModuleLoadData")
+        self.function = _check(driver.cuModuleGetFunction(self.module, name.encode()), "cuModuleGetFunction")
+        if shared_bytes > 48 * 1024:
+            attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            _check(driver.cuFuncSetAttribute(self.function, attr, shared_bytes), "cuFuncSetAttribute")
+        self.params, self.shared_bytes, self.threads = params, shared_bytes, threads
+        real = ctypes.c_double if compute == "float64" else ctypes.c_float
+        self.ctypes = tuple(ctypes.c_uint64 if (p.endswith("_ptr") or p.startswith("tmap_")) else
+                            real if p in ("alpha", "beta") else ctypes.c_int64 for p in params)
+
+    def launch(self, grid, stream, values):
+        from cuda.bindings import driver
+
+        args = tuple(values[p] for p in self.params)
+        _check(driver.cuLaunchKernel(self.function, grid[0], grid[1], grid[2], self.threads, 1, 1,
+                                     self.shared_bytes, stream, (args, self.ctypes), 0), "cuLaunchKernel")
+
+
+def _compile(kind, config, epilog, data, cc, description=None):
+    """Build (once per process) the kernel ``kind`` for ``config`` with the epilog (None: no epilog)."""
+    from ...device import _gemm_build
+
+    epi = E.device_function(epilog) if epilog is not None else None
+    maker = E.data_view_maker(data.dtype, data.ndim) if data is not None else None
+    try:
+        if kind == "wgmma":
+            ptx, name, params, _ = _gemm_build.hopper_ptx(config, cc, epi, maker)
+            return ptx, name, params, config.shared_memory_size, config.threads, "float32"
+        ptx, name, params, _ = _gemm_build.generic_ptx(config, description, cc, epi, maker)
+        compute = "float64" if config.precision == "float64" else "float32"
+        return ptx, name, params, description.shared_memory_size_ab, config.block_size, compute
+    except Exception as e:
+        from numba.core import errors
+
+        if epilog is not None and isinstance(e, errors.NumbaError):
+            raise E.wrap_compile_error(epilog, f"the GPU ({kind} kernel)", e) from e
+        raise
+
+
+def _kernel(kind, config, epilog, data, device_id, description=None):
+    key = (kind, config, None if epilog is None else epilog.function, None if data is None else
+           (data.dtype, data.ndim), device_id)
+    with _lock:
+        found = _kernels.get(key)
+        if found is None:
+            cc = _cuda.compute_capability(device_id)
+            with _cuda.device_scope(device_id):
+                found = _kernels[key] = _Kernel(*_compile(kind, config, epilog, data, cc, description))
+        return found
+
+
+def _tma_ok(layout, itemsize):
+    """A layout a 2-D / 3-D tensor map can describe: unit stride along one axis, the other strides multiples of
+    16 bytes (batch stride 0 = broadcast: a 2-D map)."""
+    if layout.row_stride != 1 and layout.col_stride != 1:
+        return False
+    ld = layout.ld
+    if (ld * itemsize) % 16 or ld < 1:
+        return False
+    return layout.batch_stride == 0 or layout.batch == 1 or (layout.batch_stride * itemsize) % 16 == 0
+
+
+class FusedCUDAEngine:
+    """Executes a :class:`~._problem.MatmulProblem` with a fused Python epilog on the GPU; arguments of
+    :meth:`execute` as for the cuBLASLt engine (device pointers; ``epilog_inputs["data"]`` the data pointer)."""
+
+    def __init__(self, problem, *, execution=None, options=None, preferences=None, package=None, stream=None):
+        from ...device import _gemm_kernel as K
+
+        self.problem, self.execution = problem, execution
+        self.device_id = execution.device_id
+        self._package = package or _operands.gpu_array_package()
+        self.workspace_bytes = 0
+        p = problem
+        fused = p.fused
+        self._epilog, self._data = fused.epilog, fused.data
+        epilog_kind = "batch" if self._epilog.with_batch else "value"
+        ab, out = p.a.dtype, p.d.dtype
+        itemsize = ab.itemsize
+        cc = _cuda.compute_capability(self.device_id)
+        hopper = (tuple(cc) == (9, 0) and ab.name in ("float16", "bfloat16") and out.name in
+                  ("float16", "bfloat16", "float32") and _tma_ok(p.a, itemsize) and _tma_ok(p.b, itemsize)
+                  and (p.c is None or p.c.col_stride == 1) and p.d.col_stride == 1 and p.n % 2 == 0)
+        self._hopper_config = None
+        if hopper:
+            bn = 128 if p.n <= 128 else 256
+            self._hopper_config = K.HopperConfig(
+                ab.name, out.name, bn=bn, stages=4 if bn == 256 else 6, a_mn_major=p.a.row_stride == 1 and p.m > 1,
+                b_mn_major=p.b.col_stride == 1 and p.n > 1, batched_a=p.a.batch > 1 and p.a.batch_stride != 0,
+                batched_b=p.b.batch > 1 and p.b.batch_stride != 0, has_c=p.c is not None, epilog=epilog_kind,
+                has_data=self._data is not None)
+            self._hopper = _kernel("wgmma", self._hopper_config, self._epilog, self._data, self.device_id)
+        self._generic = None
+        self.algorithms = ["wgmma" if hopper else "generic"]
+        if not hopper:
+            self._generic_kernel()
+
+    def _generic_kernel(self):
+        if self._generic is None:
+            from ...device import _gemm_kernel as K
+            from ...device import matmul as block_matmul
+
+            p = self.problem
+            precision = p.a.dtype.name
+            config = K.GenericConfig(precision, p.d.dtype.name, has_c=p.c is not None,
+                                     epilog="batch" if self._epilog.with_batch else "value",
+                                     has_data=self._data is not None)
+            description = block_matmul(config.bm, config.bn, config.bk, precision, block_size=config.block_size,
+                                       a_arrangement="col_major")
+            self._generic_config = config
+            self._generic = _kernel("generic", config, self._epilog, self._data, self.device_id, description)
+        return self._generic
+
+    def autotune(self, operands, stream=None, iterations=3):
+        """One algorithm per problem: runs it and returns ``[(name, None)]`` (nothing to choose)."""
+        self.execute(**dict(operands, stream=stream))
+        return [(self.algorithms[0], None)]
+
+    def execute(self, a, b, c, d, epilog_inputs, epilog_outputs, alpha, beta, stream=None):
+        p = self.problem
+        stream = 0 if stream is None else stream
+        values = {"d_ptr": d, "c_ptr": c or 0, "m": p.m, "n": p.n, "k": p.k, "ldd": p.d.ld,
+                  "ldc": p.c.ld if p.c is not None else 0, "d_batch": p.d.batch_stride if p.batch > 1 else 0,
+                  "c_batch": (p.c.batch_stride if p.c is not None and p.batch > 1 else 0),
+                  "alpha": float(np.real(alpha)), "beta": float(np.real(beta))}
+        data = self._data
+        if data is not None:
+            shape = tuple(data.shape) + (1,) * (3 - data.ndim)
+            strides = tuple(data.strides) + (0,) * (3 - data.ndim)
+            values.update(data_ptr=epilog_inputs["data"], data_s0=shape[0], data_s1=shape[1], data_s2=shape[2],
+                          data_t0=strides[0], data_t1=strides[1], data_t2=strides[2])
+        scope = _cuda.device_scope(self.device_id)
+        with scope:
+            if self._hopper_config is not None and a % 16 == 0 and b % 16 == 0:
+                self._launch_hopper(a, b, values, stream)
+            else:
+                self._launch_generic(a, b, values, stream)
+
+    def _launch_hopper(self, a, b, values, stream):
+        config, p = self._hopper_config, self.problem
+        maps = _encode_maps(config, p, a, b)
+        buffer = _operands.empty(self._package, (256,), np.uint8, self.device_id, stream)
+        address = _operands.wrap_operand(buffer).data_ptr
+        _upload(address, maps, stream)
+        tiles_m, tiles_n = grid_tiles(p.m, p.n, config.bm, config.bn)
+        values.update(tmap_a=address, tmap_b=address + 128, tiles_m=tiles_m, tiles_n=tiles_n)
+        self._hopper.launch((tiles_m * tiles_n, p.batch, 1), stream, values)
+        self._keep = (buffer, maps)  # alive until the copy is staged and the launch enqueued
+
+    def _launch_generic(self, a, b, values, stream):
+        kernel, config, p = self._generic_kernel(), self._generic_config, self.problem
+        tiles_m, tiles_n = grid_tiles(p.m, p.n, config.bm, config.bn)
+        values.update(a_ptr=a, b_ptr=b, ldc=p.c.row_stride if p.c is not None else 0,
+                      c_cs=p.c.col_stride if p.c is not None else 0, a_rs=p.a.row_stride, a_cs=p.a.col_stride,
+                      a_batch=p.a.batch_stride if p.batch > 1 else 0, b_rs=p.b.row_stride, b_cs=p.b.col_stride,
+                      b_batch=p.b.batch_stride if p.batch > 1 else 0, tiles_m=tiles_m, tiles_n=tiles_n)
+        kernel.launch((tiles_m * tiles_n, p.batch, 1), stream, values)
+
+    def free(self):
+        """Kernels are shared by every plan of the process (kept until exit); nothing to release."""
+        self._keep = None
+
+
+def _encode_maps(config, p, a, b):
+    """The two CUtensorMap objects (A, B) for this execute's addresses."""
+    from cuda.bindings import driver
+
+    dtype = (driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 if config.ab == "bfloat16" else
+             driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16)
+    a_box, b_box = config.tma_boxes()
+    maps = []
+    for address, layout, box, mn_major, batched, (inner, outer) in (
+            (a, p.a, a_box, config.a_mn_major, config.batched_a, (p.k, p.m)),
+            (b, p.b, b_box, config.b_mn_major, config.batched_b, (p.k, p.n))):
+        if mn_major:  # contiguous along M (A) / N (B): dims (MN, K)
+            dims = [outer, inner]
+        else:
+            dims = [inner, outer]
+        strides = [layout.ld * 2]
+        if batched:
+            dims.append(p.batch)
+            strides.append(layout.batch_stride * 2)
+        result = driver.cuTensorMapEncodeTiled(
+            dtype, len(dims), address, [max(x, 1) for x in dims], strides, list(box) + [1] * (len(dims) - 2),
+            [1] * len(dims), driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+            driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+        maps.append(_check(result, "cuTensorMapEncodeTiled"))
+    return maps
+
+
+def _upload(address, maps, stream):
+    from cuda.bindings import runtime
+
+    kind = runtime.cudaMemcpyKind.cudaMemcpyHostToDevice
+    for i, tmap in enumerate(maps):
+        _check(runtime.cudaMemcpyAsync(address + 128 * i, tmap.getPtr(), 128, kind, stream), "cudaMemcpyAsync")
+
+
+def _log_choice(engine):  # pragma: no cover - debug aid
+    logger.debug("fused matmul: %s kernel", engine.algorithms[0])
