@@ -150,7 +150,6 @@ def generic_ptx(config, description, cc, epilog_fn=None, make_data=None):
 
 def _raw_load(storage):
     """``f(address) -> storage value``: one element of the operand's storage type at a generic address."""
-    from llvmlite import ir
     from numba import from_dtype, types
     from numba.cuda.extending import intrinsic
 

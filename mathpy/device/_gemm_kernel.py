@@ -137,7 +137,6 @@ def hopper_source(config):
     """Python source of ``kernel(*HOPPER_PARAMS[, *DATA_PARAMS])`` for :class:`HopperConfig` ``config``."""
     c = config
     S, BN, BM, BK = c.stages, c.bn, c.bm, c.bk
-    NACC = BN // 2
     params = list(HOPPER_PARAMS) + (list(DATA_PARAMS) if c.has_data else [])
     L = [f"def kernel({', '.join(params)}):"]
     L += ["    smem = cuda.shared.array(0, np.uint8)",

@@ -27,7 +27,7 @@ import numpy as np
 
 from ...jit import _matmul_epilog as E
 from ._cpu import _compute_dtype, _round_inputs, _store
-from ._options import BF16, F16
+from ._options import BF16
 
 __all__ = ["FusedEpilog", "DataLayout", "fused_epilog", "check_fused_problem", "stage_data", "FusedCPUEngine",
            "FUSED_DTYPES"]

@@ -28,6 +28,8 @@ from ._fused import grid_tiles
 __all__ = ["FusedCUDAEngine"]
 
 _lock = threading.Lock()
+#: Benchmarks may force a wgmma tile shape here (``bn``, ``stages``) to compare variants; empty in normal use.
+CONFIG_OVERRIDE = {}
 _kernels = {}  # (kind, config, epilog function, data dtype/ndim, device) -> _Kernel
 
 
@@ -130,9 +132,9 @@ class FusedCUDAEngine:
                   and (p.c is None or p.c.col_stride == 1) and p.d.col_stride == 1 and p.n % 2 == 0)
         self._hopper_config = None
         if hopper:
-            bn = 128 if p.n <= 128 else 256
+            bn = CONFIG_OVERRIDE.get("bn", 128 if p.n <= 128 else 256)
             self._hopper_config = K.HopperConfig(
-                ab.name, out.name, bn=bn, stages=4 if bn == 256 else 6, a_mn_major=p.a.row_stride == 1 and p.m > 1,
+                ab.name, out.name, bn=bn, stages=CONFIG_OVERRIDE.get("stages", 4 if bn == 256 else 6), a_mn_major=p.a.row_stride == 1 and p.m > 1,
                 b_mn_major=p.b.col_stride == 1 and p.n > 1, batched_a=p.a.batch > 1 and p.a.batch_stride != 0,
                 batched_b=p.b.batch > 1 and p.b.batch_stride != 0, has_c=p.c is not None, epilog=epilog_kind,
                 has_data=self._data is not None)
@@ -227,9 +229,11 @@ def _encode_maps(config, p, a, b):
         if batched:
             dims.append(p.batch)
             strides.append(layout.batch_stride * 2)
+        u64, u32 = driver.cuuint64_t, driver.cuuint32_t
         result = driver.cuTensorMapEncodeTiled(
-            dtype, len(dims), address, [max(x, 1) for x in dims], strides, list(box) + [1] * (len(dims) - 2),
-            [1] * len(dims), driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            dtype, len(dims), address, [u64(max(x, 1)) for x in dims], [u64(x) for x in strides],
+            [u32(x) for x in list(box) + [1] * (len(dims) - 2)], [u32(1)] * len(dims),
+            driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
             driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
             driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
             driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)

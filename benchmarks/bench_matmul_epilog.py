@@ -1,0 +1,227 @@
+"""Python epilogs fused into matmul (issue 14) against cuBLASLt's GEMM followed by the same epilog as a separate
+elementwise pass, on one GPU, bf16, row-major operands.
+
+Epilogs: "silu*gate" = ``silu(x) * gate[row, col]`` (a full-size bf16 gate matrix) and "scale+clamp" =
+``clamp(x * scale[row], -4, 4)`` (a float32 per-row scale). Peers, timed on the same operands and stream:
+
+- cuBLASLt GEMM alone (``torch.matmul``), the floor for any fused version;
+- cuBLASLt GEMM + torch eager epilog (``F.silu(d) * gate``; ``(d * scale[:, None]).clamp_(-4, 4)``);
+- cuBLASLt GEMM + one CuPy ``ElementwiseKernel`` pass (the fastest unfused form: one read of D, one of the data,
+  one write);
+- mathpy: ``Matmul.plan(epilog=f, epilog_inputs={"data": x})`` once, then ``execute()`` (timed), and the stateless
+  ``mathpy.matmul(...)``.
+
+Targets: mathpy faster than the best unfused peer on every shape; on 8192^3 at least 0.85x the rate of cuBLASLt's
+GEMM with no epilog (ratio = cuBLASLt time / mathpy time). Every mathpy result is checked against the unfused torch
+result (relative Frobenius error, bf16 tolerance) before it is timed, with the output poisoned first.
+
+Usage: ``PYTHONPATH=. python benchmarks/bench_matmul_epilog.py [--quick] [--variants]`` (``--variants`` also times
+other tile shapes of the wgmma kernel). Prints a table; saves benchmarks/results/bench_matmul_epilog.json and .png.
+"""
+
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import mathpy  # noqa: E402
+
+QUICK = "--quick" in sys.argv
+VARIANTS = "--variants" in sys.argv
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:  # pragma: no cover
+    sys.exit("bench_matmul_epilog: torch is needed")
+if not torch.cuda.is_available():
+    sys.exit("bench_matmul_epilog: no CUDA GPU")
+try:
+    import cupy
+except ImportError:  # pragma: no cover
+    cupy = None
+
+SHAPES = [(16384, 16384, 256), (8192, 8192, 1024), (8192, 8192, 8192)]
+if QUICK:
+    SHAPES = [(4096, 4096, 256), (4096, 4096, 4096)]
+CLAMP = 4.0
+
+
+def silu_gate(value, row, col, data):
+    return value / (np.float32(1) + math.exp(-value)) * data[row, col]
+
+
+def scale_clamp(value, row, col, data):
+    return min(max(value * data[row], np.float32(-CLAMP)), np.float32(CLAMP))
+
+
+def gpu_ms(fn, rounds=5, min_ms=30.0):
+    """Median over ``rounds`` of the mean time per call (CUDA events) of enough back-to-back calls for ~min_ms."""
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    once = max(start.elapsed_time(end), 1e-3)
+    iters = int(min(200, max(3, min_ms / once)))
+    times = []
+    for _ in range(rounds):
+        start.record()
+        for _ in range(iters):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / iters)
+    return statistics.median(times)
+
+
+def rel_err(x, ref):
+    x, ref = x.float(), ref.float()
+    return float(torch.linalg.vector_norm(x - ref) / torch.linalg.vector_norm(ref))
+
+
+def cupy_passes():
+    if cupy is None:
+        return None
+    silu = cupy.ElementwiseKernel("T x, T g", "T y", "float v = (float)x; y = (T)(v / (1.0f + expf(-v)) * (float)g);",
+                                  "mathpy_bench_silu_gate")
+    clamp = cupy.ElementwiseKernel("T x, float32 s", "T y",
+                                   f"float v = (float)x * s; y = (T)fminf(fmaxf(v, -{CLAMP}f), {CLAMP}f);",
+                                   "mathpy_bench_scale_clamp")
+    return silu, clamp
+
+
+def bench_shape(m, n, k, rows, passes):
+    g = torch.Generator(device="cuda").manual_seed(m + n + k)
+    a = (torch.randn(m, k, device="cuda", generator=g) / math.sqrt(k)).bfloat16()
+    b = torch.randn(k, n, device="cuda", generator=g).bfloat16()
+    gate = torch.randn(m, n, device="cuda", generator=g).bfloat16()
+    scale = torch.rand(m, device="cuda", generator=g) * 4
+    flops = 2.0 * m * n * k
+    t_gemm = gpu_ms(lambda: torch.matmul(a, b))
+    rows.append({"shape": f"{m}x{n}x{k}", "epilog": "none", "impl": "cuBLASLt (torch.matmul)", "ms": t_gemm,
+                 "tflops": flops / t_gemm / 1e9})
+    for name, fn, data, torch_epilog, cupy_pass in (
+            ("silu*gate", silu_gate, gate, lambda d: F.silu(d) * gate, passes and passes[0]),
+            ("scale+clamp", scale_clamp, scale, lambda d: (d * scale[:, None]).clamp_(-CLAMP, CLAMP),
+             passes and passes[1])):
+        ref = torch_epilog(torch.matmul(a, b))
+        peers = {"cuBLASLt + torch eager": gpu_ms(lambda: torch_epilog(torch.matmul(a, b)))}
+        if cupy_pass is not None:
+            cd = cupy.from_dlpack(data)
+
+            def unfused_cupy():
+                d = cupy.from_dlpack(torch.matmul(a, b))
+                return cupy_pass(d, cd)
+            got = torch.from_dlpack(unfused_cupy())
+            assert rel_err(got, ref) < 1e-2, "CuPy epilog pass disagrees with torch"
+            peers["cuBLASLt + CuPy 1-pass"] = gpu_ms(unfused_cupy)
+        mm = mathpy.Matmul(a, b)
+        mm.plan(epilog=fn, epilog_inputs={"data": data})
+        first = mm.execute()
+        first.fill_(float("nan"))
+        del first
+        out = mm.execute()
+        err = rel_err(out, ref)
+        ok = bool(torch.isfinite(out).all()) and err < 2e-2
+        t_fused = gpu_ms(mm.execute) if ok else float("nan")
+        t_stateless = gpu_ms(lambda: mathpy.matmul(a, b, epilog=fn, epilog_inputs={"data": data})) if ok else \
+            float("nan")
+        algorithm = mm.algorithms[0]
+        mm.free()
+        best = min(peers.values())
+        for impl, t in peers.items():
+            rows.append({"shape": f"{m}x{n}x{k}", "epilog": name, "impl": impl, "ms": t, "tflops": flops / t / 1e9})
+        rows.append({"shape": f"{m}x{n}x{k}", "epilog": name, "impl": f"mathpy fused ({algorithm}) execute",
+                     "ms": t_fused, "tflops": flops / t_fused / 1e9, "error": err, "correct": ok,
+                     "vs_best_unfused": best / t_fused, "vs_gemm_alone": t_gemm / t_fused})
+        rows.append({"shape": f"{m}x{n}x{k}", "epilog": name, "impl": "mathpy fused stateless", "ms": t_stateless,
+                     "tflops": flops / t_stateless / 1e9})
+        print(f"  {m}x{n}x{k} {name}: fused {t_fused:.3f} ms (err {err:.2e}, {algorithm}), best unfused {best:.3f}, "
+              f"GEMM alone {t_gemm:.3f}", flush=True)
+
+
+def bench_variants(rows):
+    """Other wgmma tile shapes / stage counts on the three shapes (silu*gate)."""
+    from mathpy.host.matmul import _fused_cuda
+
+    for bn, stages in ((256, 3), (256, 4), (128, 4), (128, 6)):
+        _fused_cuda.CONFIG_OVERRIDE.clear()
+        _fused_cuda.CONFIG_OVERRIDE.update(bn=bn, stages=stages)
+        for m, n, k in SHAPES:
+            a = torch.randn(m, k, device="cuda").bfloat16()
+            b = torch.randn(k, n, device="cuda").bfloat16()
+            gate = torch.randn(m, n, device="cuda").bfloat16()
+            ref = F.silu(torch.matmul(a, b)) * gate
+            with mathpy.Matmul(a, b) as mm:
+                mm.plan(epilog=silu_gate, epilog_inputs={"data": gate})
+                err = rel_err(mm.execute(), ref)
+                t = gpu_ms(mm.execute)
+            rows.append({"shape": f"{m}x{n}x{k}", "epilog": "silu*gate", "impl": f"variant bn={bn} stages={stages}",
+                         "ms": t, "tflops": 2.0 * m * n * k / t / 1e9, "error": err})
+            print(f"  variant bn={bn} stages={stages} {m}x{n}x{k}: {t:.3f} ms err {err:.2e}", flush=True)
+    _fused_cuda.CONFIG_OVERRIDE.clear()
+
+
+def table(rows):
+    out = [f"{'shape':>18} {'epilog':>12} {'implementation':>38} {'ms':>8} {'TFLOP/s':>8} {'vs unfused':>10} "
+           f"{'vs GEMM':>8}"]
+    for r in rows:
+        extra = (f"{r['vs_best_unfused']:10.2f} {r['vs_gemm_alone']:8.2f}" if "vs_best_unfused" in r else
+                 f"{'':>10} {'':>8}")
+        out.append(f"{r['shape']:>18} {r['epilog']:>12} {r['impl']:>38} {r['ms']:8.3f} {r['tflops']:8.1f} {extra}")
+    return "\n".join(out)
+
+
+def plot(rows, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # pragma: no cover
+        return
+    fused = [r for r in rows if "vs_best_unfused" in r]
+    labels = [f"{r['shape']}\n{r['epilog']}" for r in fused]
+    x = np.arange(len(fused))
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(fused)), 4))
+    ax.bar(x - 0.2, [r["vs_best_unfused"] for r in fused], 0.4, label="speed-up vs best unfused")
+    ax.bar(x + 0.2, [r["vs_gemm_alone"] for r in fused], 0.4, label="rate vs cuBLASLt GEMM alone")
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.axhline(0.85, color="r", lw=0.8, ls="--")
+    ax.set_xticks(x, labels, fontsize=7)
+    ax.legend(fontsize=8)
+    ax.set_title(f"mathpy fused Python epilogs, bf16, {torch.cuda.get_device_name()}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main():
+    rows = []
+    passes = cupy_passes()
+    print(f"bench_matmul_epilog on {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+    for m, n, k in SHAPES:
+        t0 = time.perf_counter()
+        bench_shape(m, n, k, rows, passes)
+        print(f"  ({time.perf_counter() - t0:.1f} s)", flush=True)
+    if VARIANTS:
+        bench_variants(rows)
+    print(table(rows))
+    os.makedirs(RESULTS, exist_ok=True)
+    with open(os.path.join(RESULTS, "bench_matmul_epilog.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    plot(rows, os.path.join(RESULTS, "bench_matmul_epilog.png"))
+    failed = [r for r in rows if r.get("correct") is False]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
