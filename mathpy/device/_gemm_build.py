@@ -44,14 +44,14 @@ def kernel_signature(params, compute):
     return tuple(out)
 
 
-def patch_ptx(ptx, arch_specific=False, max_threads=None):
-    """The PTX with ``.target sm_XYa`` (``arch_specific``) and ``.maxntid`` / ``.minnctapersm 1`` on its kernels."""
+def patch_ptx(ptx, arch_specific=False, max_threads=None, blocks_per_sm=1):
+    """The PTX with ``.target sm_XYa`` (``arch_specific``) and ``.maxntid`` / ``.minnctapersm`` on its kernels."""
     if arch_specific:
         ptx, count = re.subn(r"^\.target sm_(\d+)\b(?!a)", r".target sm_\1a", ptx, count=1, flags=re.M)
         if count != 1:
             raise RuntimeError("no .target line found in the PTX numba-cuda produced")
     if max_threads:
-        ptx, count = re.subn(r"(\.entry\s+[\w$]+\s*\([^)]*\))", rf"\1\n.maxntid {max_threads}, 1, 1\n.minnctapersm 1",
+        ptx, count = re.subn(r"(\.entry\s+[\w$]+\s*\([^)]*\))", rf"\1\n.maxntid {max_threads}, 1, 1\n.minnctapersm {blocks_per_sm}",
                              ptx, flags=re.S)
         if count < 1:
             raise RuntimeError("no .entry found in the PTX numba-cuda produced")
@@ -86,7 +86,7 @@ def hopper_namespace(config, epilog_fn=None, make_data=None):
         "np": np, "cuda": cuda, "U32": np.uint32, "U64": np.uint64, "INT64": np.int64,
         "ZERO": np.float32(0), "COMPUTE": np.float32, "DSIZE": np.dtype(config.out).itemsize,
         "SMEM_ADDRESS": H.smem_address, "MBAR_INIT": H.mbar_init, "FENCE_BARRIER_INIT": H.fence_barrier_init,
-        "SETMAXNREG_DEC": H.setmaxnreg_dec(40), "SETMAXNREG_INC": H.setmaxnreg_inc(232),
+        "SETMAXNREG_DEC": H.setmaxnreg_dec(config.registers[0]), "SETMAXNREG_INC": H.setmaxnreg_inc(config.registers[1]),
         "MBAR_TRY_WAIT": H.mbar_try_wait, "MBAR_EXPECT_TX": H.mbar_arrive_expect_tx, "MBAR_ARRIVE": H.mbar_arrive,
         "TMA2": H.tma_load_2d, "TMA3": H.tma_load_3d, "WGMMA_FENCE": H.wgmma_fence,
         "WGMMA_COMMIT": H.wgmma_commit, "WGMMA_WAIT0": H.wgmma_wait0, "WGMMA_WAIT1": H.wgmma_wait1,
@@ -110,7 +110,7 @@ def hopper_ptx(config, cc=(9, 0), epilog_fn=None, make_data=None):
     kernel = _exec(source, hopper_namespace(config, epilog_fn, make_data), "hopper")
     params = list(K.HOPPER_PARAMS) + (list(K.DATA_PARAMS) if config.has_data else [])
     ptx, _ = cuda.compile_ptx(kernel, kernel_signature(params, "float32"), cc=tuple(cc))
-    ptx = patch_ptx(ptx, arch_specific=True, max_threads=config.threads)
+    ptx = patch_ptx(ptx, arch_specific=True, max_threads=config.threads, blocks_per_sm=1)
     return ptx, entry_name(ptx), params, source
 
 

@@ -39,6 +39,9 @@ GENERIC_PARAMS = ("a_ptr", "b_ptr", "d_ptr", "c_ptr", "m", "n", "k", "a_rs", "a_
 DATA_PARAMS = ("data_ptr", "data_s0", "data_s1", "data_s2", "data_t0", "data_t1", "data_t2")
 
 _STORE_KINDS = ("bfloat16", "float16", "float32", "float64")
+# 8-column chunks whose epilog values are computed before they are stored: enough independent data loads in flight
+# per thread without spilling (all 32 chunks of a 256-wide row spill 400 bytes with a silu epilog)
+_GROUP = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +50,8 @@ class HopperConfig:
     ``stages`` shared-memory buffers; ``a_mn_major`` / ``b_mn_major``: A is M-contiguous (column-major) / B is
     N-contiguous (row-major) in global memory; ``batched_a`` / ``batched_b``: 3-D tensor maps (batch coordinate);
     ``has_c``; ``epilog``: "none", "value" (f(value, row, col, data)) or "batch" (f(value, batch, row, col, data));
-    ``has_data``: the epilog reads a data array; ``group_m``: tile rows per rasterisation group (L2 reuse)."""
+    ``has_data``: the epilog reads a data array; ``group_m``: tile rows per rasterisation group (L2 reuse).
+    One block per SM: two blocks would cap registers at 80 per thread, and ptxas needs 90 for an m64n128 wgmma."""
 
     ab: str
     out: str
@@ -82,6 +86,10 @@ class HopperConfig:
     def shared_memory_size(self):
         # 1024 bytes of slack to align the ring to the 128-byte swizzle's 1024-byte period, then the mbarriers
         return 1024 + self.stages * self.stage_bytes + 16 * self.stages
+
+    #: (producer, consumer) registers per thread after ``setmaxnreg``: the entry cap at 384 threads is 168; the
+    #: producer warpgroup gives its share to the two consumer warpgroups (128 * 40 + 256 * 232 <= 65536).
+    registers = (40, 232)
 
     def tma_boxes(self):
         """((inner, outer) box of A, (inner, outer) box of B): the TMA box shapes the host encodes, in elements."""
@@ -217,36 +225,75 @@ def hopper_source(config):
           f"                MBAR_ARRIVE(bars + U32({8 * S}) + U32(8 * ((kt - 1) % {S})))",
           "        WGMMA_WAIT0()"]
     L += ["    " + line for line in _data_header(c)]
-    # epilog: rows r0 (values q = 0, 1) and r0 + 8 (q = 2, 3) of each 8-column chunk j
-    L += ["        r0 = m0 + g * 64 + warp * 16 + lane // 4",
-          "        cbase = n0 + 2 * (lane % 4)",
-          "        al = COMPUTE(alpha)",
-          "        be = COMPUTE(beta)"]
+    L += _hopper_epilog(c)
+    return "\n".join(L) + "\n"
+
+
+def _hopper_epilog(c):
+    """The consumers' epilog. Rows r0 (values q = 0, 1 of each 8-column chunk j) and r0 + 8 (q = 2, 3). A tile that
+    lies wholly inside D (the common case, uniform per block) computes all 64 values of a row before storing any:
+    straight-line code whose data loads the compiler issues together, then 32 paired stores. Edge tiles check every
+    coordinate (the epilog is never called outside D)."""
+    BN = c.bn
+    L = ["        r0 = m0 + g * 64 + warp * 16 + lane // 4",
+         "        cbase = n0 + 2 * (lane % 4)",
+         "        al = COMPUTE(alpha)",
+         "        be = COMPUTE(beta)",
+         f"        if m0 + {c.bm} <= m and n0 + {BN} <= n:"]
+
+    def whole_tile(indent, with_c):
+        pad = " " * indent
+        out = []
+        for half in range(2):
+            out.append(f"{pad}row = r0 + {8 * half}")
+            out.append(f"{pad}drow = d_ptr + U64((batch * d_batch + row * ldd) * DSIZE)")
+            if with_c:
+                out.append(f"{pad}crow = c_ptr + U64((batch * c_batch + row * ldc) * DSIZE)")
+            for group in range(0, BN // 8, _GROUP):  # values of _GROUP chunks, then their stores
+                for j in range(group, group + _GROUP):
+                    for q in range(2):
+                        i = 4 * j + 2 * half + q
+                        col = f"cbase + {8 * j + q}"
+                        value = f"al * acc[{i}]" + (f" + be * LOAD_C(crow, {col})" if with_c else "")
+                        out += epilog_lines(indent, value, "batch", "row", col, c, f"v{j}_{q}")
+                for j in range(group, group + _GROUP):
+                    out.append(f"{pad}STORE_PAIR(drow, cbase + {8 * j}, v{j}_0, v{j}_1)")
+        return out
+
     if c.has_c:
-        L.append("        use_c = be != ZERO")
+        L.append("            if be != ZERO:")
+        L += whole_tile(16, True)
+        L.append("            else:")
+        L += whole_tile(16, False)
+    else:
+        L += whole_tile(12, False)
+    L.append("        else:")
     for half in range(2):
-        L.append(f"        row = r0 + {8 * half}")
-        L.append("        if row < m:")
-        L.append("            drow = d_ptr + U64((batch * d_batch + row * ldd) * DSIZE)")
+        L.append(f"            row = r0 + {8 * half}")
+        L.append("            if row < m:")
+        L.append("                drow = d_ptr + U64((batch * d_batch + row * ldd) * DSIZE)")
         if c.has_c:
-            L.append("            crow = c_ptr + U64((batch * c_batch + row * ldc) * DSIZE)")
+            L.append("                crow = c_ptr + U64((batch * c_batch + row * ldc) * DSIZE)")
         for j in range(BN // 8):
-            L.append(f"            col = cbase + {8 * j}")
+            L.append(f"                col = cbase + {8 * j}")
+            L.append("                if col < n:")
             for q in range(2):
                 i = 4 * j + 2 * half + q
+                pad = "                    " if q == 0 else "                        "
+                if q == 1:
+                    L.append("                    v1 = ZERO")
+                    L.append("                    if col + 1 < n:")
                 cexpr = f"col + {q}" if q else "col"
+                L.append(f"{pad}v{q} = al * acc[{i}]")
                 if c.has_c:
-                    L.append(f"            v{q} = al * acc[{i}]")
-                    L.append("            if use_c:")
-                    L.append(f"                v{q} = v{q} + be * LOAD_C(crow, {cexpr})")
-                else:
-                    L.append(f"            v{q} = al * acc[{i}]")
-                L += epilog_lines(12, f"v{q}", "batch", "row", cexpr, c, f"v{q}")
-            L.append("            if col + 1 < n:")
-            L.append("                STORE_PAIR(drow, col, v0, v1)")
-            L.append("            elif col < n:")
-            L.append("                STORE_ONE(drow, col, v0)")
-    return "\n".join(L) + "\n"
+                    L.append(f"{pad}if be != ZERO:")
+                    L.append(f"{pad}    v{q} = v{q} + be * LOAD_C(crow, {cexpr})")
+                L += epilog_lines(len(pad), f"v{q}", "batch", "row", cexpr, c, f"v{q}")
+            L.append("                    if col + 1 < n:")
+            L.append("                        STORE_PAIR(drow, col, v0, v1)")
+            L.append("                    else:")
+            L.append("                        STORE_ONE(drow, col, v0)")
+    return L
 
 
 def generic_source(config, owners, header, acc_size):

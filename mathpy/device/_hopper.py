@@ -229,9 +229,10 @@ _access_cache = {}
 
 
 def _address(context, builder, base, basety, col, colty, size, elem_ptr_type):
+    """A pointer in the global address space (``ld.global`` / ``st.global``) to element ``col`` of a row."""
     base = _as(context, builder, base, basety, types.uint64)
     off = builder.mul(_as(context, builder, col, colty, types.uint64), ir.Constant(_I64, size))
-    return builder.inttoptr(builder.add(base, off), elem_ptr_type)
+    return builder.inttoptr(builder.add(base, off), elem_ptr_type.pointee.as_pointer(1))
 
 
 def _to_compute(builder, raw, kind):
@@ -290,14 +291,16 @@ def store_element(kind):
             t = signature.args
             ptr = _address(context, builder, args[0], t[0], args[1], t[1], size, ir.IntType(8).as_pointer())
             if kind in ("bfloat16", "float16"):
+                # a pure asm for the rounding and a plain store: an asm store would be a barrier that keeps the
+                # compiler from issuing the next elements' loads early (measured: 7x slower epilogs)
                 v = _as(context, builder, args[2], t[2], types.float32)
-                text = f"{{ .reg .b16 h; cvt.rn.{_cvt_text(kind)}.f32 h, $1; st.global.b16 [$0], h; }}"
-                fnty = ir.FunctionType(ir.VoidType(), [ptr.type, _F32])
-                builder.call(ir.InlineAsm(fnty, text, "l,f,~{memory}", side_effect=True), [ptr, v])
+                fnty = ir.FunctionType(ir.IntType(16), [_F32])
+                bits = builder.call(ir.InlineAsm(fnty, f"cvt.rn.{_cvt_text(kind)}.f32 $0, $1;", "=h,f"), [v])
+                builder.store(bits, builder.bitcast(ptr, ir.IntType(16).as_pointer(1)), align=2)
             else:
                 target = types.float64 if kind == "float64" else types.float32
                 v = _as(context, builder, args[2], t[2], target)
-                builder.store(v, builder.bitcast(ptr, elem.as_pointer()), align=size)
+                builder.store(v, builder.bitcast(ptr, elem.as_pointer(1)), align=size)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -326,9 +329,10 @@ def store_pair(kind):
             if kind in ("bfloat16", "float16"):
                 lo = _as(context, builder, args[2], t[2], types.float32)
                 hi = _as(context, builder, args[3], t[3], types.float32)
-                text = f"{{ .reg .b32 w; cvt.rn.{_cvt_text(kind)}x2.f32 w, $2, $1; st.global.b32 [$0], w; }}"
-                fnty = ir.FunctionType(ir.VoidType(), [ptr.type, _F32, _F32])
-                builder.call(ir.InlineAsm(fnty, text, "l,f,f,~{memory}", side_effect=True), [ptr, lo, hi])
+                fnty = ir.FunctionType(_I32, [_F32, _F32])
+                bits = builder.call(ir.InlineAsm(fnty, f"cvt.rn.{_cvt_text(kind)}x2.f32 $0, $2, $1;", "=r,f,f"),
+                                    [lo, hi])
+                builder.store(bits, builder.bitcast(ptr, _I32.as_pointer(1)), align=4)
             else:
                 target = types.float64 if kind == "float64" else types.float32
                 vec = ir.VectorType(elem, 2)
@@ -336,7 +340,7 @@ def store_pair(kind):
                 for q in range(2):
                     v = _as(context, builder, args[2 + q], t[2 + q], target)
                     value = builder.insert_element(value, v, ir.Constant(_I32, q))
-                builder.store(value, builder.bitcast(ptr, vec.as_pointer()), align=2 * size)
+                builder.store(value, builder.bitcast(ptr, vec.as_pointer(1)), align=2 * size)
             return context.get_dummy_value()
 
         return sig, codegen
