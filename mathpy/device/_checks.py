@@ -159,8 +159,7 @@ def matmul_kernel(GEMM, k_total):
         batch = cuda.blockIdx.x
         GEMM.clear(acc)
         for s in range(n_slices):
-            GEMM.load_a(a, batch, s * kb, smem_a)
-            GEMM.load_b(b, batch, s * kb, smem_b)
+            GEMM.load_ab(a, b, batch, s * kb, smem_a, smem_b)  # both copies in flight, then one wait
             cuda.syncthreads()
             GEMM.mma(smem_a, smem_b, acc)
             cuda.syncthreads()

@@ -16,7 +16,8 @@ from numba.cuda import cgutils  # noqa: E402
 from numba.cuda.extending import intrinsic  # noqa: E402
 
 __all__ = ["load_c64", "store_c64", "load_c64_readonly", "pack2_u32", "pair_u32", "mma_f16_f32", "mma_bf16_f32",
-           "aligned8", "load4_u16", "store4_u16", "store4_u16_strided"]
+           "aligned8", "load4_u16", "store4_u16", "store4_u16_strided", "aligned16", "cp_async16", "cp_async_wait_all",
+           "pack2_f16", "pack2_bf16", "store2_u16"]
 
 
 def _element_pointer(context, builder, arrty, arr, index_types, indices):
@@ -191,22 +192,35 @@ mma_bf16_f32 = _mma_intrinsic("bf16")
 
 
 # ---------------------------------------------------------------- 8-byte copies of 16-bit GEMM operands
+def _aligned(context, builder, arrty, value, size):
+    """i1: data pointer and all strides but the last multiples of ``size`` bytes, the last stride the item size.
+    (Before 2026-11-30 the last stride was or-ed in as well, so 16-bit arrays never took the vector paths.)"""
+    ary = context.make_array(arrty)(context, builder, value=value)
+    i64 = ir.IntType(64)
+    bits = builder.ptrtoint(ary.data, i64)
+    strides = cgutils.unpack_tuple(builder, ary.strides, arrty.ndim)
+    for st in strides[:-1]:
+        bits = builder.or_(bits, builder.sext(st, i64) if st.type.width < 64 else st)
+    aligned = builder.icmp_unsigned("==", builder.and_(bits, ir.Constant(i64, size - 1)), ir.Constant(i64, 0))
+    if not strides:
+        return aligned
+    last = strides[-1] if strides[-1].type.width == 64 else builder.sext(strides[-1], i64)
+    unit = builder.icmp_unsigned("==", last, ir.Constant(i64, arrty.dtype.bitwidth // 8))
+    return builder.and_(aligned, unit)
+
+
 @intrinsic
 def aligned8(typingctx, arr):
-    """True when ``arr``'s data pointer and every stride are multiples of 8 bytes (so 4 consecutive 16-bit elements
-    along the last axis, starting at an index multiple of 4, can move as one 8-byte access)."""
+    """True when ``arr``'s data pointer and every stride but the last are multiples of 8 bytes and the last axis is
+    contiguous (so 4 consecutive 16-bit elements along it, starting at an index multiple of 4, can move as one 8-byte
+    access)."""
     if not isinstance(arr, types.Array):
         return None
     sig = types.boolean(arr)
 
     def codegen(context, builder, signature, args):
         (arrty,) = signature.args
-        ary = context.make_array(arrty)(context, builder, value=args[0])
-        i64 = ir.IntType(64)
-        bits = builder.ptrtoint(ary.data, i64)
-        for s in cgutils.unpack_tuple(builder, ary.strides, arrty.ndim):
-            bits = builder.or_(bits, builder.sext(s, i64) if s.type.width < 64 else s)
-        return builder.icmp_unsigned("==", builder.and_(bits, ir.Constant(i64, 7)), ir.Constant(i64, 0))
+        return _aligned(context, builder, arrty, args[0], 8)
 
     return sig, codegen
 
@@ -264,6 +278,99 @@ def store4_u16_strided(typingctx, arr, idx, stride, value):
             ptr = _i16_pointer(context, builder, arrty, args[0], types.int64, at)
             part = builder.trunc(builder.lshr(v, ir.Constant(i64, 16 * q)), i16)
             builder.store(part, ptr, align=2)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+# ---------------------------------------------------------------- 16-byte asynchronous copies and paired stores
+@intrinsic
+def aligned16(typingctx, arr):
+    """As :func:`aligned8` with 16 bytes."""
+    if not isinstance(arr, types.Array):
+        return None
+    sig = types.boolean(arr)
+
+    def codegen(context, builder, signature, args):
+        (arrty,) = signature.args
+        return _aligned(context, builder, arrty, args[0], 16)
+
+    return sig, codegen
+
+
+@intrinsic
+def cp_async16(typingctx, smem, sidx, arr, i0, i1, i2):
+    """Copy 16 bytes from ``&arr[i0, i1, i2]`` (global, 16-byte aligned) to ``&smem[sidx]`` (shared, 16-byte aligned)
+    without going through registers (``cp.async.cg``, sm_80+); complete them with :func:`cp_async_wait_all`."""
+    if not (isinstance(smem, types.Array) and smem.ndim == 1 and isinstance(arr, types.Array) and arr.ndim == 3
+            and all(isinstance(x, types.Integer) for x in (sidx, i0, i1, i2))):
+        return None
+    sig = types.void(smem, sidx, arr, i0, i1, i2)
+
+    def codegen(context, builder, signature, args):
+        st, sit, at = signature.args[0], signature.args[1], signature.args[2]
+        dst = _element_pointer(context, builder, st, args[0], (args[1],), (sit,))
+        dst = builder.ptrtoint(builder.addrspacecast(builder.bitcast(dst, ir.IntType(8).as_pointer()),
+                                                     ir.IntType(8).as_pointer(3)), ir.IntType(32))
+        src = _element_pointer(context, builder, at, args[2], args[3:], signature.args[3:])
+        src = builder.addrspacecast(builder.bitcast(src, ir.IntType(8).as_pointer()), ir.IntType(8).as_pointer(1))
+        fnty = ir.FunctionType(ir.VoidType(), [ir.IntType(32), src.type])
+        asm = ir.InlineAsm(fnty, "cp.async.cg.shared.global [$0], [$1], 16;", "r,l,~{memory}", side_effect=True)
+        builder.call(asm, [dst, src])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def cp_async_wait_all(typingctx):
+    """Wait until this thread's ``cp.async`` copies have landed in shared memory (then synchronise the block)."""
+    sig = types.void()
+
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(ir.VoidType(), [])
+        builder.call(ir.InlineAsm(fnty, "cp.async.wait_all;", "~{memory}", side_effect=True), [])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+def _pack2(kind):
+    @intrinsic
+    def pack(typingctx, lo, hi):
+        """Two float32 values rounded (to nearest even) to a packed pair of 16-bit floats (``lo`` in the low half)."""
+        if not all(isinstance(x, (types.Float, types.Integer)) for x in (lo, hi)):
+            return None
+        sig = types.uint32(lo, hi)
+
+        def codegen(context, builder, signature, args):
+            vals = [context.cast(builder, v, t, types.float32) for v, t in zip(args, signature.args)]
+            fnty = ir.FunctionType(ir.IntType(32), [ir.FloatType(), ir.FloatType()])
+            asm = ir.InlineAsm(fnty, f"cvt.rn.{kind}x2.f32 $0, $2, $1;", "=r,f,f")
+            return builder.call(asm, vals)
+
+        return sig, codegen
+
+    return pack
+
+
+pack2_f16 = _pack2("f16")
+pack2_bf16 = _pack2("bf16")
+
+
+@intrinsic
+def store2_u16(typingctx, arr, i0, i1, i2, value):
+    """``arr[i0, i1, i2 : i2 + 2] = value`` (two packed 16-bit elements, the first in the low half) as one 32-bit
+    store; the element address must be 4-byte aligned."""
+    if not (isinstance(arr, types.Array) and arr.ndim == 3 and arr.dtype.bitwidth == 16
+            and all(isinstance(x, types.Integer) for x in (i0, i1, i2, value))):
+        return None
+    sig = types.void(arr, i0, i1, i2, value)
+
+    def codegen(context, builder, signature, args):
+        ptr = _element_pointer(context, builder, signature.args[0], args[0], args[1:4], signature.args[1:4])
+        v = context.cast(builder, args[4], signature.args[4], types.uint32)
+        builder.store(v, builder.bitcast(ptr, ir.IntType(32).as_pointer()), align=4)
         return context.get_dummy_value()
 
     return sig, codegen

@@ -152,6 +152,7 @@ class MatmulDescription(DescriptionNamespace):
         "store_accumulator_batched",
         "load_a",
         "load_b",
+        "load_ab",
         "load_c",
         "store_c",
     )
@@ -388,6 +389,22 @@ def _generate(d):
         if guard:
             lines.append(f"    if not ({guard}):")
             lines.append("        return")
+        if guard and d.tensor_cores and not sim and N % 4 == 0:
+            # accumulators 2q and 2q + 1 are neighbours in a row: one 32-bit store per pair when C's rows are
+            # 8-byte aligned (half the store instructions of element-wise stores)
+            lines.append("    if ALIGNED8(c):")
+            for branch, with_c in (("if be == ZERO:", False), ("else:", True)):
+                lines.append(f"        {branch}")
+                for e in range(0, n_acc, 2):
+                    (r, col), (_, col1) = owners[e], owners[e + 1]
+                    vals = []
+                    for q, cc in ((e, col), (e + 1, col1)):
+                        v = f"al * acc[{q}]"
+                        if with_c:
+                            v += f" + be * {to_c.format(target.format(r=r, col=cc))}"
+                        vals.append(finish(v))
+                    lines.append(f"            STORE2(c, batch, {r}, {col}, PACK2({vals[0]}, {vals[1]}))")
+            lines.append("        return")
         lines.append("    if be == ZERO:")
         for e, (r, col) in enumerate(owners):
             t = target.format(r=r, col=col)
@@ -427,6 +444,11 @@ def _generate(d):
         f"            smem_b[{b_dst}] = b3[ub, uk0 + kk, idx - kk * UN]"
     )
     src.append(
+        "def load_ab(a3, b3, batch, k0, smem_a, smem_b):\n"
+        "    load_a(a3, batch, k0, smem_a)\n"
+        "    load_b(b3, batch, k0, smem_b)"
+    )
+    src.append(
         "def load_c(c3, batch, smem_c):\n"
         "    if batch < c3.shape[0]:\n"
         "        ub = UINT(batch)\n"
@@ -449,14 +471,33 @@ def _generate(d):
 
         ns.update(ALIGNED8=_intrinsics.aligned8, LOAD4=_intrinsics.load4_u16, STORE4=_intrinsics.store4_u16,
                   STORE4T=_intrinsics.store4_u16_strided, UK4=np.uint64(K // 4), UN4=np.uint64(N // 4),
-                  UMK4=np.uint64(M * K // 4), UKN4=np.uint64(K * N // 4), U4=np.uint64(4))
+                  UMK4=np.uint64(M * K // 4), UKN4=np.uint64(K * N // 4), U4=np.uint64(4),
+                  ALIGNED16=_intrinsics.aligned16, CP16=_intrinsics.cp_async16, CP_WAIT=_intrinsics.cp_async_wait_all,
+                  UK8=np.uint64(K // 8), UN8=np.uint64(N // 8), UMK8=np.uint64(M * K // 8),
+                  UKN8=np.uint64(K * N // 8), U8=np.uint64(8))
+        # 16-byte cp.async copies (sm_80+: global to shared without registers) when the operand and the shared
+        # buffer are 16-byte aligned; A only in its row-major arrangement (the col-major one transposes).
+        a_async = (
+            "        if ALIGNED16(a3) and ALIGNED16(smem_a) and uk0 % U8 == 0:\n"
+            "            for idx in range(UINT(cuda.threadIdx.x), UMK8, UBS):\n"
+            "                i = idx // UK8\n"
+            "                kk = (idx - i * UK8) * U8\n"
+            "                CP16(smem_a, i * ULDA + kk, a3, ub, i, uk0 + kk)\n"
+            "        el") if a_row_major else "        "
+        b_async = (
+            "        if ALIGNED16(b3) and ALIGNED16(smem_b):\n"
+            "            for idx in range(UINT(cuda.threadIdx.x), UKN8, UBS):\n"
+            "                kk = idx // UN8\n"
+            "                j = (idx - kk * UN8) * U8\n"
+            "                CP16(smem_b, kk * ULDB + j, b3, ub, uk0 + kk, j)\n"
+            "        el")
         a_store = "STORE4(smem_a, i * ULDA + kk, v)" if a_row_major else "STORE4T(smem_a, kk * ULDA + i, ULDA, v)"
-        src[-4] = (
+        src[-5] = (
             "def load_a(a3, batch, k0, smem_a):\n"
             "    if batch < a3.shape[0]:\n"
             "        ub = UINT(batch)\n"
             "        uk0 = UINT(k0)\n"
-            "        if ALIGNED8(a3) and uk0 % U4 == 0:\n"
+            f"{a_async}if ALIGNED8(a3) and uk0 % U4 == 0:\n"
             "            for idx in range(UINT(cuda.threadIdx.x), UMK4, UBS):\n"
             "                i = idx // UK4\n"
             "                kk = (idx - i * UK4) * U4\n"
@@ -466,14 +507,15 @@ def _generate(d):
             "            for idx in range(UINT(cuda.threadIdx.x), UMK, UBS):\n"
             "                i = idx // UK\n"
             "                kk = idx - i * UK\n"
-            f"                smem_a[{a_dst}] = a3[ub, i, uk0 + kk]"
+            f"                smem_a[{a_dst}] = a3[ub, i, uk0 + kk]\n"
+            "    CP_WAIT()"
         )
-        src[-3] = (
+        src[-4] = (
             "def load_b(b3, batch, k0, smem_b):\n"
             "    if batch < b3.shape[0]:\n"
             "        ub = UINT(batch)\n"
             "        uk0 = UINT(k0)\n"
-            "        if ALIGNED8(b3):\n"
+            f"{b_async}if ALIGNED8(b3):\n"
             "            for idx in range(UINT(cuda.threadIdx.x), UKN4, UBS):\n"
             "                kk = idx // UN4\n"
             "                j = (idx - kk * UN4) * U4\n"
@@ -481,8 +523,15 @@ def _generate(d):
             "        else:\n"
             "            for idx in range(UINT(cuda.threadIdx.x), UKN, UBS):\n"
             "                kk = idx // UN\n"
-            f"                smem_b[{b_dst}] = b3[ub, uk0 + kk, idx - kk * UN]"
+            f"                smem_b[{b_dst}] = b3[ub, uk0 + kk, idx - kk * UN]\n"
+            "    CP_WAIT()"
         )
+        # load_ab: both copies in flight before one wait (the bodies of load_a / load_b without their waits)
+        body_a = src[-5].split("\n", 1)[1].rsplit("\n", 1)[0]
+        body_b = src[-4].split("\n", 1)[1].rsplit("\n", 1)[0]
+        src[-3] = "def load_ab(a3, b3, batch, k0, smem_a, smem_b):\n" + body_a + "\n" + body_b + "\n    CP_WAIT()"
+        ns.update(PACK2=_intrinsics.pack2_f16 if d.precision == "float16" else _intrinsics.pack2_bf16,
+                  STORE2=_intrinsics.store2_u16)
     ns.update(consts.values)
     source = "\n\n".join(src) + "\n"
     d.source = source
