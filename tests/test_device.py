@@ -229,6 +229,45 @@ def test_matmul_tensor_core_ptx(sm90, precision, ptx_type, m, n, k, arrangement)
     assert re.search(r"\bld(\.global)?\.u64", ptx) and "st.shared.u64" in ptx  # 8-byte operand copies
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("arrangement", ["row_major", "col_major"])
+def test_matmul_fp64_tensor_core_ptx(sm90, arrangement):
+    """fp64 runs mma.sync.m8n8k4.f64 (the fp64 tensor cores) on fragments read from shared memory; the pipelined
+    kernel copies B (and a row-major A) with 16-byte cp.async."""
+    import numba
+
+    from mathpy.device._checks import matmul_pipelined_kernel
+
+    G = md.matmul(64, 64, 16, np.float64, a_arrangement=arrangement)
+    assert G.tensor_cores and (G.warp_tile_m, G.warp_tile_n) == (32, 32) and G.accumulator_size == 32
+    st = numba.from_dtype(G.storage_dtype)
+    ptx = _ptx(matmul_pipelined_kernel(G, 64).py_func,
+               (st[:, :, :], st[:, :, :], st[:, :, :], numba.float64, numba.float64))
+    assert not re.search(r"\b(ld|st)\.local", ptx)
+    dmma = re.findall(r"mma\.sync\.aligned\.m8n8k4\.row\.col\.f64\.f64\.f64\.f64", ptx)
+    fragments = (G.warp_tile_m // 8) * (G.warp_tile_n // 8)
+    assert len(dmma) >= fragments and len(dmma) % fragments == 0
+    copies = len(re.findall(r"cp\.async\.cg\.shared\.global", ptx))
+    assert copies >= (2 if arrangement == "row_major" else 1) and "cp.async.wait_all" in ptx
+
+
+@pytest.mark.slow
+def test_matmul_16bit_copies_and_stores_are_vectorised(sm90):
+    """fp16 tensor-core path: 16-byte cp.async copies of A and B, pairs of accumulators stored as one 32-bit store."""
+    import numba
+
+    from mathpy.device._checks import matmul_pipelined_kernel
+
+    G = md.matmul(64, 64, 32, np.float16)
+    st = numba.from_dtype(G.storage_dtype)
+    ptx = _ptx(matmul_pipelined_kernel(G, 64).py_func,
+               (st[:, :, :], st[:, :, :], st[:, :, :], numba.float64, numba.float64))
+    assert not re.search(r"\b(ld|st)\.local", ptx)
+    assert len(re.findall(r"cp\.async\.cg\.shared\.global", ptx)) >= 2 and "cp.async.wait_all" in ptx
+    assert len(re.findall(r"cvt\.rn\.f16x2\.f32", ptx)) >= G.accumulator_size // 2
+    assert re.search(r"st(\.global)?\.u32", ptx)
+
+
 def test_matmul_tensor_core_descriptions():
     h = md.matmul(64, 64, 32, np.float16)
     assert h.tensor_cores and h.block_dim == (256, 1, 1) and (h.warp_m, h.warp_n) == (2, 4)
@@ -246,7 +285,8 @@ def test_matmul_tensor_core_descriptions():
 
 
 @pytest.mark.parametrize("args, kwargs, words", [
-    ((64, 64, 32), {"precision": np.float32, "tensor_cores": True}, ["tensor_cores=True", "float16 or bfloat16"]),
+    ((64, 64, 32), {"precision": np.float32, "tensor_cores": True}, ["tensor_cores=True", "float16, bfloat16 or float64"]),
+    ((64, 64, 6), {"precision": np.float64, "tensor_cores": True}, ["k of 4", "k=6"]),
     ((64, 64, 8), {"precision": np.float16, "tensor_cores": True}, ["k of 16", "k=8"]),
     ((64, 60, 16), {"precision": "bf16", "tensor_cores": True}, ["n of 8", "n=60"]),
     ((64, 64, 16), {"precision": np.float16, "tensor_cores": True, "block_size": 100}, ["block_size=100", "allowed"]),

@@ -17,7 +17,7 @@ import numba  # noqa: E402  (after the NumPy fix; kernels need `cuda` as a modul
 from numba import cuda  # noqa: E402
 
 __all__ = ["fft_kernel", "convolution_kernel", "run_fft_case", "run_convolution_case", "matmul_kernel",
-           "matmul_shared_kernel", "run_matmul_case", "bf16_bits", "bf16_to_float32", "TOLERANCE"]
+           "matmul_pipelined_kernel", "matmul_shared_kernel", "run_matmul_case", "bf16_bits", "bf16_to_float32", "TOLERANCE"]
 
 
 def bf16_bits(x):
@@ -169,6 +169,39 @@ def matmul_kernel(GEMM, k_total):
 
 
 @functools.lru_cache(maxsize=None)
+def matmul_pipelined_kernel(GEMM, k_total):
+    """As :func:`matmul_kernel` with two shared-memory buffers: the copies of k-slice ``s + 1`` (``load_ab_async``)
+    run while slice ``s`` is multiplied. Needs ``2 * GEMM.shared_memory_size_ab`` bytes of dynamic shared memory."""
+    if k_total % GEMM.k:
+        raise ValueError(f"k_total={k_total} must be a multiple of the description's k={GEMM.k}")
+    storage = numba.from_dtype(GEMM.storage_dtype)
+    compute = numba.from_dtype(GEMM.compute_dtype)
+    sa, sb, acc_size, kb = GEMM.a_size, GEMM.b_size, GEMM.accumulator_size, GEMM.k
+    half = sa + sb
+    n_slices = k_total // kb
+
+    @_gemm_jit(GEMM)
+    def kernel(a, b, c, alpha, beta):
+        smem = cuda.shared.array(0, storage)
+        acc = cuda.local.array(acc_size, compute)
+        batch = cuda.blockIdx.x
+        GEMM.clear(acc)
+        GEMM.load_ab_async(a, b, batch, 0, smem[:sa], smem[sa:half])
+        for s in range(n_slices):
+            GEMM.wait_loads()
+            cuda.syncthreads()
+            cur = (s % 2) * half
+            if s + 1 < n_slices:
+                nxt = half - cur
+                GEMM.load_ab_async(a, b, batch, (s + 1) * kb, smem[nxt:nxt + sa], smem[nxt + sa:nxt + half])
+            GEMM.mma(smem[cur:cur + sa], smem[cur + sa:cur + half], acc)
+            cuda.syncthreads()
+        GEMM.store_accumulator_batched(alpha, acc, beta, c, batch)
+
+    return kernel
+
+
+@functools.lru_cache(maxsize=None)
 def matmul_shared_kernel(GEMM):
     """A batched kernel doing the whole GEMM with A, B and C in shared memory (``execute``)."""
     storage = numba.from_dtype(GEMM.storage_dtype)
@@ -203,7 +236,8 @@ def _from_storage(GEMM, x):
 def run_matmul_case(m, n, k, precision, k_total=None, mode="registers", batch=2, alpha=1.5, beta=-0.5,
                     misaligned=False, **kw):
     """Run one block GEMM case; returns the max error relative to the largest reference value. mode: "registers"
-    (mma over K slices) or "shared" (execute with C in shared memory, k_total == k). ``misaligned``: A and B are
+    (mma over K slices), "pipelined" (two buffers, the next slice copied during the mma) or "shared" (execute with
+    C in shared memory, k_total == k). ``misaligned``: A and B are
     views one element into wider arrays (odd strides, unaligned data), so copies take the element-wise path."""
     from . import matmul
 
@@ -220,6 +254,9 @@ def run_matmul_case(m, n, k, precision, k_total=None, mode="registers", batch=2,
     ref = alpha * (_from_storage(GEMM, a) @ _from_storage(GEMM, b)) + beta * _from_storage(GEMM, c)
     if mode == "registers":
         matmul_kernel(GEMM, k_total)[batch, GEMM.block_dim, 0, GEMM.shared_memory_size_ab](d_a, d_b, d_c, alpha, beta)
+    elif mode == "pipelined":
+        matmul_pipelined_kernel(GEMM, k_total)[batch, GEMM.block_dim, 0, 2 * GEMM.shared_memory_size_ab](
+            d_a, d_b, d_c, alpha, beta)
     else:
         matmul_shared_kernel(GEMM)[batch, GEMM.block_dim, 0, GEMM.shared_memory_size](d_a, d_b, d_c, alpha, beta)
     out = _from_storage(GEMM, d_c.copy_to_host())
@@ -276,6 +313,9 @@ SIM_MATMUL_CASES = [
     (16, 16, 16, "float16", 32, "registers", {"misaligned": True}),
     (24, 8, 4, "float32", 4, "shared", {"block_size": 12}),
     (8, 8, 8, "float64", 8, "shared", {}),
+    (16, 16, 8, "float64", 24, "pipelined", {"block_size": 32}),  # fp64 tensor-core ownership (m8n8k4), 1 warp
+    (32, 16, 16, "float16", 48, "pipelined", {"block_size": 64}),
+    (16, 16, 8, "float32", 24, "pipelined", {}),
 ]
 
 

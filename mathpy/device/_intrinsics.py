@@ -17,7 +17,7 @@ from numba.cuda.extending import intrinsic  # noqa: E402
 
 __all__ = ["load_c64", "store_c64", "load_c64_readonly", "pack2_u32", "pair_u32", "mma_f16_f32", "mma_bf16_f32",
            "aligned8", "load4_u16", "store4_u16", "store4_u16_strided", "aligned16", "cp_async16", "cp_async_wait_all",
-           "pack2_f16", "pack2_bf16", "store2_u16"]
+           "pack2_f16", "pack2_bf16", "store2_u16", "mma_f64"]
 
 
 def _element_pointer(context, builder, arrty, arr, index_types, indices):
@@ -372,5 +372,26 @@ def store2_u16(typingctx, arr, i0, i1, i2, value):
         v = context.cast(builder, args[4], signature.args[4], types.uint32)
         builder.store(v, builder.bitcast(ptr, ir.IntType(32).as_pointer()), align=4)
         return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def mma_f64(typingctx, a, b, c0, c1):
+    """``mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64`` as inline PTX (sm_80+, the fp64 tensor cores): a warp
+    multiplies an 8 x 4 A fragment (one double per thread: row g, k t) by a 4 x 8 B fragment (k t, column g) and adds
+    an 8 x 8 C fragment (two doubles: row g, columns 2t, 2t + 1); returns the two doubles of D."""
+    if not all(isinstance(x, types.Float) for x in (a, b, c0, c1)):
+        return None
+    sig = types.UniTuple(types.float64, 2)(a, b, c0, c1)
+
+    def codegen(context, builder, signature, args):
+        f64 = ir.DoubleType()
+        vals = [context.cast(builder, v, t, types.float64) for v, t in zip(args, signature.args)]
+        fnty = ir.FunctionType(ir.LiteralStructType([f64, f64]), [f64] * 4)
+        asm = ir.InlineAsm(fnty, "mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {$0,$1}, {$2}, {$3}, {$4,$5};",
+                           "=d,=d,d,d,d,d")
+        res = builder.call(asm, vals)
+        return context.make_tuple(builder, signature.return_type, [builder.extract_value(res, q) for q in range(2)])
 
     return sig, codegen

@@ -83,7 +83,13 @@ class MatmulDescription(DescriptionNamespace):
       batch)`` into ``c3[batch]`` of a 3-D global array. Both apply the description's ``epilog`` if it has one.
     - ``load_a(a3, batch, k0, smem_a)``, ``load_b(b3, batch, k0, smem_b)``: copy the k-slice starting at ``k0`` of
       ``a3[batch]`` (``(m, K)``) / ``b3[batch]`` (``(K, n)``) into the shared operands (coalesced, all threads);
-      ``load_c(c3, batch, smem_c)`` / ``store_c(smem_c, c3, batch)``.
+      ``load_ab(a3, b3, batch, k0, smem_a, smem_b)`` does both with the copies in flight together;
+      ``load_c(c3, batch, smem_c)`` / ``store_c(smem_c, c3, batch)``. On the tensor-core paths (sm_80+) the copies
+      are 16-byte ``cp.async`` when the arrays are 16-byte aligned.
+    - ``load_ab_async(...)`` (same arguments as ``load_ab``) starts the copies and returns; ``wait_loads()`` waits
+      for this thread's copies (then synchronise the block). With two buffers a kernel copies the next k-slice while
+      it multiplies the current one (``_checks.matmul_pipelined_kernel``). Where the copies are synchronous
+      (CUDA cores, the simulator) ``wait_loads`` does nothing.
 
     Synchronize the block (``cuda.syncthreads()``) between filling the operands and calling ``execute``/``mma``, and
     before overwriting operands the previous call was reading.
@@ -100,7 +106,17 @@ class MatmulDescription(DescriptionNamespace):
         self.block_size = block_size
         self.block_dim = (block_size, 1, 1)
         self.tensor_cores = warp_grid is not None
-        if self.tensor_cores:
+        if self.tensor_cores and precision == "float64":
+            # fp64 tensor cores (mma.sync.m8n8k4.f64): 8 x 8 fragments, a thread holds 2 values of each (row g,
+            # columns 2t, 2t + 1). A row-major with lda = k + 4 and B with ldb = n + 8 (ldb = 8 mod 16 doubles): the
+            # fragment reads (8 rows x 4 k, 4 k x 8 columns) fill all 32 banks twice, the least 256 bytes can take.
+            self.warp_m, self.warp_n = warp_grid
+            self.warp_tile_m, self.warp_tile_n = m // self.warp_m, n // self.warp_n
+            self.nt_m = self.nt_n = None
+            self.tile_m, self.tile_n = self.warp_tile_m // 8, 2 * (self.warp_tile_n // 8)
+            self.lda = k + 4 if a_arrangement == "row_major" else m + 8
+            self.ldb = n + 8
+        elif self.tensor_cores:
             # Warps form a warp_m x warp_n grid; each owns a (m / warp_m) x (n / warp_n) tile of C made of 16 x 8
             # mma fragments; a thread holds 4 values per fragment (rows g, g + 8; columns 2t, 2t + 1 of it).
             self.warp_m, self.warp_n = warp_grid
@@ -121,9 +137,9 @@ class MatmulDescription(DescriptionNamespace):
             self.ldb = n
         self.accumulator_size = self.tile_m * self.tile_n
         # Suggested ``cuda.jit(launch_bounds=...)``: room for two blocks per SM (<= 128 registers per thread at 256
-        # threads) unless the accumulators alone would need more than half of that.
+        # threads) when the accumulators and ~48 registers of fragments and addresses fit that.
         acc_registers = self.accumulator_size * (2 if precision == "float64" else 1)
-        self.launch_bounds = (block_size, 2 if block_size <= 512 and acc_registers <= 64 else 1)
+        self.launch_bounds = (block_size, 2 if 2 * block_size * (acc_registers + 48) <= 65536 else 1)
         self.a_size = self.lda * (m if a_arrangement == "row_major" else k)
         self.b_size, self.c_size = k * self.ldb, m * n
         itemsize = self.storage_dtype.itemsize
@@ -153,6 +169,8 @@ class MatmulDescription(DescriptionNamespace):
         "load_a",
         "load_b",
         "load_ab",
+        "load_ab_async",
+        "wait_loads",
         "load_c",
         "store_c",
     )
@@ -195,11 +213,17 @@ def _default_block_size(m, n):
     return min(options, key=lambda b: (abs(math.log2(b / target)), -b))
 
 
-def _warp_grid(m, n, k, block_size):
-    """(warps along m, warps along n) for the tensor-core path, or None when the shape cannot use it: m a multiple of
-    16, n of 8, k of 16, whole warps, and the warp grid splitting C into whole 16 x 8 fragments. The most square warp
-    tile wins (fewest fragment loads per mma)."""
-    if m % 16 or n % 8 or k % 16 or block_size % 32:
+def _fragment(precision):
+    """(rows, columns, k) of one tensor-core fragment: m16n8k16 for fp16/bf16, m8n8k4 for fp64."""
+    return (8, 8, 4) if precision == "float64" else (16, 8, 16)
+
+
+def _warp_grid(m, n, k, block_size, precision="float16"):
+    """(warps along m, warps along n) for the tensor-core path, or None when the shape cannot use it: m, n and k
+    multiples of the fragment (16, 8, 16; fp64: 8, 8, 4), whole warps, and the warp grid splitting C into whole
+    fragments. The most square warp tile wins (fewest fragment loads per mma)."""
+    fm, fn, fk = _fragment(precision)
+    if m % fm or n % fn or k % fk or block_size % 32:
         return None
     warps = block_size // 32
     best, best_score = None, None
@@ -207,7 +231,7 @@ def _warp_grid(m, n, k, block_size):
         if warps % wm:
             continue
         wn = warps // wm
-        if m % (16 * wm) or n % (8 * wn):
+        if m % (fm * wm) or n % (fn * wn):
             continue
         score = (abs(math.log2((m // wm) / (n // wn))), wm)
         if best_score is None or score < best_score:
@@ -215,9 +239,11 @@ def _warp_grid(m, n, k, block_size):
     return best
 
 
-def _default_tensor_core_block_size(m, n, k):
-    target = min(256, max(32, m * n // 16))
-    options = [b for b in range(32, MAX_THREADS_PER_BLOCK + 1, 32) if _warp_grid(m, n, k, b)]
+def _default_tensor_core_block_size(m, n, k, precision="float16"):
+    # fp64: 32 x 32 warp tiles where that fits 256 threads (64 x 64: 4 warps); 128 x 128 takes 8 warps of 64 x 32
+    # (512 threads of 32 x 32 would cap registers at 128 and spill ~400 bytes a thread, measured with ptxas 13.0)
+    target = min(256, max(32, m * n // 32)) if precision == "float64" else min(256, max(32, m * n // 16))
+    options = [b for b in range(32, MAX_THREADS_PER_BLOCK + 1, 32) if _warp_grid(m, n, k, b, precision)]
     if not options:
         return None
     return min(options, key=lambda b: (abs(math.log2(b / target)), -b))
@@ -237,6 +263,20 @@ def _device_supports_mma():
 
 def _owners(d):
     """Header lines and, per accumulator element, the (row, column) expressions of the C element it holds."""
+    if d.tensor_cores and d.precision == "float64":
+        WTM, WTN, WN = d.warp_tile_m, d.warp_tile_n, d.warp_n
+        header = [
+            "    tid = cuda.threadIdx.x",
+            "    lane = tid % 32",
+            "    warp = tid // 32",
+            f"    arow = (warp // {WN}) * {WTM} + lane // 4",  # row g of the warp's first fragment
+            f"    bcol = (warp % {WN}) * {WTN} + lane // 4",  # column g (B fragments)
+            f"    ccol = (warp % {WN}) * {WTN} + 2 * (lane % 4)",  # column 2t (C fragments)
+            "    tk = lane % 4",
+        ]
+        owners = [(f"arow + {fm * 8}", f"ccol + {fn * 8 + q}")
+                  for fm in range(WTM // 8) for fn in range(WTN // 8) for q in range(2)]
+        return header, owners
     if d.tensor_cores:
         WTM, WTN, WN = d.warp_tile_m, d.warp_tile_n, d.warp_n
         header = [
@@ -343,7 +383,27 @@ def _generate(d):
                 fa = ", ".join(f"fa{fm}_{r}" for r in range(4))
                 lines.append(f"        {cs} = MMA({fa}, fb{fn}_0, fb{fn}_1, {cs})")
 
-    if d.tensor_cores and not sim:
+    def dmma_kloop(lines):
+        """fp64 tensor cores: per k-step of 4, one double of A per 8-row fragment (row g, k t), one of B per 8-column
+        fragment (k t, column g), and mma.sync.m8n8k4.f64 on every pair."""
+        FM, FN = d.warp_tile_m // 8, d.warp_tile_n // 8
+        lines.append(f"    for kk in range({K // 4}):")
+        lines.append("        k0 = kk * 4 + tk")
+        for fm in range(FM):
+            lines.append(f"        fa{fm} = a[{a_elem(f'arow + {fm * 8}', 'k0')}]")
+        for fn in range(FN):
+            lines.append(f"        fb{fn} = b[k0 * {LDB} + bcol + {fn * 8}]")
+        for fm in range(FM):
+            for fn in range(FN):
+                e = (fm * FN + fn) * 2
+                lines.append(f"        c{e}, c{e + 1} = DMMA(fa{fm}, fb{fn}, c{e}, c{e + 1})")
+
+    if d.tensor_cores and not sim and d.precision == "float64":
+        from . import _intrinsics
+
+        ns["DMMA"] = _intrinsics.mma_f64
+        kloop = dmma_kloop
+    elif d.tensor_cores and not sim:
         from . import _intrinsics
 
         ns["PAIR"], ns["PACK"] = _intrinsics.pair_u32, _intrinsics.pack2_u32
@@ -389,7 +449,7 @@ def _generate(d):
         if guard:
             lines.append(f"    if not ({guard}):")
             lines.append("        return")
-        if guard and d.tensor_cores and not sim and N % 4 == 0:
+        if guard and d.tensor_cores and not sim and N % 4 == 0 and d.precision != "float64":
             # accumulators 2q and 2q + 1 are neighbours in a row: one 32-bit store per pair when C's rows are
             # 8-byte aligned (half the store instructions of element-wise stores)
             lines.append("    if ALIGNED8(c):")
@@ -449,6 +509,12 @@ def _generate(d):
         "    load_b(b3, batch, k0, smem_b)"
     )
     src.append(
+        "def load_ab_async(a3, b3, batch, k0, smem_a, smem_b):\n"
+        "    load_a(a3, batch, k0, smem_a)\n"
+        "    load_b(b3, batch, k0, smem_b)"
+    )
+    src.append("def wait_loads():\n    return")
+    src.append(
         "def load_c(c3, batch, smem_c):\n"
         "    if batch < c3.shape[0]:\n"
         "        ub = UINT(batch)\n"
@@ -464,7 +530,41 @@ def _generate(d):
         "            i = idx // UN\n"
         "            c3[ub, i, idx - i * UN] = smem_c[idx]"
     )
-    if d.tensor_cores and not sim:
+    if d.tensor_cores and not sim and d.precision == "float64":
+        # fp64: 16-byte cp.async copies (2 doubles) when aligned; A row-major only (the col-major one transposes)
+        from . import _intrinsics
+
+        ns.update(ALIGNED16=_intrinsics.aligned16, CP16=_intrinsics.cp_async16, CP_WAIT=_intrinsics.cp_async_wait_all,
+                  UK2=np.uint64(K // 2), UN2=np.uint64(N // 2), UMK2=np.uint64(M * K // 2),
+                  UKN2=np.uint64(K * N // 2), U2=np.uint64(2))
+        a_copy = (
+            "        if ALIGNED16(a3) and ALIGNED16(smem_a) and uk0 % U2 == 0:\n"
+            "            for idx in range(UINT(cuda.threadIdx.x), UMK2, UBS):\n"
+            "                i = idx // UK2\n"
+            "                kk = (idx - i * UK2) * U2\n"
+            "                CP16(smem_a, i * ULDA + kk, a3, ub, i, uk0 + kk)\n"
+            "        else:\n") if a_row_major else "        if True:\n"
+        b_copy = (
+            "        if ALIGNED16(b3) and ALIGNED16(smem_b):\n"
+            "            for idx in range(UINT(cuda.threadIdx.x), UKN2, UBS):\n"
+            "                kk = idx // UN2\n"
+            "                j = (idx - kk * UN2) * U2\n"
+            "                CP16(smem_b, kk * ULDB + j, b3, ub, uk0 + kk, j)\n"
+            "        else:\n")
+        body_a = ("    if batch < a3.shape[0]:\n        ub = UINT(batch)\n        uk0 = UINT(k0)\n" + a_copy +
+                  "            for idx in range(UINT(cuda.threadIdx.x), UMK, UBS):\n"
+                  "                i = idx // UK\n                kk = idx - i * UK\n"
+                  f"                smem_a[{a_dst}] = a3[ub, i, uk0 + kk]")
+        body_b = ("    if batch < b3.shape[0]:\n        ub = UINT(batch)\n        uk0 = UINT(k0)\n" + b_copy +
+                  "            for idx in range(UINT(cuda.threadIdx.x), UKN, UBS):\n"
+                  "                kk = idx // UN\n"
+                  f"                smem_b[{b_dst}] = b3[ub, uk0 + kk, idx - kk * UN]")
+        src[-7] = "def load_a(a3, batch, k0, smem_a):\n" + body_a + "\n    CP_WAIT()"
+        src[-6] = "def load_b(b3, batch, k0, smem_b):\n" + body_b + "\n    CP_WAIT()"
+        src[-5] = "def load_ab(a3, b3, batch, k0, smem_a, smem_b):\n" + body_a + "\n" + body_b + "\n    CP_WAIT()"
+        src[-4] = "def load_ab_async(a3, b3, batch, k0, smem_a, smem_b):\n" + body_a + "\n" + body_b
+        src[-3] = "def wait_loads():\n    CP_WAIT()"
+    elif d.tensor_cores and not sim:
         # 16-bit operands with k % 16 == 0, n % 8 == 0 and leading dimensions multiple of 8: move 4 elements per
         # 8-byte access when the global array allows it (checked at run time), else element by element.
         from . import _intrinsics
@@ -492,7 +592,7 @@ def _generate(d):
             "                CP16(smem_b, kk * ULDB + j, b3, ub, uk0 + kk, j)\n"
             "        el")
         a_store = "STORE4(smem_a, i * ULDA + kk, v)" if a_row_major else "STORE4T(smem_a, kk * ULDA + i, ULDA, v)"
-        src[-5] = (
+        src[-7] = (
             "def load_a(a3, batch, k0, smem_a):\n"
             "    if batch < a3.shape[0]:\n"
             "        ub = UINT(batch)\n"
@@ -510,7 +610,7 @@ def _generate(d):
             f"                smem_a[{a_dst}] = a3[ub, i, uk0 + kk]\n"
             "    CP_WAIT()"
         )
-        src[-4] = (
+        src[-6] = (
             "def load_b(b3, batch, k0, smem_b):\n"
             "    if batch < b3.shape[0]:\n"
             "        ub = UINT(batch)\n"
@@ -527,9 +627,11 @@ def _generate(d):
             "    CP_WAIT()"
         )
         # load_ab: both copies in flight before one wait (the bodies of load_a / load_b without their waits)
-        body_a = src[-5].split("\n", 1)[1].rsplit("\n", 1)[0]
-        body_b = src[-4].split("\n", 1)[1].rsplit("\n", 1)[0]
-        src[-3] = "def load_ab(a3, b3, batch, k0, smem_a, smem_b):\n" + body_a + "\n" + body_b + "\n    CP_WAIT()"
+        body_a = src[-7].split("\n", 1)[1].rsplit("\n", 1)[0]
+        body_b = src[-6].split("\n", 1)[1].rsplit("\n", 1)[0]
+        src[-5] = "def load_ab(a3, b3, batch, k0, smem_a, smem_b):\n" + body_a + "\n" + body_b + "\n    CP_WAIT()"
+        src[-4] = "def load_ab_async(a3, b3, batch, k0, smem_a, smem_b):\n" + body_a + "\n" + body_b
+        src[-3] = "def wait_loads():\n    CP_WAIT()"
         ns.update(PACK2=_intrinsics.pack2_f16 if d.precision == "float16" else _intrinsics.pack2_bf16,
                   STORE2=_intrinsics.store2_u16)
     ns.update(consts.values)
@@ -584,24 +686,26 @@ def matmul(m, n, k, precision=np.float32, block_size=None, a_arrangement="row_ma
         raise ValueError(f"a_arrangement={a_arrangement!r} is not supported; allowed: {ALLOWED_ARRANGEMENTS}")
     if tensor_cores not in (None, True, False):
         raise ValueError(f"tensor_cores={tensor_cores!r} is not supported; allowed: None (automatic), True, False")
-    half = precision in ("float16", "bfloat16")
-    if tensor_cores and not half:
-        raise ValueError(f"tensor_cores=True needs precision float16 or bfloat16, not {precision}")
-    want_tc = half and tensor_cores is not False and (tensor_cores or _device_supports_mma())
-    if want_tc and (m % 16 or n % 8 or k % 16):
+    capable = precision in ("float16", "bfloat16", "float64")
+    if tensor_cores and not capable:
+        raise ValueError(f"tensor_cores=True needs precision float16, bfloat16 or float64, not {precision}")
+    want_tc = capable and tensor_cores is not False and (tensor_cores or _device_supports_mma())
+    fm, fn, fk = _fragment(precision)
+    if want_tc and (m % fm or n % fn or k % fk):
         if tensor_cores:
-            raise ValueError(f"tensor_cores=True needs m a multiple of 16, n of 8 and k of 16; got m={m}, n={n}, k={k}")
+            raise ValueError(f"tensor_cores=True needs m a multiple of {fm}, n of {fn} and k of {fk} for {precision}; "
+                             f"got m={m}, n={n}, k={k}")
         want_tc = False
     if block_size is None:
-        block_size = _default_tensor_core_block_size(m, n, k) if want_tc else None
+        block_size = _default_tensor_core_block_size(m, n, k, precision) if want_tc else None
         if block_size is None:
             block_size = _default_block_size(m, n)
     block_size = _int_arg("block_size", block_size)
-    warp_grid = _warp_grid(m, n, k, block_size) if want_tc else None
+    warp_grid = _warp_grid(m, n, k, block_size, precision) if want_tc else None
     if tensor_cores and warp_grid is None:
-        shown = [b for b in range(32, MAX_THREADS_PER_BLOCK + 1, 32) if _warp_grid(m, n, k, b)]
+        shown = [b for b in range(32, MAX_THREADS_PER_BLOCK + 1, 32) if _warp_grid(m, n, k, b, precision)]
         raise ValueError(f"tensor_cores=True: block_size={block_size} cannot split the {m} x {n} tile into whole "
-                         f"16 x 8 fragments per warp; allowed: {shown[:24]}")
+                         f"fragments per warp; allowed: {shown[:24]}")
     if not (1 <= block_size <= MAX_THREADS_PER_BLOCK) or (warp_grid is None and _thread_grid(m, n, block_size) is None):
         valid = _valid_block_sizes(m, n)
         shown = [b for b in valid if b % 32 == 0] or valid
