@@ -6,13 +6,14 @@
    the filter multiply fused as an LTO epilog followed by an inverse cuFFT (mathpy.fft.FFT, planned once, only the
    executes timed). Target: >= 1.5x. Unfused cupy/torch ``ifft(fft(x) * filter)`` are shown too.
 3. Block GEMM on many small batched GEMMs (64^3, 128^3; fp32, fp16, bf16, fp64) vs cuBLAS batched GEMM
-   (torch.bmm, cupy.matmul). The ratio is reported. fp16/bf16 run on the tensor cores (mma.sync.m16n8k16 as inline
-   PTX), fp32/fp64 on the CUDA cores.
+   (torch.bmm, cupy.matmul); targets >= 0.7x for fp16/bf16, >= 0.6x for fp32/fp64. fp16/bf16 run on the tensor
+   cores (mma.sync.m16n8k16 as inline PTX), fp64 on the fp64 tensor cores (mma.sync.m8n8k4.f64), fp32 on the CUDA
+   cores; each with the one-buffer kernel and the double-buffered one (cp.async of the next k-slice).
 
 Every result is checked against the reference library before it is timed. Prints a table and saves
 benchmarks/results/bench_device.png (and .json).
 Usage:  python benchmarks/bench_device.py [--quick]      (--sweep: time other FFT block configurations instead;
-        --smoke: tiny sizes, to check the script itself)
+        --smoke: tiny sizes, to check the script itself; --gemm: the block GEMM section only)
 """
 
 import json
@@ -34,7 +35,7 @@ from numba import cuda  # noqa: E402
 import _report  # noqa: E402  (the Markdown table docs/benchmarks.md shows)
 import mathpy.device  # noqa: E402
 from mathpy.device._checks import (  # noqa: E402
-    bf16_bits, bf16_to_float32, convolution_kernel, fft_kernel, matmul_kernel,
+    bf16_bits, bf16_to_float32, convolution_kernel, fft_kernel, matmul_kernel, matmul_pipelined_kernel,
 )
 
 QUICK = "--quick" in sys.argv
@@ -212,28 +213,34 @@ def fused_cufft_convolution(x, filt, n):
 
 
 # ------------------------------------------------------------------ 3. batched GEMM
+def _gemm_variants(size, prec):
+    """(kernel, k-slice, description arguments) to time for one size and precision: the one-buffer kernel with the
+    largest k-slice that fits 48 KiB, and the double-buffered kernel (the next slice copied during the mma)."""
+    tc = prec in ("float16", "bfloat16", "float64")
+    arrangement = "row_major" if tc else "col_major"
+    out = []
+    for kernel in ("registers", "pipelined"):
+        for kb in (size, size // 2, size // 4, size // 8, size // 16):
+            try:
+                G = mathpy.device.matmul(size, size, kb, prec, a_arrangement=arrangement)
+            except ValueError:
+                continue
+            if kernel == "pipelined" and (2 * G.shared_memory_size_ab > 48 * 1024 or size // kb < 2):
+                continue
+            out.append((kernel, G))
+            break
+    return out
+
+
 def bench_gemm():
     cases = [(64, 4096), (128, 2048)]
-    # (precision, k-slice, extra description arguments); the fp16 variants show the other block size and the
-    # CUDA-core path of the same problem (round 1's engine) next to the tensor cores.
-    precisions = [("float32", 32, {}), ("float16", 64, {}), ("float16", 64, {"block_size": 128}),
-                  ("float16", 64, {"tensor_cores": False}), ("bfloat16", 64, {}), ("float64", 16, {})]
+    precisions = ["float16", "bfloat16", "float32", "float64"]
     if QUICK:
         precisions = precisions[:2]
     if SMOKE:
         cases = [(16, 2), (32, 2)]
-        precisions = [("float32", 8, {}), ("float16", 16, {}), ("bfloat16", 16, {}), ("float64", 8, {})]
     for size, batch in cases:
-        for prec, kb, extra in precisions:
-            if size == 128 and prec == "float32" and not SMOKE:
-                kb = 32
-            if size == 128 and extra.get("block_size") == 128:
-                continue  # 128 x 128 over 4 warps: 64 x 64 warp tiles, too many registers
-            # tensor cores (fp16/bf16) read row-major A fragments with 32-bit loads; CUDA cores prefer col-major A
-            tc = prec in ("float16", "bfloat16") and extra.get("tensor_cores") is not False
-            arrangement = "row_major" if tc else "col_major"
-            G = mathpy.device.matmul(size, size, kb, prec, a_arrangement=arrangement, **extra)
-            kern = matmul_kernel(G, size)
+        for prec in precisions:
             rng = cp.random.default_rng(0)
             a32 = rng.standard_normal((batch, size, size), dtype=cp.float32) / np.sqrt(size)
             b32 = rng.standard_normal((batch, size, size), dtype=cp.float32)
@@ -245,18 +252,7 @@ def bench_gemm():
             else:
                 a, b = a32.astype(prec), b32.astype(prec)
                 a_val, b_val = a.astype(cp.float64), b.astype(cp.float64)
-            c = cp.zeros((batch, size, size), dtype=G.storage_dtype)
-            an, bn, cn = as_numba(a), as_numba(b), as_numba(c)
-            launch = kern[batch, G.block_dim, 0, G.shared_memory_size_ab]
-            launch(an, bn, cn, 1.0, 0.0)
-            cuda.synchronize()
             ref = cp.matmul(a_val.astype(cp.float64), b_val.astype(cp.float64))
-            out = cp.asarray(bf16_to_float32(cp.asnumpy(c))) if prec == "bfloat16" else c
-            err = rel_err(out.astype(cp.float64), ref)
-            tol = {"float32": 1e-5, "float64": 1e-12, "float16": 3e-3, "bfloat16": 2e-2}[prec]
-            if err > tol:
-                fail(f"block GEMM {size}^3 {prec}: relative error {err:.2e}")
-            t_m = gpu_time(lambda: launch(an, bn, cn, 1.0, 0.0))
             peers = {}
             if prec != "bfloat16":
                 peers["cupy.matmul"] = gpu_time(lambda: cp.matmul(a, b))
@@ -269,10 +265,29 @@ def bench_gemm():
                 peers["torch.bmm"] = gpu_time(lambda: torch.bmm(at, bt))
             best_peer = min(peers.values()) if peers else float("nan")
             flops = 2.0 * batch * size**3
-            engine = (f"mma, {G.block_size} thr, warp {G.warp_tile_m}x{G.warp_tile_n}" if G.tensor_cores
-                      else f"CUDA cores, tile {G.tile_m}x{G.tile_n}")
-            rows.append((f"GEMM {prec}", f"{size}^3 x {batch} (kb={kb}, {engine})", t_m, peers,
-                         best_peer / t_m, "report", f"{flops / t_m / 1e9:.1f} TFLOP/s, err {err:.1e}"))
+            for kernel, G in _gemm_variants(size, prec):
+                c = cp.full((batch, size, size), np.nan if prec != "bfloat16" else 0xFFFF, dtype=G.storage_dtype)
+                an, bn, cn = as_numba(a), as_numba(b), as_numba(c)
+                if kernel == "pipelined":
+                    launch = matmul_pipelined_kernel(G, size)[batch, G.block_dim, 0, 2 * G.shared_memory_size_ab]
+                else:
+                    launch = matmul_kernel(G, size)[batch, G.block_dim, 0, G.shared_memory_size_ab]
+                launch(an, bn, cn, 1.0, 0.0)
+                cuda.synchronize()
+                out = cp.asarray(bf16_to_float32(cp.asnumpy(c))) if prec == "bfloat16" else c
+                err = rel_err(out.astype(cp.float64), ref)
+                tol = {"float32": 1e-5, "float64": 1e-12, "float16": 3e-3, "bfloat16": 2e-2}[prec]
+                if not err <= tol:
+                    fail(f"block GEMM {size}^3 {prec} ({kernel}): relative error {err:.2e}")
+                t_m = gpu_time(lambda: launch(an, bn, cn, 1.0, 0.0))
+                engine = (f"{'mma' if prec != 'float64' else 'dmma'}, {G.block_size} thr, warp "
+                          f"{G.warp_tile_m}x{G.warp_tile_n}" if G.tensor_cores
+                          else f"CUDA cores, tile {G.tile_m}x{G.tile_n}")
+                rows.append((f"GEMM {prec}", f"{size}^3 x {batch} ({kernel}, kb={G.k}, {engine})", t_m, peers,
+                             best_peer / t_m, ">= 0.7" if prec in ("float16", "bfloat16") else ">= 0.6",
+                             f"{flops / t_m / 1e9:.1f} TFLOP/s, err {err:.1e}"))
+                print(f"  GEMM {prec} {size}^3 x {batch} {kernel} kb={G.k}: {t_m:.4f} ms, best cuBLAS "
+                      f"{best_peer:.4f} ({best_peer / t_m:.2f}x)", flush=True)
 
 
 def sweep_fft():
@@ -365,8 +380,9 @@ def main():
     if "--sweep" in sys.argv:
         sweep_fft()
         return
-    bench_fft()
-    bench_convolution()
+    if "--gemm" not in sys.argv:  # --gemm: the block GEMM section only
+        bench_fft()
+        bench_convolution()
     bench_gemm()
     print_table(dev['name'].decode())
     plot()

@@ -117,10 +117,10 @@ MATMUL_CASES = [
     # fp64 tensor cores (mma.sync.m8n8k4.f64) and the double-buffered kernel (cp.async of the next k-slice during
     # the mma) for every engine; misaligned fp64 operands take the element-wise copies
     (m, n, k, prec, k_total, mode, kw)
-    for (m, n, k, k_total) in [(64, 64, 16, 64), (128, 128, 16, 128), (40, 24, 8, 24)]
-    for prec in ("float64", "float16", "bfloat16", "float32")
+    for (m, n, k, prec, k_total) in [(64, 64, 16, "float64", 64), (128, 128, 8, "float64", 128),
+                                     (40, 24, 8, "float64", 24), (64, 64, 32, "float16", 64),
+                                     (128, 128, 32, "bfloat16", 128), (128, 128, 16, "float32", 128)]
     for mode, kw in (("pipelined", {}), ("registers", {"a_arrangement": "col_major"}))
-    if prec == "float64" or (m, n) != (40, 24)
 ] + [
     (32, 32, 16, "float64", 48, "pipelined", {"misaligned": True}),
 ]

@@ -174,6 +174,8 @@ def matmul_pipelined_kernel(GEMM, k_total):
     run while slice ``s`` is multiplied. Needs ``2 * GEMM.shared_memory_size_ab`` bytes of dynamic shared memory."""
     if k_total % GEMM.k:
         raise ValueError(f"k_total={k_total} must be a multiple of the description's k={GEMM.k}")
+    if 2 * GEMM.shared_memory_size_ab > 48 * 1024:  # numba-cuda launches with at most 48 KiB of dynamic shared memory
+        raise ValueError(f"two buffers of {GEMM.shared_memory_size_ab} bytes exceed 48 KiB; describe a smaller k-slice")
     storage = numba.from_dtype(GEMM.storage_dtype)
     compute = numba.from_dtype(GEMM.compute_dtype)
     sa, sb, acc_size, kb = GEMM.a_size, GEMM.b_size, GEMM.accumulator_size, GEMM.k

@@ -93,9 +93,61 @@ def _kernel(kind, config, epilog, data, device_id, description=None):
         found = _kernels.get(key)
         if found is None:
             cc = _cuda.compute_capability(device_id)
+            built = _cached_build(kind, config, epilog, data, cc, description)
             with _cuda.device_scope(device_id):
-                found = _kernels[key] = _Kernel(*_compile(kind, config, epilog, data, cc, description))
+                found = _kernels[key] = _Kernel(*built)
         return found
+
+
+_SOURCES = ("device/_gemm_kernel.py", "device/_gemm_build.py", "device/_hopper.py", "device/_matmul.py",
+            "device/_intrinsics.py", "device/_codegen.py", "jit/_epilog_data.py", "jit/_matmul_epilog.py",
+            "host/matmul/_fused_cuda.py")
+_sources_digest = []
+
+
+def _digest():
+    """A hash of the generators' sources: a kernel cached on disk is rebuilt when any of them changes."""
+    if not _sources_digest:
+        import hashlib
+        import os
+
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        h = hashlib.sha256()
+        for name in _SOURCES:
+            with open(os.path.join(root, name), "rb") as f:
+                h.update(f.read())
+        _sources_digest.append(h.hexdigest()[:16])
+    return _sources_digest[0]
+
+
+def _cached_build(kind, config, epilog, data, cc, description):
+    """:func:`_compile`'s result through mathpy.jit's disk cache (PTX keyed by the epilog's content, the kernel
+    configuration, the generators' sources and the toolchain): a plan in a new process skips numba-cuda (seconds)."""
+    import types
+
+    from ...jit import _cache
+
+    spec = types.SimpleNamespace(kind=f"gemm-{kind}:{config!r}:{description!r}:{_digest()}",
+                                 element_dtype=None if data is None else f"{data.dtype}/{data.ndim}",
+                                 user_info_dtype=None, compute_capability=tuple(cc))
+    try:
+        key = _cache.callback_key(epilog.function, spec) if epilog is not None else None
+    except _cache.Uncacheable:
+        key = None
+    if key is not None:
+        entry = _cache.load_entry(key)
+        if entry is not None:
+            h = entry[0]
+            return entry[1].decode(), h["name"], h["params"], h["shared"], h["threads"], h["compute"]
+    built = _compile(kind, config, epilog, data, cc, description)
+    if key is not None:
+        from ...jit import _device
+
+        ptx, name, params, shared, threads, compute = built
+        _cache.store_entry(key, {"name": name, "params": list(params), "shared": shared, "threads": threads,
+                                 "compute": compute, "function": epilog.where,
+                                 "nvvm_file": _cache.nvvm_file_id(_device.nvvm_version()[1])}, ptx.encode())
+    return built
 
 
 def _tma_ok(layout, itemsize):
