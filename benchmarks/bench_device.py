@@ -216,19 +216,21 @@ def fused_cufft_convolution(x, filt, n):
 def _gemm_variants(size, prec):
     """(kernel, k-slice, description arguments) to time for one size and precision: the one-buffer kernel with the
     largest k-slice that fits 48 KiB, and the double-buffered kernel (the next slice copied during the mma)."""
-    tc = prec in ("float16", "bfloat16", "float64")
-    arrangement = "row_major" if tc else "col_major"
+    # fp32: the row-major arrangement takes the vector tiles (16-byte shared loads), the col-major one the strided
+    # 1-element tiles; both are timed
+    arrangements = ["row_major"] if prec in ("float16", "bfloat16", "float64") else ["row_major", "col_major"]
     out = []
-    for kernel in ("registers", "pipelined"):
-        for kb in (size, size // 2, size // 4, size // 8, size // 16):
-            try:
-                G = mathpy.device.matmul(size, size, kb, prec, a_arrangement=arrangement)
-            except ValueError:
-                continue
-            if kernel == "pipelined" and (2 * G.shared_memory_size_ab > 48 * 1024 or size // kb < 2):
-                continue
-            out.append((kernel, G))
-            break
+    for arrangement in arrangements:
+        for kernel in ("registers", "pipelined"):
+            for kb in (size, size // 2, size // 4, size // 8, size // 16):
+                try:
+                    G = mathpy.device.matmul(size, size, kb, prec, a_arrangement=arrangement)
+                except ValueError:
+                    continue
+                if kernel == "pipelined" and (2 * G.shared_memory_size_ab > 48 * 1024 or size // kb < 2):
+                    continue
+                out.append((kernel, G))
+                break
     return out
 
 
@@ -282,7 +284,7 @@ def bench_gemm():
                 t_m = gpu_time(lambda: launch(an, bn, cn, 1.0, 0.0))
                 engine = (f"{'mma' if prec != 'float64' else 'dmma'}, {G.block_size} thr, warp "
                           f"{G.warp_tile_m}x{G.warp_tile_n}" if G.tensor_cores
-                          else f"CUDA cores, tile {G.tile_m}x{G.tile_n}")
+                          else f"CUDA cores, {'vector ' if G.vector_tiles else ''}tile {G.tile_m}x{G.tile_n}")
                 rows.append((f"GEMM {prec}", f"{size}^3 x {batch} ({kernel}, kb={G.k}, {engine})", t_m, peers,
                              best_peer / t_m, ">= 0.7" if prec in ("float16", "bfloat16") else ">= 0.6",
                              f"{flops / t_m / 1e9:.1f} TFLOP/s, err {err:.1e}"))

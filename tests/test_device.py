@@ -97,16 +97,19 @@ def test_matmul_description_attributes():
     G = md.matmul(128, 128, 32, np.float32)
     assert G.block_dim == (256, 1, 1)
     assert (G.tile_m, G.tile_n, G.accumulator_size) == (8, 8, 64)
-    assert G.lda == 33 and (G.a_size, G.b_size, G.c_size) == (128 * 33, 32 * 128, 128 * 128)
-    assert G.shared_memory_size_ab == (128 * 33 + 32 * 128) * 4
-    assert md.matmul(128, 128, 32, np.float32, a_arrangement="col_major").lda == 129
+    # row-major fp32: vector tiles (16-byte rows of 4 k), lda padded by 4; col-major: strided tiles, padded by 1
+    assert G.vector_tiles and G.lda == 36 and (G.a_size, G.b_size, G.c_size) == (128 * 36, 32 * 128, 128 * 128)
+    assert G.shared_memory_size_ab == (128 * 36 + 32 * 128) * 4
+    assert G.launch_bounds == (256, 1)  # 64 accumulators + 4 k of each A row and 4 B columns: one block per SM
+    col = md.matmul(128, 128, 32, np.float32, a_arrangement="col_major")
+    assert not col.vector_tiles and col.lda == 129 and col.launch_bounds == (256, 2)  # 64 fp32 accumulators
+    assert not md.matmul(128, 128, 30, np.float32).vector_tiles  # k not a multiple of 4
     assert G.compute_dtype == np.float32
     h = md.matmul(64, 64, 64, np.float16)
     assert h.storage_dtype == np.float16 and h.compute_dtype == np.float32
     b = md.matmul(64, 64, 64, "bf16")
     assert b.precision == "bfloat16" and b.storage_dtype == np.uint16 and b.compute_dtype == np.float32
     assert md.matmul(16, 16, 16, np.float64).compute_dtype == np.float64
-    assert G.launch_bounds == (256, 2)  # 64 fp32 accumulators: two blocks per SM (<= 128 registers)
     assert md.matmul(128, 128, 16, np.float64).launch_bounds == (256, 1)  # 128 registers of accumulators alone
 
 
@@ -117,7 +120,7 @@ def test_matmul_description_attributes():
     ((8, 8, 8), {"precision": "tf32"}, ["'tf32'", "allowed"]),
     ((64, 64, 8), {"block_size": 100}, ["block_size=100", "allowed", "256"]),
     ((64, 64, 8), {"block_size": 2048}, ["block_size=2048", "allowed"]),
-    ((128, 128, 64), {"precision": np.float32}, ["66048", "49152", "k-slice"]),
+    ((128, 128, 64), {"precision": np.float32}, ["67584", "49152", "k-slice"]),
     ((64, 64, 8), {"a_arrangement": "diagonal"}, ["a_arrangement='diagonal'", "row_major"]),
     ((64, 64, 8), {"epilog": 3}, ["epilog=3"]),
     ((64, 64, 8), {"epilog": abs, "epilogue": abs}, ["epilog= only"]),

@@ -17,7 +17,7 @@ from numba.cuda.extending import intrinsic  # noqa: E402
 
 __all__ = ["load_c64", "store_c64", "load_c64_readonly", "pack2_u32", "pair_u32", "mma_f16_f32", "mma_bf16_f32",
            "aligned8", "load4_u16", "store4_u16", "store4_u16_strided", "aligned16", "cp_async16", "cp_async_wait_all",
-           "pack2_f16", "pack2_bf16", "store2_u16", "mma_f64"]
+           "pack2_f16", "pack2_bf16", "store2_u16", "mma_f64", "load4_f32_shared"]
 
 
 def _element_pointer(context, builder, arrty, arr, index_types, indices):
@@ -393,5 +393,26 @@ def mma_f64(typingctx, a, b, c0, c1):
                            "=d,=d,d,d,d,d")
         res = builder.call(asm, vals)
         return context.make_tuple(builder, signature.return_type, [builder.extract_value(res, q) for q in range(2)])
+
+    return sig, codegen
+
+
+@intrinsic
+def load4_f32_shared(typingctx, arr, idx):
+    """``arr[idx : idx + 4]`` of a 1-D float32 shared-memory array as one 16-byte load (``ld.shared.v4.f32``);
+    ``idx`` a multiple of 4 and the array 16-byte aligned. Returns a UniTuple of 4 float32."""
+    if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.dtype == types.float32
+            and isinstance(idx, types.Integer)):
+        return None
+    tup = types.UniTuple(types.float32, 4)
+    sig = tup(arr, idx)
+
+    def codegen(context, builder, signature, args):
+        ptr = _element_pointer(context, builder, signature.args[0], args[0], (args[1],), (signature.args[1],))
+        vec_t = ir.VectorType(ir.FloatType(), 4)
+        shared = builder.addrspacecast(builder.bitcast(ptr, vec_t.as_pointer()), vec_t.as_pointer(3))
+        vec = builder.load(shared, align=16)
+        return context.make_tuple(builder, tup, [builder.extract_element(vec, ir.Constant(ir.IntType(32), q))
+                                                 for q in range(4)])
 
     return sig, codegen

@@ -135,11 +135,19 @@ class MatmulDescription(DescriptionNamespace):
             # different banks, so neither the copy into shared memory nor the reads of the k loop conflict.
             self.lda = k + 1 if a_arrangement == "row_major" else m + 1
             self.ldb = n
+        # fp32 on CUDA cores, A row-major: a thread owns groups of 4 consecutive rows and 4 consecutive columns, so
+        # its k loop reads 4 k of an A row and 4 columns of a B row as 16-byte vectors (4 shared loads per 64 FMAs
+        # for an 8 x 8 tile instead of 16) and both operands are copied with 16-byte cp.async.
+        self.vector_tiles = (not self.tensor_cores and precision == "float32" and a_arrangement == "row_major"
+                             and k % 4 == 0 and n % 4 == 0 and self.tile_m % 4 == 0 and self.tile_n % 4 == 0)
+        if self.vector_tiles:
+            self.lda = k + 4
         self.accumulator_size = self.tile_m * self.tile_n
         # Suggested ``cuda.jit(launch_bounds=...)``: room for two blocks per SM (<= 128 registers per thread at 256
         # threads) when the accumulators and ~48 registers of fragments and addresses fit that.
         acc_registers = self.accumulator_size * (2 if precision == "float64" else 1)
-        self.launch_bounds = (block_size, 2 if 2 * block_size * (acc_registers + 48) <= 65536 else 1)
+        extra = 80 if self.vector_tiles else 48  # vector tiles hold 4 k of each A row and 4 B columns at once
+        self.launch_bounds = (block_size, 2 if 2 * block_size * (acc_registers + extra) <= 65536 else 1)
         self.a_size = self.lda * (m if a_arrangement == "row_major" else k)
         self.b_size, self.c_size = k * self.ldb, m * n
         itemsize = self.storage_dtype.itemsize
@@ -296,6 +304,10 @@ def _owners(d):
         return header, owners
     NTM, NTN, TM, TN = d.nt_m, d.nt_n, d.tile_m, d.tile_n
     header = ["    tid = cuda.threadIdx.x", f"    tx = tid % {NTN}", f"    ty = tid // {NTN}"]
+    if d.vector_tiles:
+        rows = [f"ty * 4 + {gi * NTM * 4 + r}" for gi in range(TM // 4) for r in range(4)]
+        cols = [f"tx * 4 + {gj * NTN * 4 + c}" for gj in range(TN // 4) for c in range(4)]
+        return header, [(r, c) for r in rows for c in cols]
     owners = [(f"ty + {ii * NTM}", f"tx + {jj * NTN}") for ii in range(TM) for jj in range(TN)]
     return header, owners
 
@@ -398,11 +410,36 @@ def _generate(d):
                 e = (fm * FN + fn) * 2
                 lines.append(f"        c{e}, c{e + 1} = DMMA(fa{fm}, fb{fn}, c{e}, c{e + 1})")
 
+    def vector_kloop(lines):
+        """fp32 vector tiles: per 4 k and group of 4 owned rows, one 16-byte read of each row (its 4 k), then per k
+        one 16-byte read of each owned group of 4 B columns (6 shared loads per k for an 8 x 8 tile, instead of 16;
+        a group at a time keeps the registers under the two-blocks-per-SM budget)."""
+        rows = list(dict.fromkeys(r for r, _ in owners))
+        cols = list(dict.fromkeys(c for _, c in owners))
+        lines.append(f"    for p4 in range({K // 4}):")
+        lines.append("        p = p4 * 4")
+        for g0 in range(0, len(rows), 4):
+            for i in range(g0, g0 + 4):
+                lines.append(f"        a{i} = V4(a, ({rows[i]}) * {LDA} + p)")
+            for q in range(4):
+                for j in range(0, len(cols), 4):
+                    lines.append(f"        b{j // 4} = V4(b, (p + {q}) * {LDB} + {cols[j]})")
+                for e, (r, c) in enumerate(owners):
+                    i = rows.index(r)
+                    if g0 <= i < g0 + 4:
+                        j = cols.index(c)
+                        lines.append(f"        c{e} = c{e} + a{i}[{q}] * b{j // 4}[{j % 4}]")
+
     if d.tensor_cores and not sim and d.precision == "float64":
         from . import _intrinsics
 
         ns["DMMA"] = _intrinsics.mma_f64
         kloop = dmma_kloop
+    elif d.vector_tiles and not sim:
+        from . import _intrinsics
+
+        ns["V4"] = _intrinsics.load4_f32_shared
+        kloop = vector_kloop
     elif d.tensor_cores and not sim:
         from . import _intrinsics
 
@@ -530,13 +567,15 @@ def _generate(d):
         "            i = idx // UN\n"
         "            c3[ub, i, idx - i * UN] = smem_c[idx]"
     )
-    if d.tensor_cores and not sim and d.precision == "float64":
-        # fp64: 16-byte cp.async copies (2 doubles) when aligned; A row-major only (the col-major one transposes)
+    if not sim and ((d.tensor_cores and d.precision == "float64") or d.vector_tiles):
+        # fp64 / fp32: 16-byte cp.async copies (2 doubles, 4 floats) when aligned; A row-major only (the col-major
+        # arrangement transposes while copying)
         from . import _intrinsics
 
+        per = 16 // d.storage_dtype.itemsize
         ns.update(ALIGNED16=_intrinsics.aligned16, CP16=_intrinsics.cp_async16, CP_WAIT=_intrinsics.cp_async_wait_all,
-                  UK2=np.uint64(K // 2), UN2=np.uint64(N // 2), UMK2=np.uint64(M * K // 2),
-                  UKN2=np.uint64(K * N // 2), U2=np.uint64(2))
+                  UK2=np.uint64(K // per), UN2=np.uint64(N // per), UMK2=np.uint64(M * K // per),
+                  UKN2=np.uint64(K * N // per), U2=np.uint64(per))
         a_copy = (
             "        if ALIGNED16(a3) and ALIGNED16(smem_a) and uk0 % U2 == 0:\n"
             "            for idx in range(UINT(cuda.threadIdx.x), UMK2, UBS):\n"
