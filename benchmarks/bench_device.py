@@ -40,6 +40,7 @@ from mathpy.device._checks import (  # noqa: E402
 
 QUICK = "--quick" in sys.argv
 SMOKE = "--smoke" in sys.argv  # tiny sizes: checks the script itself (e.g. under the simulator), not the GPU
+LEAN = "--lean" in sys.argv  # block GEMM: one kernel variant per case (less compile time)
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
@@ -220,8 +221,11 @@ def _gemm_variants(size, prec):
     # 1-element tiles; both are timed
     arrangements = ["row_major"] if prec in ("float16", "bfloat16", "float64") else ["row_major", "col_major"]
     out = []
+    kernels = ("registers", "pipelined")
+    if LEAN:  # one kernel per case: the one-buffer kernel for 64^3, the double-buffered one for 128^3
+        arrangements, kernels = arrangements[:1], (("registers",) if size <= 64 else ("pipelined",))
     for arrangement in arrangements:
-        for kernel in ("registers", "pipelined"):
+        for kernel in kernels:
             for kb in (size, size // 2, size // 4, size // 8, size // 16):
                 try:
                     G = mathpy.device.matmul(size, size, kb, prec, a_arrangement=arrangement)
@@ -280,7 +284,11 @@ def bench_gemm():
                 err = rel_err(out.astype(cp.float64), ref)
                 tol = {"float32": 1e-5, "float64": 1e-12, "float16": 3e-3, "bfloat16": 2e-2}[prec]
                 if not err <= tol:
-                    fail(f"block GEMM {size}^3 {prec} ({kernel}): relative error {err:.2e}")
+                    print(f"bench_device: block GEMM {size}^3 {prec} ({kernel}, kb={G.k}) WRONG: relative error "
+                          f"{err:.2e}", file=sys.stderr, flush=True)
+                    rows.append((f"GEMM {prec}", f"{size}^3 x {batch} ({kernel}, kb={G.k}) WRONG", float("nan"),
+                                 peers, float("nan"), "-", f"err {err:.1e}"))
+                    continue
                 t_m = gpu_time(lambda: launch(an, bn, cn, 1.0, 0.0))
                 engine = (f"{'mma' if prec != 'float64' else 'dmma'}, {G.block_size} thr, warp "
                           f"{G.warp_tile_m}x{G.warp_tile_n}" if G.tensor_cores
