@@ -291,8 +291,8 @@ def store_element(kind):
             t = signature.args
             ptr = _address(context, builder, args[0], t[0], args[1], t[1], size, ir.IntType(8).as_pointer())
             if kind in ("bfloat16", "float16"):
-                # a pure asm for the rounding and a plain store: an asm store would be a barrier that keeps the
-                # compiler from issuing the next elements' loads early (measured: 7x slower epilogs)
+                # a pure asm for the rounding and a plain store: an asm store with a memory clobber is a barrier
+                # the compiler cannot move the next elements' data loads across
                 v = _as(context, builder, args[2], t[2], types.float32)
                 fnty = ir.FunctionType(ir.IntType(16), [_F32])
                 bits = builder.call(ir.InlineAsm(fnty, f"cvt.rn.{_cvt_text(kind)}.f32 $0, $1;", "=h,f"), [v])
