@@ -15,7 +15,7 @@ import numpy as np
 from .._compat import patch_numpy_for_numba_cuda
 from . import _gemm_kernel as K
 
-__all__ = ["hopper_ptx", "generic_ptx", "kernel_signature", "patch_ptx"]
+__all__ = ["hopper_ptx", "generic_ptx", "generic_simulator_kernel", "kernel_signature", "patch_ptx"]
 
 _counter = itertools.count()
 
@@ -146,6 +146,37 @@ def generic_ptx(config, description, cc, epilog_fn=None, make_data=None):
     params = list(K.GENERIC_PARAMS) + (list(K.DATA_PARAMS) if config.has_data else [])
     ptx, _ = cuda.compile_ptx(kernel, kernel_signature(params, compute), cc=tuple(cc))
     return ptx, entry_name(ptx), params, source
+
+
+def generic_simulator_kernel(config, description, epilog_fn, data_kind=None):
+    """The generic kernel for ``config`` as a simulator kernel (numba's CUDA simulator must be on): the same source,
+    with the address intrinsics implemented on host memory (:mod:`._gemm_sim`)."""
+    from numba import cuda, from_dtype
+
+    from ._codegen import simulator_enabled
+    from ._gemm_sim import simulator_namespace
+    from ._matmul import _owners
+
+    if not simulator_enabled():
+        raise RuntimeError("generic_simulator_kernel needs numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1)")
+    header, owners = _owners(description)
+    compute = np.float64 if config.out == "float64" or config.precision == "float64" else np.float32
+    storage = description.storage_dtype
+    a_row_major = description.a_arrangement == "row_major"
+    lda = description.lda
+
+    def a_index(i, p):
+        return i * lda + p if a_row_major else p * lda + i
+
+    ns = {"np": np, "cuda": cuda, "U32": np.uint32, "U64": np.uint64, "INT64": np.int64, "GEMM": description,
+          "STORAGE": from_dtype(storage), "COMPUTE": from_dtype(np.dtype(compute)), "ZERO": compute(0),
+          "ZERO_S": storage.type(0), "A_SIZE": description.a_size, "B_SIZE": description.b_size,
+          "ACC_SIZE": description.accumulator_size, "LDB": description.ldb, "A_INDEX": cuda.jit(device=True)(a_index),
+          "ASIZE": storage.itemsize, "DSIZE": np.dtype(config.out).itemsize,
+          "EPI": cuda.jit(device=True)(epilog_fn)}
+    ns.update(simulator_namespace(config.precision, config.out, data_kind))
+    source = K.generic_source(config, owners, header, description.accumulator_size)
+    return cuda.jit(_exec(source, ns, "generic-sim"))
 
 
 def _raw_load(storage):

@@ -1,0 +1,272 @@
+"""Python epilogs fused into matmul, without a GPU: the CPU execution space (numba) against NumPy for every dtype and
+batch layout, bad epilogs refused before any work, the generic GPU kernel under numba's CUDA simulator, and the
+PTX of the GPU kernels (compiled for sm_90a with no GPU present). The GPU runs are tests/test_matmul_fused_gpu.py."""
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import mathpy
+from mathpy import CallbackCompileError
+from mathpy.host.matmul import _fused
+
+ROOT = Path(__file__).resolve().parents[1]
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def gate(value, row, col, data):
+    return value * data[row, col] + np.float32(row) - np.float32(0.5) * np.float32(col)
+
+
+def per_row(value, row, col, data):
+    return min(max(value * data[row], np.float32(-2)), np.float32(2))
+
+
+def with_batch(value, batch, row, col, data):
+    return value + np.float32(0.25) * data[batch, row, col] - np.float32(batch)
+
+
+def no_data(value, row, col, data):
+    return math.tanh(value) if data is None else value
+
+
+# float16/bfloat16 products are computed in float32 and rounded once to the result (8 / 11 mantissa bits)
+_TOL = {np.dtype(np.float16): 2e-3, BF16: 1.6e-2, np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-12}
+
+
+def _rand(shape, dtype, rng):
+    return rng.standard_normal(shape).astype(np.float32).astype(dtype)
+
+
+def _reference(fn, x, data, batched_fn=False):
+    """``fn`` applied to every element of ``x`` (float64, shape (batch, M, N)), in float32 as the engine does."""
+    out = np.empty_like(x)
+    for b, i, j in np.ndindex(*x.shape):
+        v = np.float32(x[b, i, j]) if x.dtype != np.float64 else x[b, i, j]
+        out[b, i, j] = fn(v, b, i, j, data) if batched_fn else fn(v, i, j, data)
+    return out
+
+
+def _close(got, ref, dtype):
+    got = np.asarray(got).astype(np.float64)
+    err = np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30)
+    assert np.isfinite(got).all() and err < _TOL[np.dtype(dtype)], err
+
+
+@pytest.mark.parametrize("dtype", [np.float16, BF16, np.float32, np.float64], ids=str)
+@pytest.mark.parametrize("layout", ["2d", "batched", "broadcast_b", "transposed", "vector_b", "with_c"])
+def test_cpu_matches_numpy(dtype, layout):
+    rng = np.random.default_rng(7)
+    m, n, k = 9, 7, 5
+    a, b, c, alpha, beta = _rand((m, k), dtype, rng), _rand((k, n), dtype, rng), None, 1, None
+    if layout == "batched":
+        a, b = _rand((3, m, k), dtype, rng), _rand((3, k, n), dtype, rng)
+    elif layout == "broadcast_b":
+        a = _rand((2, 3, m, k), dtype, rng)
+    elif layout == "transposed":
+        a, b = _rand((k, m), dtype, rng).T, _rand((n, k), dtype, rng).T
+    elif layout == "vector_b":
+        b = _rand((k,), dtype, rng)
+    elif layout == "with_c":
+        c, alpha, beta = _rand((m, n), dtype, rng), 0.5, -1.5
+    fn, data = (per_row, (rng.random(m) * 2).astype(np.float32)) if layout == "vector_b" else \
+        (gate, rng.standard_normal((m, n)).astype(np.float32))
+    out = mathpy.matmul(a, b, c, alpha=alpha, beta=beta, epilog=fn, epilog_inputs={"data": data})
+    x = alpha * np.matmul(a.astype(np.float64), b.astype(np.float64))
+    if c is not None:
+        x = x + beta * c.astype(np.float64)
+    assert out.dtype == np.dtype(dtype) and out.shape == x.shape
+    x3 = x.reshape(-1, m, x.shape[-1] if layout != "vector_b" else 1)
+    ref = _reference(fn, x3, data).reshape(x.shape)
+    _close(out, ref, dtype)
+
+
+def test_batch_index_and_data_forms():
+    rng = np.random.default_rng(3)
+    a, b = _rand((4, 6, 5), np.float32, rng), _rand((4, 5, 3), np.float32, rng)
+    data = rng.standard_normal((4, 6, 3)).astype(np.float32)
+    out = mathpy.matmul(a, b, epilog=with_batch, epilog_inputs={"data": data})
+    _close(out, _reference(with_batch, (a.astype(np.float64) @ b), data, batched_fn=True), np.float32)
+    # no data: the function gets None; 16-bit data reads as float32; integer and strided data index as NumPy does
+    _close(mathpy.matmul(a, b, epilog=no_data), np.tanh(a.astype(np.float64) @ b), np.float32)
+    g16 = rng.standard_normal((6, 3)).astype(BF16)
+    ref = _reference(gate, (a.astype(np.float64) @ b), g16.astype(np.float32))
+    _close(mathpy.matmul(a, b, epilog=gate, epilog_inputs={"data": g16}), ref, np.float32)
+    wide = rng.integers(-3, 3, (3, 12)).astype(np.int32)
+    ref = _reference(gate, (a.astype(np.float64) @ b), wide.T[::2].astype(np.float64))
+    _close(mathpy.matmul(a, b, epilog=gate, epilog_inputs={"data": wide.T[::2]}), ref, np.float32)
+
+
+def test_stateful_plan_reset_and_stateless_agree():
+    rng = np.random.default_rng(5)
+    a, b = _rand((8, 4), np.float32, rng), _rand((4, 6), np.float32, rng)
+    d1, d2 = rng.standard_normal((8, 6)).astype(np.float32), rng.standard_normal((8, 6)).astype(np.float32)
+    with mathpy.Matmul(a, b) as mm:
+        assert mm.plan(epilog=gate, epilog_inputs={"data": d1}) == ["numpy+numba"]
+        first = mm.execute()
+        mm.reset_operands(epilog_inputs={"data": d2})
+        second = mm.execute()
+    np.testing.assert_array_equal(first, mathpy.matmul(a, b, epilog=gate, epilog_inputs={"data": d1}))
+    np.testing.assert_array_equal(second, mathpy.matmul(a, b, epilog=gate, epilog_inputs={"data": d2}))
+    assert not np.array_equal(first, second)
+
+
+def test_named_epilogs_still_go_to_the_library_engines():
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(mathpy.matmul(a - 3, a.T, epilog="relu"), np.maximum((a - 3) @ a.T, 0))
+
+
+def _three(value, row, col):
+    return value
+
+
+def _six(value, batch, row, col, data, extra):
+    return value
+
+
+def _star(*args):
+    return args[0]
+
+
+def _nothing(value, row, col, data):
+    value * 2
+
+
+def _sometimes(value, row, col, data):
+    if row > 0:
+        return value
+
+
+def _bad_index(value, row, col, data):
+    return value * data[row, col, col]
+
+
+@pytest.mark.parametrize("fn, error, words", [
+    (_three, TypeError, ["_three", "test_matmul_fused.py", "4 or 5 positional parameters"]),
+    (_six, TypeError, ["_six", "4 or 5 positional parameters"]),
+    (_star, TypeError, ["_star", "4 or 5 positional parameters"]),
+    (_nothing, TypeError, ["_nothing", "returns nothing", "return value"]),
+    (_sometimes, TypeError, ["_sometimes", "returns nothing on some path"]),
+    (3.5, ValueError, ["epilog 3.5", "allowed"]),
+])
+def test_bad_epilogs_are_refused_before_any_work(monkeypatch, fn, error, words):
+    def no_work(*args, **kwargs):
+        raise AssertionError("the engine ran")
+
+    monkeypatch.setattr(_fused.FusedCPUEngine, "execute", no_work)
+    monkeypatch.setattr(_fused.E, "apply_cpu", no_work)
+    a = np.ones((3, 2), np.float32)
+    with pytest.raises(error) as info:
+        mathpy.matmul(a, a.T, epilog=fn)
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+@pytest.mark.parametrize("operands, kwargs, error, words", [
+    ("f32", {"epilog_inputs": {"data": np.ones((3, 3), np.complex64)}}, ValueError,
+     ["'data'", "gate", "complex64", "allowed", "bfloat16"]),
+    ("f32", {"epilog_inputs": {"data": np.ones((1, 1, 3, 3), np.float32)}}, ValueError, ["at most 3 dimensions"]),
+    ("f32", {"epilog_inputs": {"bias": np.ones(3, np.float32)}}, ValueError, ["['bias']", "'data'"]),
+    ("c64", {}, ValueError, ["complex64", "float16, bfloat16, float32 or float64"]),
+    ("f32", {"options": {"compute_type": "32F_FAST_TF32"}}, ValueError, ["32F_FAST_TF32", "allowed: 32F"]),
+    ("f32", {"epilog_inputs": {"data": "torch"}}, ValueError, ["package and device", "torch"]),
+])
+def test_bad_epilog_inputs_and_operands(monkeypatch, operands, kwargs, error, words):
+    monkeypatch.setattr(_fused.E, "apply_cpu", lambda *a, **k: pytest.fail("the epilog ran"))
+    a = np.ones((3, 2), np.complex64 if operands == "c64" else np.float32)
+    if isinstance(kwargs.get("epilog_inputs", {}).get("data"), str):  # a torch tensor, made here
+        torch = pytest.importorskip("torch")
+        kwargs = {"epilog_inputs": {"data": torch.ones(3, 3)}}
+    with pytest.raises(error) as info:
+        mathpy.matmul(a, a.T, epilog=gate, **kwargs)
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+def test_errors_inside_the_epilog_name_its_file_and_line():
+    a = np.ones((3, 2), np.float32)
+    with pytest.raises(CallbackCompileError) as info:
+        mathpy.matmul(a, a.T, epilog=_bad_index, epilog_inputs={"data": np.ones((3, 3), np.float32)})
+    message = str(info.value)
+    line = _bad_index.__code__.co_firstlineno
+    assert "_bad_index" in message and f"test_matmul_fused.py:{line}" in message and "the CPU" in message
+
+
+# ---------------------------------------------------------------- GPU code without a GPU
+
+
+def test_generic_kernel_matches_numpy_in_the_simulator():
+    """The generic GPU kernel (tiling, bounds, strides, batches, C, the epilog's coordinates and data) runs under
+    numba's CUDA simulator in a subprocess (it must be switched on before numba is imported)."""
+    from mathpy.device._gemm_sim import SIM_FUSED_CASES, TOLERANCE
+
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-m", "mathpy.device._gemm_sim"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert len(results) == len(SIM_FUSED_CASES)
+    for r in results:
+        assert r["error"] < TOLERANCE[r["case"][4]], r
+
+
+@pytest.fixture
+def sm90(monkeypatch):
+    """numba-cuda asks the current device for its compute capability when a kernel calls a device function."""
+    import numba.cuda.dispatcher as dispatcher
+
+    class _Device:
+        compute_capability = (9, 0)
+
+    monkeypatch.setattr(dispatcher, "get_current_device", lambda: _Device())
+
+
+def silu_gate(value, row, col, data):
+    return value / (np.float32(1) + np.exp(-value)) * data[row, col]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("b_mn_major, bn", [(True, 256), (False, 128)])
+def test_hopper_kernel_ptx(sm90, b_mn_major, bn):
+    """The sm_90a kernel: TMA copies on mbarriers, four wgmma per k-slice, setmaxnreg, data read through the
+    read-only cache (one load per element for a full-size gate), no local memory, the register cap for setmaxnreg."""
+    from mathpy.device import _gemm_build, _gemm_kernel
+    from mathpy.jit import _matmul_epilog as E
+
+    epilog = E.as_matmul_epilog(silu_gate)
+    config = _gemm_kernel.HopperConfig("bfloat16", "bfloat16", bn=bn, b_mn_major=b_mn_major, epilog="value",
+                                       has_data=True)
+    ptx, name, params, _ = _gemm_build.hopper_ptx(config, (9, 0), E.device_function(epilog),
+                                                  E.data_view_maker("bfloat16", 2))
+    assert re.search(r"^\.target sm_90a", ptx, re.M) and ".maxntid 384, 1, 1" in ptx
+    wgmma = re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n{bn}k16\.f32\.bf16\.bf16", ptx)
+    assert len(wgmma) == 4
+    assert len(re.findall(r"cp\.async\.bulk\.tensor\.2d", ptx)) == 1 + (bn // 64 if b_mn_major else 1)
+    assert "mbarrier.try_wait.parity" in ptx and "setmaxnreg.inc.sync.aligned.u32 232" in ptx
+    assert len(re.findall(r"ld\.global\.nc\.(u16|b16)", ptx)) >= bn  # the gate, one 2-byte load per element
+    assert "cvt.rn.bf16x2.f32" in ptx and not re.search(r"\b(ld|st)\.local", ptx)
+    assert params[-7:] == ["data_ptr", "data_s0", "data_s1", "data_s2", "data_t0", "data_t1", "data_t2"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["float32", "float64", "bfloat16"])
+def test_generic_kernel_ptx(sm90, precision):
+    from mathpy.device import _gemm_build, _gemm_kernel, matmul
+    from mathpy.jit import _matmul_epilog as E
+
+    config = _gemm_kernel.GenericConfig(precision, precision, has_c=True, epilog="value", has_data=True)
+    description = matmul(64, 64, 32, precision, block_size=256, a_arrangement="col_major")
+    ptx, _, params, _ = _gemm_build.generic_ptx(config, description, (9, 0), E.device_function(E.as_matmul_epilog(gate)),
+                                                E.data_view_maker("float32", 2))
+    assert not re.search(r"\b(ld|st)\.local", ptx) and "ld.global.nc.f32" in ptx
+    kind = {"float32": "fma.rn.f32", "float64": "mma.sync.aligned.m8n8k4", "bfloat16": "mma.sync.aligned.m16n8k16"}
+    assert kind[precision] in ptx
