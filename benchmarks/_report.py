@@ -148,8 +148,12 @@ def matmul_tables(gemm, overhead):
 def device_table(rows):
     """``rows``: (section, problem, mathpy ms, {peer: ms}, ratio, target, note) as bench_device.py collects them;
     ratio = the vendor reference's time / mathpy's."""
-    cells = [[section, problem, f"**{ms(t)}**", ", ".join(f"{k} {v:.3f}" for k, v in peers.items()), f"{r:.2f}",
-              target, note] for section, problem, t, peers, r, target, note in rows]
+    def digits(value):  # four decimals under 0.1 ms, so that the ratio can be recomputed from the table
+        return 4 if value == value and value < 0.1 else 3
+
+    cells = [[section, problem, f"**{ms(t, digits(t))}**",
+              ", ".join(f"{k} {v:.{digits(v)}f}" for k, v in peers.items()), f"{r:.2f}", target, note]
+             for section, problem, t, peers, r, target, note in rows]
     return "\n".join([
         table(["section", "problem", "**mathpy** ms", "peers (ms)", "reference / mathpy", "target", "note"], cells),
         "",
@@ -191,3 +195,23 @@ def autograd_tables(rows, hook):
         table(["entry hook and calls, 8 x 1024 complex64, async", "us per call"],
               [[name, f"{us:.2f}"] for name, us in hook.items()]), "",
         "Host time per asynchronous call (median of 5 rounds of 3000 calls)."])
+
+
+# --- bench_matmul_epilog.py ---------------------------------------------------------------------------------------
+
+def epilog_table(rows):
+    """``rows``: dicts with "epilog", "shape", "mathpy_ms", "tflops", "gemm_ms", "torch_ms", "cupy_ms" (or None),
+    "stateless_ms" as bench_matmul_epilog.py collects them; the unfused reference is the faster of torch and CuPy."""
+    headers = ["epilog", "M x N x K", "**mathpy** ms (TFLOP/s)", "cuBLASLt GEMM alone ms", "GEMM + torch ms",
+               "GEMM + CuPy 1-pass ms", "best unfused / mathpy", "GEMM alone / mathpy", "mathpy stateless ms"]
+    cells = []
+    for r in rows:
+        unfused = min(t for t in (r["torch_ms"], r.get("cupy_ms")) if t is not None)
+        cells.append([r["epilog"], r["shape"], f"**{ms(r['mathpy_ms'])} ({r['tflops']:.0f})**", ms(r["gemm_ms"]),
+                      ms(r["torch_ms"]), ms(r.get("cupy_ms")), ratio(unfused, r["mathpy_ms"]),
+                      ratio(r["gemm_ms"], r["mathpy_ms"]), ms(r.get("stateless_ms"))])
+    return "\n".join([
+        table(headers, cells), "",
+        "GPU time per call (ms), medians, bf16, row-major operands; mathpy = Matmul.plan(epilog=f) once, execute() "
+        "timed. " + RATIO_NOTE + " Targets: best unfused / mathpy above 1 on every shape; GEMM alone / mathpy >= 0.85 "
+        "on 8192^3."])

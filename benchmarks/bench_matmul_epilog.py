@@ -29,6 +29,9 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import _report  # noqa: E402
 
 import mathpy  # noqa: E402
 
@@ -113,7 +116,7 @@ def _bits(t):
     return cupy.from_dlpack(t.view(torch.int16))
 
 
-def bench_shape(m, n, k, rows, passes):
+def bench_shape(m, n, k, rows, passes, summary):
     g = torch.Generator(device="cuda").manual_seed(m + n + k)
     a = (torch.randn(m, k, device="cuda", generator=g) / math.sqrt(k)).bfloat16()
     b = torch.randn(k, n, device="cuda", generator=g).bfloat16()
@@ -161,6 +164,9 @@ def bench_shape(m, n, k, rows, passes):
                      "vs_best_unfused": best / t_fused, "vs_gemm_alone": t_gemm / t_fused})
         rows.append({"shape": f"{m}x{n}x{k}", "epilog": name, "impl": "mathpy fused stateless", "ms": t_stateless,
                      "tflops": flops / t_stateless / 1e9})
+        summary.append({"epilog": name, "shape": f"{m}x{n}x{k}", "mathpy_ms": t_fused, "tflops": flops / t_fused / 1e9,
+                        "gemm_ms": t_gemm, "torch_ms": peers["cuBLASLt + torch eager"],
+                        "cupy_ms": peers.get("cuBLASLt + CuPy 1-pass"), "stateless_ms": t_stateless})
         print(f"  {m}x{n}x{k} {name}: fused {t_fused:.3f} ms (err {err:.2e}, {algorithm}), best unfused {best:.3f}, "
               f"GEMM alone {t_gemm:.3f}", flush=True)
 
@@ -220,16 +226,18 @@ def plot(rows, path):
 
 
 def main():
-    rows = []
+    rows, summary = [], []
     passes = cupy_passes()
     print(f"bench_matmul_epilog on {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
     for m, n, k in SHAPES:
         t0 = time.perf_counter()
-        bench_shape(m, n, k, rows, passes)
+        bench_shape(m, n, k, rows, passes, summary)
         print(f"  ({time.perf_counter() - t0:.1f} s)", flush=True)
     if VARIANTS:
         bench_variants(rows)
     print(table(rows))
+    print("\n" + _report.environment(torch.cuda.get_device_name()) + "\n")
+    print(_report.epilog_table(summary))
     os.makedirs(RESULTS, exist_ok=True)
     with open(os.path.join(RESULTS, "bench_matmul_epilog.json"), "w") as f:
         json.dump(rows, f, indent=1)

@@ -44,8 +44,10 @@ def script_headers(report):
                             {"cupy.fft.fft": 1.0})
     row = {"shape": "1x1x1", "dtype": "float16", "mathpy_ms": 1, "mathpy_tflops": 1, "mathpy_relu_bias_ms": 1}
     matmul = report.matmul_tables([row], {"torch.matmul": 1.0})
+    epilog = report.epilog_table([{"epilog": "e", "shape": "1x1x1", "mathpy_ms": 1, "tflops": 1, "gemm_ms": 1,
+                                   "torch_ms": 1, "cupy_ms": 1, "stateless_ms": 1}])
     device = report.device_table([("FFT c64", "n=64", 1.0, {"cuFFT (cupy)": 1.0}, 1.0, ">= 0.80", "")])
-    return [tuple(header) for text in (callbacks, fft, matmul, device) for header, _ in tables(text)]
+    return [tuple(header) for text in (callbacks, fft, matmul, epilog, device) for header, _ in tables(text)]
 
 
 def test_page_tables_are_the_scripts_tables(report):
@@ -84,6 +86,13 @@ def test_every_ratio_is_peer_time_over_mathpy_time():
             pairs = [(5, 3, plain), (6, 4, plain), (10, 8, fused), (11, 9, fused)]
             assert [header[i] for i in (5, 6, 10, 11)] == ["torch / mathpy", "nvmath / mathpy", "nvmath / mathpy",
                                                             "torch / mathpy"]
+        elif header[0] == "epilog":  # bench_matmul_epilog: the unfused reference is the faster of torch and CuPy
+            for row in rows:
+                mathpy = number(row[2])
+                assert abs(number(row[6]) - min(number(row[4]), number(row[5])) / mathpy) <= 0.011, row
+                assert abs(number(row[7]) - number(row[3]) / mathpy) <= 0.011, row
+                checked += 2
+            continue
         elif header[0] == "section":  # bench_device: the reference is the fastest peer
             for row in rows:
                 peers = [float(v) for v in re.findall(r"\d+\.\d+", row[3])]

@@ -265,8 +265,8 @@ def test_generic_kernel_ptx(sm90, precision):
 
     config = _gemm_kernel.GenericConfig(precision, precision, has_c=True, epilog="value", has_data=True)
     description = matmul(64, 64, 32, precision, block_size=256, a_arrangement="col_major")
-    ptx, _, params, _ = _gemm_build.generic_ptx(config, description, (9, 0), E.device_function(E.as_matmul_epilog(gate)),
-                                                E.data_view_maker("float32", 2))
+    epilog = E.device_function(E.as_matmul_epilog(gate))
+    ptx, _, params, _ = _gemm_build.generic_ptx(config, description, (9, 0), epilog, E.data_view_maker("float32", 2))
     assert not re.search(r"\b(ld|st)\.local", ptx) and "ld.global.nc.f32" in ptx
     kind = {"float32": "fma.rn.f32", "float64": "mma.sync.aligned.m8n8k4", "bfloat16": "mma.sync.aligned.m16n8k16"}
     assert kind[precision] in ptx

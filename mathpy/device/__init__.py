@@ -55,9 +55,14 @@ Design
   calls per butterfly, the rest by products): no table, no local memory. ``r2c``/``c2r`` of even size run a complex
   FFT of half the size on packed pairs of reals, with one extra shared-memory exchange to split/merge the spectrum
   (odd sizes run the full-length complex transform).
-- **GEMM.** fp32/fp64 (and fp16/bf16 shapes the tensor cores cannot take): each thread owns a ``TM x TN`` tile of C
-  in registers; the k loop reads A (broadcast within a warp, or conflict-free when A is stored column-major) and
-  consecutive B columns from shared memory. fp16/bf16 with m % 16 == n % 8 == k % 16 == 0 and whole warps: each warp
+- **GEMM.** fp64 with m % 8 == n % 8 == k % 4 == 0 runs on the fp64 tensor cores (``mma.sync.m8n8k4.f64``, 8 x 8
+  fragments). fp32 (and fp16/bf16 shapes the tensor cores cannot take): each thread owns a ``TM x TN`` tile of C in
+  registers; with a row-major A (fp32, k % 4 == 0) it owns groups of 4 rows and 4 columns and reads 16-byte vectors
+  (4 k of an A row, 4 columns of a B row), else the k loop reads A (broadcast within a warp, or conflict-free when A
+  is stored column-major) and consecutive B columns element by element. On sm_80+ the copies into shared memory
+  are 16-byte ``cp.async`` where the arrays are 16-byte aligned; ``load_ab_async`` + ``wait_loads`` let a kernel copy
+  the next k-slice while it multiplies the current one. fp16/bf16 with m % 16 == n % 8 == k % 16 == 0 and whole
+  warps: each warp
   owns a tile of 16 x 8 fragments of C and runs ``mma.sync.aligned.m16n8k16`` (sm_80+, fp32 accumulation) on
   fragments read from padded shared memory; under the simulator the same description runs its k loop on scalars
   with the same ownership of C. fp16 and bf16 accumulate in fp32. bf16: NumPy/numba arrays have no bfloat16

@@ -17,7 +17,8 @@ import numba  # noqa: E402  (after the NumPy fix; kernels need `cuda` as a modul
 from numba import cuda  # noqa: E402
 
 __all__ = ["fft_kernel", "convolution_kernel", "run_fft_case", "run_convolution_case", "matmul_kernel",
-           "matmul_pipelined_kernel", "matmul_shared_kernel", "run_matmul_case", "bf16_bits", "bf16_to_float32", "TOLERANCE"]
+           "matmul_pipelined_kernel", "matmul_shared_kernel", "run_matmul_case", "bf16_bits", "bf16_to_float32",
+           "TOLERANCE"]
 
 
 def bf16_bits(x):

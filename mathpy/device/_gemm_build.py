@@ -51,8 +51,8 @@ def patch_ptx(ptx, arch_specific=False, max_threads=None, blocks_per_sm=1):
         if count != 1:
             raise RuntimeError("no .target line found in the PTX numba-cuda produced")
     if max_threads:
-        ptx, count = re.subn(r"(\.entry\s+[\w$]+\s*\([^)]*\))", rf"\1\n.maxntid {max_threads}, 1, 1\n.minnctapersm {blocks_per_sm}",
-                             ptx, flags=re.S)
+        directives = rf"\1\n.maxntid {max_threads}, 1, 1\n.minnctapersm {blocks_per_sm}"
+        ptx, count = re.subn(r"(\.entry\s+[\w$]+\s*\([^)]*\))", directives, ptx, flags=re.S)
         if count < 1:
             raise RuntimeError("no .entry found in the PTX numba-cuda produced")
     return ptx
@@ -86,7 +86,8 @@ def hopper_namespace(config, epilog_fn=None, make_data=None):
         "np": np, "cuda": cuda, "U32": np.uint32, "U64": np.uint64, "INT64": np.int64,
         "ZERO": np.float32(0), "COMPUTE": np.float32, "DSIZE": np.dtype(config.out).itemsize,
         "SMEM_ADDRESS": H.smem_address, "MBAR_INIT": H.mbar_init, "FENCE_BARRIER_INIT": H.fence_barrier_init,
-        "SETMAXNREG_DEC": H.setmaxnreg_dec(config.registers[0]), "SETMAXNREG_INC": H.setmaxnreg_inc(config.registers[1]),
+        "SETMAXNREG_DEC": H.setmaxnreg_dec(config.registers[0]),
+        "SETMAXNREG_INC": H.setmaxnreg_inc(config.registers[1]),
         "MBAR_TRY_WAIT": H.mbar_try_wait, "MBAR_EXPECT_TX": H.mbar_arrive_expect_tx, "MBAR_ARRIVE": H.mbar_arrive,
         "TMA2": H.tma_load_2d, "TMA3": H.tma_load_3d, "WGMMA_FENCE": H.wgmma_fence,
         "WGMMA_COMMIT": H.wgmma_commit, "WGMMA_WAIT0": H.wgmma_wait0, "WGMMA_WAIT1": H.wgmma_wait1,

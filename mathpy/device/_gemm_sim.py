@@ -124,7 +124,6 @@ def run_fused_case(m, n, k, precision, out, batch, epilog, layout, with_c, seed=
     """One generic-kernel case under the simulator; returns the max error relative to the largest reference value.
     ``layout``: "nn" (row-major A and B), "tn" (A column-major), "nt" (B column-major), "bcast" (one B for every
     batch entry)."""
-    from numba import cuda
 
     from . import _gemm_build
     from . import _gemm_kernel as K

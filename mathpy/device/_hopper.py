@@ -90,8 +90,8 @@ def _simple(text, constraints, nargs, casts):
 
     names = ", ".join(f"x{i}" for i in range(nargs))
     scope = {"typing": typing}
-    exec(f"def typer(typingctx{', ' if nargs else ''}{names}):\n    return typing(typingctx, ({names}{',' if nargs else ''}))",
-         scope)
+    sep, comma = (", ", ",") if nargs else ("", "")
+    exec(f"def typer(typingctx{sep}{names}):\n    return typing(typingctx, ({names}{comma}))", scope)
     return intrinsic(scope["typer"])
 
 

@@ -186,7 +186,8 @@ class FusedCUDAEngine:
         if hopper:
             bn = CONFIG_OVERRIDE.get("bn", 128 if p.n <= 128 else 256)
             self._hopper_config = K.HopperConfig(
-                ab.name, out.name, bn=bn, stages=CONFIG_OVERRIDE.get("stages", 4 if bn == 256 else 6), a_mn_major=p.a.row_stride == 1 and p.m > 1,
+                ab.name, out.name, bn=bn, stages=CONFIG_OVERRIDE.get("stages", 4 if bn == 256 else 6),
+                a_mn_major=p.a.row_stride == 1 and p.m > 1,
                 b_mn_major=p.b.col_stride == 1 and p.n > 1, batched_a=p.a.batch > 1 and p.a.batch_stride != 0,
                 batched_b=p.b.batch > 1 and p.b.batch_stride != 0, has_c=p.c is not None, epilog=epilog_kind,
                 has_data=self._data is not None)
