@@ -705,7 +705,7 @@ def matmul(m, n, k, precision=np.float32, block_size=None, a_arrangement="row_ma
         >>> import numpy as np, mathpy.device
         >>> GEMM = mathpy.device.matmul(64, 64, 32, np.float32)
         >>> GEMM.block_dim, GEMM.accumulator_size, GEMM.shared_memory_size_ab
-        ((256, 1, 1), 16, 16640)
+        ((256, 1, 1), 16, 17408)
     """
     if epilogue is not None:
         if epilog is not None:
