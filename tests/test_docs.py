@@ -20,14 +20,13 @@ GUIDES = DOCS / "guides"
 
 # Docstrings that still break the -W build, in modules this branch does not own: the FFT/matmul host modules are
 # being rewritten by the house refactor (issue 9), after which issue 10's second half writes numpydoc docstrings for
-# them; mathpy/device/_matmul.py belongs to the device-GEMM work (issue 14). Their warnings are reported by
+# them. Their warnings are reported by
 # test_docs_build_has_no_warnings_in_modules_owned_elsewhere (strict xfail: it fails loudly, as XPASS, once they are
 # fixed, so this list must then shrink).
 OWNED_ELSEWHERE = (
     "mathpy/host/fft/_plan.py",        # FFT class docstring: an indented block after a paragraph
     "mathpy/host/fft/_options.py",     # FFTOptions: a field table written as an indented block
     "mathpy/host/matmul/_options.py",  # MatmulOptions: the same
-    "mathpy/device/_matmul.py",        # device matmul(): Google-style "Args:" (not numpydoc)
 )
 
 
@@ -64,7 +63,7 @@ def test_docs_build_has_no_warnings_in_this_branchs_modules(build):
     assert (html / "index.html").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="docstrings in modules owned by issue 9 (house) and 14 (gemm) still warn: "
+@pytest.mark.xfail(strict=True, reason="docstrings in modules owned by issue 9 (house) still warn: "
                                        + ", ".join(OWNED_ELSEWHERE))
 def test_docs_build_has_no_warnings_in_modules_owned_elsewhere(build):
     returncode, lines, _ = build

@@ -684,28 +684,37 @@ def matmul(m, n, k, precision=np.float32, block_size=None, a_arrangement="row_ma
     """Describe a block-level GEMM ``C (m x n) = alpha * A (m x k) @ B (k x n) + beta * C`` and get its device
     functions.
 
-    Args:
-        m, n, k: the tile sizes, 1 to 512; A and B together must fit in 48 KiB of shared memory (for a larger K,
-            describe a k-slice and loop with ``mma``).
-        precision: ``np.float16``, ``"bfloat16"`` (bf16 bit patterns in uint16/int16 arrays), ``np.float32`` or
-            ``np.float64``. fp16 and bf16 accumulate in fp32.
-        block_size: threads per block; default near ``m * n / 16`` (at most 256). Must split the m x n tile evenly.
-        a_arrangement: ``"row_major"`` (default) or ``"col_major"`` layout of A in shared memory (col-major reads are
-            free of bank conflicts; ``load_a`` transposes while copying).
-        epilog: optional numba device function ``f(x) -> x`` (compute precision) applied by ``store_accumulator*``
-            to each ``alpha * acc + beta * c`` value before it is stored (e.g. an activation). (``epilogue=`` is
-            its deprecated spelling: mathpy says epilog everywhere.)
-        tensor_cores: fp16/bf16 only. None (default): use the tensor cores (``mma.sync.m16n8k16``, fp32
-            accumulation, sm_80 or newer) when the shape allows it -- m a multiple of 16, n of 8, k of 16, whole
-            warps -- else the CUDA cores; True: require them (ValueError when impossible); False: CUDA cores. Under
-            numba's CUDA simulator the tensor-core configuration runs its k loop on scalars (same thread ownership
-            of C, same shared-memory layout).
+    Parameters
+    ----------
+    m, n, k : int
+        The tile sizes, 1 to 512; A and B together must fit in 48 KiB of shared memory (for a larger K, describe a
+        k-slice and loop with ``mma``).
+    precision
+        ``np.float16``, ``"bfloat16"`` (bf16 bit patterns in uint16/int16 arrays), ``np.float32`` or ``np.float64``.
+        fp16 and bf16 accumulate in fp32.
+    block_size : int, optional
+        Threads per block; default near ``m * n / 16`` (at most 256; fp64 on the tensor cores: ``m * n / 32``). Must
+        split the m x n tile evenly.
+    a_arrangement : {"row_major", "col_major"}
+        Layout of A in shared memory (col-major reads are free of bank conflicts; ``load_a`` transposes while
+        copying; row-major fp32 takes the vector tiles and 16-byte copies).
+    epilog : numba device function, optional
+        ``f(x) -> x`` (compute precision) applied by ``store_accumulator*`` to each ``alpha * acc + beta * c`` value
+        before it is stored (e.g. an activation). (``epilogue=`` is its deprecated spelling: mathpy says epilog
+        everywhere.)
+    tensor_cores : bool, optional
+        fp16, bf16 and fp64. None (default): use the tensor cores (fp16/bf16: ``mma.sync.m16n8k16`` with fp32
+        accumulation when m is a multiple of 16, n of 8, k of 16; fp64: ``mma.sync.m8n8k4.f64`` when m and n are
+        multiples of 8 and k of 4; whole warps; sm_80 or newer), else the CUDA cores; True: require them
+        (ValueError when impossible); False: CUDA cores. Under numba's CUDA simulator the tensor-core configuration
+        runs its k loop on scalars (same thread ownership of C, same shared-memory layout).
 
-    Example:
-        >>> import numpy as np, mathpy.device
-        >>> GEMM = mathpy.device.matmul(64, 64, 32, np.float32)
-        >>> GEMM.block_dim, GEMM.accumulator_size, GEMM.shared_memory_size_ab
-        ((256, 1, 1), 16, 17408)
+    Examples
+    --------
+    >>> import numpy as np, mathpy.device
+    >>> GEMM = mathpy.device.matmul(64, 64, 32, np.float32)
+    >>> GEMM.block_dim, GEMM.accumulator_size, GEMM.shared_memory_size_ab
+    ((256, 1, 1), 16, 17408)
     """
     if epilogue is not None:
         if epilog is not None:
