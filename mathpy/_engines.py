@@ -17,6 +17,9 @@ _TABLE = {
     ("fft", "cuda"): "mathpy.host.fft._cufft:CUFFTEngine",
     ("matmul", "cpu"): "mathpy.host.matmul._cpu:CPUEngine",
     ("matmul", "cuda"): "mathpy.host.matmul._cublaslt:CublasLtEngine",
+    # a Python epilog fused into mathpy's own GEMM kernels (issue 14)
+    ("matmul-fused", "cpu"): "mathpy.host.matmul._fused:FusedCPUEngine",
+    ("matmul-fused", "cuda"): "mathpy.host.matmul._fused_cuda:FusedCUDAEngine",
 }
 _resolved = {}
 

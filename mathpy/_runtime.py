@@ -11,7 +11,7 @@ import functools
 
 from ._errors import CUDALibraryError
 
-__all__ = ["call", "device_scope", "synchronize", "copy_device_to_device", "Event", "EventTimer"]
+__all__ = ["call", "device_scope", "synchronize", "copy_host_to_device", "copy_device_to_device", "Event", "EventTimer"]
 
 
 @functools.cache
@@ -48,6 +48,12 @@ def device_scope(device_id):
 def synchronize(stream):
     """Wait on the host until the work queued on raw ``stream`` so far has finished."""
     call("cudaStreamSynchronize", stream)
+
+
+def copy_host_to_device(destination, source, nbytes, stream):
+    """``nbytes`` from host address ``source`` to device address ``destination`` in ``stream``'s order. From pageable
+    memory the runtime stages the bytes before it returns, so ``source`` may be reused at once."""
+    call("cudaMemcpyAsync", destination, source, nbytes, _runtime().cudaMemcpyKind.cudaMemcpyHostToDevice, stream)
 
 
 def copy_device_to_device(destination, source, nbytes, stream):

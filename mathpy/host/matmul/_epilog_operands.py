@@ -1,4 +1,5 @@
-"""One handler per epilog operand: the bias, the RELU bitmask, the GELU pre-activation and the bias gradients.
+"""One handler per epilog operand: the bias, the RELU bitmask, the GELU pre-activation, the bias gradients, and the
+``data`` of a Python epilog.
 
 Each handler owns everything about its operand (formats in :mod:`._epilog`):
 
@@ -13,15 +14,17 @@ Each handler owns everything about its operand (formats in :mod:`._epilog`):
 Adding an epilog operand touches this file (and ``_epilog``'s table of which epilog takes which operand).
 
 >>> sorted(HANDLERS)
-['bgrada', 'bgradb', 'bias', 'dgelu_bgrad', 'drelu_bgrad', 'gelu_aux', 'relu_aux']
+['bgrada', 'bgradb', 'bias', 'data', 'dgelu_bgrad', 'drelu_bgrad', 'gelu_aux', 'relu_aux']
 >>> HANDLERS["relu_aux"].layout(8, 4, 3, None).col_stride       # in bits: 16 bytes per column
 128
 """
 
+import dataclasses
 import math
 
 import numpy as np
 
+from ..._strides import c_strides
 from ._epilog import gelu_aux_rows, relu_aux_rows
 from ._layouts import Staged, batch_stride, strided_view
 from ._options import BF16, F16, FLOAT8_DTYPES
@@ -203,7 +206,29 @@ class GeluAux(_Aux):
         return attribute
 
 
-HANDLERS = {"bias": Bias(), "relu_aux": ReluAux(), "gelu_aux": GeluAux(),
+class Data:
+    """``data``: the array a Python epilog indexes (``_fused``); any shape of up to 3 dimensions and its own strides,
+    read as it is (a C-order copy when it moves or has negative strides)."""
+
+    name = "data"
+
+    def check(self, spec, d_dtype):
+        pass
+
+    def stage(self, op, product, spec, d_dtype):
+        from ._fused import stage_data
+
+        layout, copy = stage_data(op)
+        mode = "contiguous" if copy or product.moves else None
+        if mode:
+            layout = dataclasses.replace(layout, strides=c_strides(layout.shape))
+        return Staged("data", op, layout, mode, None, product.moves)
+
+    def cpu_view(self, layout, base):
+        return base
+
+
+HANDLERS = {"bias": Bias(), "relu_aux": ReluAux(), "gelu_aux": GeluAux(), "data": Data(),
             **{name: BiasGradient(name) for name in ("drelu_bgrad", "dgelu_bgrad", "bgrada", "bgradb")}}
 
 

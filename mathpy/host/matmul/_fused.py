@@ -25,6 +25,7 @@ import time
 
 import numpy as np
 
+from ..._strides import c_strides
 from ...jit import _matmul_epilog as E
 from ._cpu import _compute_dtype, _round_inputs, _store
 from ._options import BF16
@@ -84,32 +85,21 @@ def check_fused_problem(epilog, a_dtype, b_dtype, d_dtype, compute_type):
                          f"epilog on {a_dtype.name} operands; allowed: {wanted}")
 
 
-def stage_data(op, epilog, package, device_id):
-    """(DataLayout, needs a C-order copy) of the ``data`` operand ``op``; ValueError / TypeError when it cannot be
-    one."""
+def stage_data(op):
+    """(DataLayout, needs a C-order copy) of the ``data`` operand ``op``; ValueError when it cannot be one (its
+    package and device are the caller's to check)."""
     dtype = op.dtype.name
     if dtype not in E.DATA_DTYPES:
-        raise ValueError(f"epilog input 'data' of {epilog.where} has dtype {dtype}; allowed: "
+        raise ValueError(f"epilog input 'data' has dtype {dtype}; a Python epilog's data may be "
                          f"{', '.join(E.DATA_DTYPES)}")
     if not 0 <= len(op.shape) <= 3:
-        raise ValueError(f"epilog input 'data' of {epilog.where} has shape {tuple(op.shape)}; it must have at most "
-                         f"3 dimensions (data[row, col], data[row], data[batch, row, col], ...)")
-    if op.package != package or op.device_id != device_id:
-        raise ValueError(f"epilog input 'data' must be of the operands' package and device ({package}, "
-                         f"{device_id}); it is {op.package}, {op.device_id}")
+        raise ValueError(f"epilog input 'data' has shape {tuple(op.shape)}; it must have at most 3 dimensions "
+                         f"(data[row, col], data[row], data[batch, row, col], ...)")
     strides = tuple(op.strides)
     copy = any(s < 0 for s in strides)  # the kernel indexes with non-negative strides
     if copy:
-        strides = _c_strides(op.shape)
+        strides = c_strides(op.shape)
     return DataLayout(tuple(op.shape), strides, dtype), copy
-
-
-def _c_strides(shape):
-    strides, step = [], 1
-    for extent in reversed(shape):
-        strides.append(step)
-        step *= max(extent, 1)
-    return tuple(reversed(strides))
 
 
 class FusedCPUEngine:

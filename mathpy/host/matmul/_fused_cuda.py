@@ -19,7 +19,7 @@ import threading
 
 import numpy as np
 
-from ... import _cuda, _operands
+from ... import _cuda, _operands, _packages, _runtime
 from ..._errors import CUDALibraryError
 from ..._log import logger
 from ...jit import _matmul_epilog as E
@@ -94,7 +94,7 @@ def _kernel(kind, config, epilog, data, device_id, description=None):
         if found is None:
             cc = _cuda.compute_capability(device_id)
             built = _cached_build(kind, config, epilog, data, cc, description)
-            with _cuda.device_scope(device_id):
+            with _runtime.device_scope(device_id):
                 found = _kernels[key] = _Kernel(*built)
         return found
 
@@ -165,12 +165,14 @@ class FusedCUDAEngine:
     """Executes a :class:`~._problem.MatmulProblem` with a fused Python epilog on the GPU; arguments of
     :meth:`execute` as for the cuBLASLt engine (device pointers; ``epilog_inputs["data"]`` the data pointer)."""
 
-    def __init__(self, problem, *, execution=None, options=None, preferences=None, package=None, stream=None):
+    def __init__(self, problem, *, execution=None, options=None, preferences=None, allocator=None):
         from ...device import _gemm_kernel as K
 
         self.problem, self.execution = problem, execution
         self.device_id = execution.device_id
-        self._package = package or _operands.gpu_array_package()
+        # the package whose stream-ordered pool holds each execute's tensor maps (as cuBLASLt's workspaces)
+        self._package = (allocator.package if allocator is not None else
+                         _packages.get(_operands.device_package()))
         self.workspace_bytes = 0
         p = problem
         fused = p.fused
@@ -231,8 +233,7 @@ class FusedCUDAEngine:
             strides = tuple(data.strides) + (0,) * (3 - data.ndim)
             values.update(data_ptr=epilog_inputs["data"], data_s0=shape[0], data_s1=shape[1], data_s2=shape[2],
                           data_t0=strides[0], data_t1=strides[1], data_t2=strides[2])
-        scope = _cuda.device_scope(self.device_id)
-        with scope:
+        with _runtime.device_scope(self.device_id):
             if self._hopper_config is not None and a % 16 == 0 and b % 16 == 0:
                 self._launch_hopper(a, b, values, stream)
             else:
@@ -241,8 +242,8 @@ class FusedCUDAEngine:
     def _launch_hopper(self, a, b, values, stream):
         config, p = self._hopper_config, self.problem
         maps = _encode_maps(config, p, a, b)
-        buffer = _operands.empty(self._package, (256,), np.uint8, self.device_id, stream)
-        address = _operands.wrap_operand(buffer).data_ptr
+        buffer = self._package.on(self.device_id, stream).empty((256,), np.uint8)
+        address = self._package.pointer(buffer)
         _upload(address, maps, stream)
         tiles_m, tiles_n = grid_tiles(p.m, p.n, config.bm, config.bn)
         values.update(tmap_a=address, tmap_b=address + 128, tiles_m=tiles_m, tiles_n=tiles_n)
@@ -295,11 +296,8 @@ def _encode_maps(config, p, a, b):
 
 
 def _upload(address, maps, stream):
-    from cuda.bindings import runtime
-
-    kind = runtime.cudaMemcpyKind.cudaMemcpyHostToDevice
     for i, tmap in enumerate(maps):
-        _check(runtime.cudaMemcpyAsync(address + 128 * i, tmap.getPtr(), 128, kind, stream), "cudaMemcpyAsync")
+        _runtime.copy_host_to_device(address + 128 * i, tmap.getPtr(), 128, stream)
 
 
 def _log_choice(engine):  # pragma: no cover - debug aid

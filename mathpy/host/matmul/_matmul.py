@@ -38,9 +38,10 @@ from ..._streams import stream_pointer
 from ._call import Finish, MatmulCall, holder_for
 from ._epilog import EPILOG_INPUT_NAMES, as_epilog, epilog_spec
 from ._epilog_operands import HANDLERS, output_layouts
+from ._fused import FusedEpilog, check_fused_problem, fused_epilog
 from ._layouts import Product, c_in_d_order, expand_c, result_layout, stage_a, stage_b, stage_matrix
 from ._options import FLOAT8_DTYPES, MatmulOptions, MatmulPlanPreferences, resolve_types
-from ._problem import MatmulProblem
+from ._problem import MatmulProblem, row_major
 
 __all__ = ["Matmul", "matmul_plan_cache", "make_engine"]
 
@@ -54,11 +55,12 @@ _FREED, _CREATED, _PLANNED = "freed", "created", "planned"
 
 def make_engine(problem, execution, options, preferences, allocator):
     """The engine for ``problem`` (:mod:`mathpy._engines`: NumPy on the CPU, cuBLASLt on a GPU with workspaces from
-    ``allocator``, a :class:`~mathpy._packages.PackageStream`)."""
+    ``allocator``, a :class:`~mathpy._packages.PackageStream`; mathpy's own GEMM for a Python epilog)."""
+    api = "matmul" if problem.fused is None else "matmul-fused"
     if isinstance(execution, ExecutionCPU):
-        return _engines.get("matmul", "cpu")(problem, execution=execution, options=options, preferences=preferences)
-    return _engines.get("matmul", "cuda")(problem, execution=execution, options=options, preferences=preferences,
-                                          allocator=allocator)
+        return _engines.get(api, "cpu")(problem, execution=execution, options=options, preferences=preferences)
+    return _engines.get(api, "cuda")(problem, execution=execution, options=options, preferences=preferences,
+                                     allocator=allocator)
 
 
 def _check_scalar(value, name, scale_type):
@@ -171,8 +173,17 @@ class Matmul:
 
     def plan(self, epilog=None, epilog_inputs=None, preferences=None, algorithms=None):
         """Choose the epilog and build the plan; returns the candidate algorithms (best first by the library's
-        heuristic). ``algorithms`` restricts the candidates to the given ones (from an earlier ``plan()``)."""
+        heuristic). ``algorithms`` restricts the candidates to the given ones (from an earlier ``plan()``).
+
+        ``epilog``: a :class:`MatmulEpilog` (or its name), run by cuBLASLt; or a Python function ``f(value, row, col,
+        data)`` / ``f(value, batch, row, col, data)`` fused into mathpy's own GEMM, with ``epilog_inputs={"data": x}``
+        optional (:mod:`._fused`)."""
         self._check_not_freed("plan")
+        fused = fused_epilog(epilog)  # a Python function: checked here, before any work
+        if fused is not None:
+            check_fused_problem(fused, self._staged["a"].op.dtype, self._staged["b"].op.dtype, self._d_dtype,
+                                self._compute_type)
+            epilog = None
         epilog = as_epilog(epilog)
         spec = epilog_spec(epilog)
         preferences = check_or_create_options(MatmulPlanPreferences, preferences, "preferences")
@@ -194,16 +205,17 @@ class Matmul:
         given = {} if epilog_inputs is None else epilog_inputs
         if not isinstance(given, dict):
             raise TypeError(f"epilog_inputs must be a dict, not {type(given).__name__}")
+        wanted = ("data",) if fused is not None else spec.inputs
         missing = [name for name in spec.inputs if given.get(name) is None]
-        unknown = sorted(set(given) - set(spec.inputs))
+        unknown = sorted(set(given) - set(wanted))
         if missing:
             raise ValueError(f"epilog {spec.name} needs epilog_inputs {list(spec.inputs)}; missing {missing}")
         if unknown:
-            allowed = list(spec.inputs) or "none"
-            raise ValueError(f"epilog_inputs {unknown} do not apply to epilog "
-                             f"{'None' if epilog is None else spec.name}; it takes {allowed} (known inputs: "
-                             f"{list(EPILOG_INPUT_NAMES)})")
-        inputs = {name: self._stage_input(name, given[name], spec) for name in spec.inputs}
+            allowed = list(wanted) or "none"
+            name = fused.where if fused is not None else "None" if epilog is None else spec.name
+            raise ValueError(f"epilog_inputs {unknown} do not apply to epilog {name}; it takes {allowed} (known "
+                             f"inputs: {list(EPILOG_INPUT_NAMES)}, or 'data' for a Python epilog)")
+        inputs = {name: self._stage_input(name, given[name], spec) for name in wanted if given.get(name) is not None}
         bgrad = spec.bgrad if self._on_gpu and spec.bgrad in ("a", "b") else None
         if bgrad != self._product.bgrad:  # BGRADA/BGRADB need their own A/B layouts
             self._product = self._product._replace(bgrad=bgrad)
@@ -212,6 +224,8 @@ class Matmul:
 
         p = self._product
         d_layout = result_layout(epilog, d_dtype, self._staged["a"], self._staged["b"], self._c_given, p)
+        if fused is not None:  # the fused engines write row-major results
+            d_layout = row_major(p.m, p.n, d_layout.batch, d_dtype)
         if self._c_given is not None:
             self._staged["c"] = c_in_d_order(self._c_given, d_layout, p)
         problem = MatmulProblem(
@@ -219,7 +233,8 @@ class Matmul:
             b=self._staged["b"].layout, c=self._staged["c"].layout if "c" in self._staged else None, d=d_layout,
             compute_type=self._compute_type, scale_type=self._scale_type, epilog=epilog,
             epilog_inputs=tuple((name, s.layout) for name, s in inputs.items()),
-            epilog_outputs=output_layouts(spec, p.m, p.n, d_layout.batch, d_dtype), **self._float8_scales())
+            epilog_outputs=output_layouts(spec, p.m, p.n, d_layout.batch, d_dtype), **self._float8_scales(),
+            fused=None if fused is None else FusedEpilog(fused, inputs["data"].layout if "data" in inputs else None))
 
         # The old plan goes first (its workspace counts against the cache bound); from here a failure must not
         # leave this object looking planned with a freed engine, so it falls back to the unplanned state.
