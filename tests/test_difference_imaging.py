@@ -9,6 +9,7 @@ The notebook is run by tests/test_notebooks.py.
 """
 
 import contextlib
+import dataclasses
 import importlib.util
 import io
 import pathlib
@@ -109,6 +110,34 @@ def test_fit_is_the_least_squares_solution(name):
     assert worst <= diffim.tolerance(config), worst
 
 
+def test_mathpy_normal_equations_are_the_array_pipelines(scene):
+    """mathpy gathers the normal equations from where its correlation plans stored their source (the lags on
+    modulated rows and columns, the ramp projections and sums in three extra columns per stamp): the same augmented
+    systems as the array pipeline's array expressions, entry by entry, to single precision (two FFT stages of
+    float32 rounding) relative to each stamp's largest entry. A ridge far above that rounding shows it is applied."""
+    config = dataclasses.replace(SMALL, ridge=1e-3)
+    data = diffim.inputs(scene, config)
+    args = data.science, data.reference, data.sigma_science, data.sigma_reference
+    expected = diffim.make_pipeline("numpy", config, gpu=False)[0].equations(*args)
+    found = diffim.make_pipeline("mathpy", config, gpu=False)[0].equations(*args)
+    assert found.shape == expected.shape == (config.batch, config.taps + 3, config.taps + 4)
+    scale = np.abs(expected).max(axis=(1, 2))
+    error = (np.abs(found - expected).max(axis=(1, 2)) / scale).max()
+    assert error <= 2 * float(np.finfo(np.float32).eps) * np.log2(config.stamp ** 2), error
+
+
+def test_every_mathpy_plan_is_one_cufft_plan():
+    """cuFFT runs a plan with callbacks only when its layouts fold into one (n, embed, stride, dist, batch): checked
+    here for every plan of the pipeline (the CPU engine would run the others too)."""
+    from mathpy.host.fft._layout import cufft_params
+
+    pipeline = diffim.make_pipeline("mathpy", SMALL, gpu=False)[0]
+    assert len(pipeline.plans) == 7
+    for plan in pipeline.plans:
+        params = cufft_params(plan.transform, allow_loops=False)
+        assert params.executes == 1, plan
+
+
 def test_relative_error_sees_a_wrong_kernel(scene, reference):
     """The tolerance is tight enough to catch a small modelling error: one kernel tap fewer per side."""
     config = diffim.Config(n=SMALL.n, core=SMALL.core, kernel_radius=SMALL.kernel_radius - 1)
@@ -122,8 +151,10 @@ def test_callbacks_compile_for_the_gpu():
     import mathpy.fft
     from diffim.mathpy_pipeline import callbacks
 
-    user_data = {"stamps_prolog": "complex64", "correlation_prolog": "complex64", "correlation_epilog": None,
-                 "kernel_psf_prolog": "float32", "difference_prolog": "complex64", "difference_epilog": "float32"}
+    user_data = {"stamps_prolog": "complex64", "stamps_epilog": None, "correlation_prolog": "complex64",
+                 "correlation_epilog": None, "lag_epilog": None, "kernel_psf_prolog": "float32",
+                 "norm_grid_prolog": "float32", "norm_prolog": "complex64", "norm_epilog": "complex64",
+                 "difference_prolog": "complex64", "difference_epilog": "float32"}
     functions = callbacks(diffim.Config(n=4096))
     assert set(functions) == set(user_data)
     for name, info in user_data.items():
@@ -142,6 +173,9 @@ def test_config_rejects_bad_layouts():
         diffim.Config(n=512, core=128, pad=8)
     with pytest.raises(ValueError, match="kernel_radius"):
         diffim.Config(n=512, core=128, kernel_radius=0)
+    from diffim.mathpy_pipeline import Layout
+    with pytest.raises(ValueError, match="norm_grid 24 is too large"):  # the model buffer cannot hold B norm grids
+        Layout(diffim.Config(n=48, core=16, pad=4, kernel_radius=2, psf_radius=2, norm_grid=24)).check()
 
 
 @pytest.mark.parametrize("name", ["numpy", "mathpy"])

@@ -2,8 +2,8 @@
 (the same code: CuPy is a drop-in for NumPy and SciPy here). This is what a careful array programmer writes: the
 stamps are batched into one FFT per stage, pointwise results go into preallocated arrays with ``out=``, inverse FFTs
 may overwrite their (temporary) input instead of copying it, FFT plans are cached (scipy.fft's and CuPy's own plan
-caches), and nothing leaves the device until the detections. Each pointwise step is still its own pass over memory:
-an array library cannot reach inside its FFTs.
+caches), index tables and constants are moved to the device once, and nothing leaves the device until the
+detections. Each pointwise step is still its own pass over memory: an array library cannot reach inside its FFTs.
 """
 
 import numpy as np
@@ -42,11 +42,7 @@ class ArrayPipeline:
         else:
             import cupyx.scipy.fft
             self.fft = cupyx.scipy.fft
-        self.tables = t = sfft.Tables(config)
-        self._kernel_pixels = tuple(xp.asarray(a) for a in t.kernel_pixels)
-        self._psf_pixels = tuple(xp.asarray(a) for a in t.psf_pixels)
-        self._lags = xp.asarray(t.lag_index)
-        self._projection, self._half_projection = xp.asarray(t.projection), xp.asarray(t.half_projection)
+        self.tables = sfft.Tables(config).to(xp)
 
     def _stamps(self, image, scale, out):
         """Cut the image into overlapping stamps (reflected at the image border), scaled, into ``out`` (B, P, P)."""
@@ -69,27 +65,37 @@ class ArrayPipeline:
         return i_hat, j_hat
 
     def _normal_equations(self, i_hat, j_hat):
-        """sfft.solve's arguments: the correlation windows and the background blocks."""
+        """The augmented normal equations (B, L + 3, L + 4) of every stamp, gathered from their source
+        (``sfft.Tables.SOURCE``)."""
         xp, c, t, p = self.xp, self.config, self.tables, self.config.stamp
-        lags = self._lags
-        products = xp.empty((2, c.batch, p, c.half), np.complex64)
+        b, w2 = c.batch, 2 * c.kernel_radius
+        lags = t.lag_index
+        products = xp.empty((2, b, p, c.half), np.complex64)
         j_conj = j_hat.conj()
         xp.multiply(j_conj, j_hat, out=products[0])
         xp.multiply(j_conj, i_hat, out=products[1])
         correlations = self.fft.irfft2(products, s=(p, p), overwrite_x=True)
         windows = correlations[:, :, lags[:, None], lags[None, :]]
-        rows = (xp.stack((i_hat[:, 0, :], j_hat[:, 0, :]), axis=1) @ self._half_projection).real
-        columns = (xp.stack((i_hat[:, :, 0], j_hat[:, :, 0]), axis=1) @ self._projection).real
-        kb, rhs_b = sfft.background_blocks(xp, t, rows, columns, i_hat[:, 0, 0].real, j_hat[:, 0, 0].real)
-        return windows[0], windows[1], kb, rhs_b
+        windows[0, :, w2, w2] *= np.float32(1 + c.ridge)  # the diagonal of M is the autocorrelation at lag 0
+        rows = (xp.stack((i_hat[:, 0, :], j_hat[:, 0, :]), axis=1) @ t.half_projection).real
+        columns = (xp.stack((i_hat[:, :, 0], j_hat[:, :, 0]), axis=1) @ t.projection).real
+        totals = xp.stack((i_hat[:, 0, 0].real, j_hat[:, 0, 0].real), axis=1)
+        source = xp.concatenate([windows[0].reshape(b, -1), windows[1].reshape(b, -1), rows.reshape(b, -1),
+                                 columns.reshape(b, -1), totals, xp.broadcast_to(t.constants, (b, 3))], axis=1)
+        return source[:, t.system_index]
 
-    def fit(self, science, reference, sigma_science, sigma_reference):
-        """Only the fit: kernels (B, L) and background planes (B, 3) of the noise-normalised stamps."""
+    def equations(self, science, reference, sigma_science, sigma_reference):
+        """Only the normal equations: the augmented systems [M | r] (B, L + 3, L + 4), float32, of the
+        noise-normalised stamps."""
         c = self.config
         sfft.check_inputs(c, science, reference, np.zeros((c.batch, 2 * c.psf_radius + 1, 2 * c.psf_radius + 1)),
                           sigma_science, sigma_reference)
-        i_hat, j_hat = self._spectra(science, reference, sigma_science, sigma_reference)
-        return sfft.solve(self.xp, self.config, self.tables, *self._normal_equations(i_hat, j_hat))
+        return self._normal_equations(*self._spectra(science, reference, sigma_science, sigma_reference))
+
+    def fit(self, science, reference, sigma_science, sigma_reference):
+        """Only the fit: kernels (B, L) and background planes (B, 3) of the noise-normalised stamps."""
+        x = sfft.solve(self.xp, self.equations(science, reference, sigma_science, sigma_reference))
+        return x[:, :self.config.taps].astype(np.float32), x[:, self.config.taps:].astype(np.float32)
 
     def run(self, science, reference, psfs, sigma_science, sigma_reference, timer=None):
         """Difference (counts) and score (sigma) images, (n, n) float32 each, of one image pair.
@@ -105,14 +111,15 @@ class ArrayPipeline:
 
         i_hat, j_hat = self._spectra(science, reference, sigma_science, sigma_reference)
         timer.mark("stamps + forward FFTs")
-        equations = self._normal_equations(i_hat, j_hat)
+        system = self._normal_equations(i_hat, j_hat)
         timer.mark("normal equations (correlations)")
-        kernels, backgrounds = sfft.solve(xp, c, t, *equations)
+        x = sfft.solve(xp, system)
+        kernels, backgrounds = x[:, :c.taps].astype(np.float32), x[:, c.taps:].astype(np.float32)
         timer.mark("solve")
 
         images = xp.zeros((2, c.batch, p, p), np.float32)
-        images[0][:, self._kernel_pixels[0], self._kernel_pixels[1]] = kernels
-        images[1][:, self._psf_pixels[0], self._psf_pixels[1]] = psfs.reshape(c.batch, -1)
+        images[0][:, t.kernel_pixels[0], t.kernel_pixels[1]] = kernels
+        images[1][:, t.psf_pixels[0], t.psf_pixels[1]] = psfs.reshape(c.batch, -1)
         kernel_spectra = fft.rfft2(images)
         k_hat, p_hat = kernel_spectra[0], kernel_spectra[1]
         norms = sfft.score_norm(xp, fft, c, t, kernels, psfs)

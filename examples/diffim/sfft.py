@@ -20,14 +20,21 @@ decorrelation filter (Reiss & Lupton 2016, as in SFFT's decorrelation) is ``phi^
 Conventions: stamps are ``P = core + 2 pad`` pixels wide, ``B = (n / core)^2`` of them; a correlation
 ``c(tau) = sum_y J(y) X(y + tau)`` is ``irfft2(conj(J^) X^)``; kernel offsets s = (dy, dx) run over ``[-w, w]^2``,
 dy major, and the kernel image holds K(s) at (dy mod P, dx mod P).
+
+The normal equations of a stamp are gathered, by one index table (``Tables.system_index``), from a short *source*
+of float32 values (``Tables.SOURCE``): J's autocorrelation and its cross-correlation with I at the lags
+``[-2w, 2w]^2`` (the ridge already on the autocorrelation's lag 0), the ramp projections of I and J along rows and
+columns, the sums of I and J, and three constants. How a pipeline computes that source is its own business (array
+expressions, or FFT callbacks that write it where the gather finds it); the (L + 3) x (L + 4) augmented system
+``[M | r]`` and its float64 solve are shared.
 """
 
+import copy
 import dataclasses
 
 import numpy as np
 
-__all__ = ["Config", "Tables", "check_inputs", "background_blocks", "solve", "score_norm", "stitch", "crop", "detect",
-           "veto", "match"]
+__all__ = ["Config", "Tables", "check_inputs", "solve", "score_norm", "stitch", "crop", "detect", "veto", "match"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,7 +127,17 @@ def check_inputs(config, science, reference, psfs, sigma_science, sigma_referenc
 
 
 class Tables:
-    """Index tables that depend only on the configuration (NumPy; the pipelines move them to their device)."""
+    """Index tables and constants that depend only on the configuration, computed in NumPy; ``to(xp)`` gives a copy
+    whose arrays live on the pipeline's device (kept there: nothing is uploaded per image pair)."""
+
+    #: The parts of one stamp's normal-equation source, in order (``source_offsets`` says where each starts):
+    #: jj         J's autocorrelation at the lags [-2w, 2w]^2, dy major (lags^2 values), the ridge on lag 0
+    #: ji         J's cross-correlation with I at the same lags
+    #: rows       sum_x X(x - (0, d)) u(x) for d in [-w, w] (u: the ramp along columns), X = I, then X = J
+    #: columns    sum_x X(x - (d, 0)) v(x), the same with the ramp v along rows
+    #: totals     sum_x I(x), sum_x J(x)
+    #: constants  0, P^2, P sum(ramp^2)
+    SOURCE = ("jj", "ji", "rows", "columns", "totals", "constants")
 
     def __init__(self, config):
         c = config
@@ -129,17 +146,16 @@ class Tables:
         self.dy, self.dx = (a.reshape(-1) for a in np.meshgrid(d, d, indexing="ij"))
         lag = np.arange(-2 * w, 2 * w + 1)
         self.lag_index = lag % p          # where lag tau sits in a P-periodic correlation
-        # The normal matrix, gathered per stamp from [J's autocorrelation window (lags^2), the kernel-background
-        # block (L x 3), the background-background block (3 x 3)]: M[i, j] = A(s_i - s_j) for kernel taps i, j.
-        lags = 4 * w + 1
-        taps = self.dy.size
-        kk = (self.dy[:, None] - self.dy[None, :] + 2 * w) * lags + (self.dx[:, None] - self.dx[None, :] + 2 * w)
-        kb = lags * lags + np.arange(taps)[:, None] * 3 + np.arange(3)[None, :]
-        bb = lags * lags + 3 * taps + np.arange(9).reshape(3, 3)
-        self.assembly = np.block([[kk, kb], [kb.T, bb]]).reshape(-1)
-        self.rhs_index = (self.dy + 2 * w) * lags + self.dx + 2 * w  # C(s_i) in the cross-correlation window
+        lengths = {"jj": c.lags ** 2, "ji": c.lags ** 2, "rows": 2 * d.size, "columns": 2 * d.size, "totals": 2,
+                   "constants": 3}
+        starts = np.cumsum([0] + [lengths[name] for name in self.SOURCE])
+        self.source_offsets = {name: int(start) for name, start in zip(self.SOURCE, starts)}
+        self.source_size = int(starts[-1])
         # background basis along one stamp axis, in [-1, 1)
         self.ramp = ((np.arange(p) - (p - 1) / 2) / (p / 2)).astype(np.float32)
+        ramp2 = float(np.sum(self.ramp.astype(np.float64) ** 2))
+        self.constants = np.array([0, p * p, p * ramp2], np.float32)  # the background-background block (ramps sum to 0)
+        self.system_index = self._system_index(c)
         # Kernel-background block: sum_x X(x - d e) ramp(x) for a shift d in [-w, w] along one axis e is
         # (1/P) sum_k X^_e(k) exp(-2 pi i k d / P) conj(ramp^(k)), X^_e the zero line of X's spectrum along e.
         k = np.arange(p)
@@ -159,41 +175,45 @@ class Tables:
         # real-FFT weights of the halved axis on the norm grid: the columns 1..G/2-1 stand for two
         self.norm_weights = np.full(g // 2 + 1, 2.0, np.float32)
         self.norm_weights[0] = self.norm_weights[-1] = 1.0
-        ramp2 = float(np.sum(self.ramp.astype(np.float64) ** 2))
-        self.bb = np.diag([p * p, p * ramp2, p * ramp2]).reshape(-1)  # background-background (ramps sum to 0)
+        self.core_ramp = self.ramp[c.pad:c.pad + c.core]
+
+    def _system_index(self, config):
+        """(L + 3, L + 4) positions in the source of the augmented normal equations [M | r] of one stamp: M[i, j] =
+        A(s_i - s_j) for kernel taps i, j (A: J's autocorrelation), the kernel-background block sum_x J(x - s_i) b(x)
+        for the background basis b = 1, u, v, the background-background block, and r = (C(s_i), sum I b), C the
+        cross-correlation of J with I."""
+        w, lags, k = config.kernel_radius, config.lags, 2 * config.kernel_radius + 1
+        o = self.source_offsets
+        dy, dx = self.dy, self.dx
+        taps = dy.size
+        kk = o["jj"] + (dy[:, None] - dy[None, :] + 2 * w) * lags + (dx[:, None] - dx[None, :] + 2 * w)
+        kb = np.stack([np.full(taps, o["totals"] + 1),           # sum_x J(x - s) = sum J
+                       o["rows"] + k + dx + w,                   # J's projection on the column ramp u
+                       o["columns"] + k + dy + w], axis=1)       # and on the row ramp v
+        zero, pp, pr = (o["constants"] + i for i in range(3))
+        bb = np.array([[pp, zero, zero], [zero, pr, zero], [zero, zero, pr]])
+        rhs = np.concatenate([o["ji"] + (dy + 2 * w) * lags + dx + 2 * w,
+                              [o["totals"], o["rows"] + w, o["columns"] + w]])
+        return np.concatenate([np.block([[kk, kb], [kb.T, bb]]), rhs[:, None]], axis=1)
+
+    def to(self, xp):
+        """A copy whose array tables live in ``xp`` (NumPy: this object)."""
+        if xp is np:
+            return self
+        other = copy.copy(self)
+        for name, value in vars(self).items():
+            if isinstance(value, np.ndarray):
+                setattr(other, name, xp.asarray(value))
+            elif isinstance(value, tuple) and value and all(isinstance(a, np.ndarray) for a in value):
+                setattr(other, name, tuple(xp.asarray(a) for a in value))
+        return other
 
 
-def background_blocks(xp, tables, rows, columns, total_i, total_j):
-    """(kernel-background block (B, L, 3), background right-hand side (B, 3)) of the normal equations.
-
-    rows[:, 0 / 1, d]     sum_x I(x - (0, d)) u(x) / the same for J, u the ramp along columns, d in [-w, w]
-    columns[:, 0 / 1, d]  the same with shifts (d, 0) along rows and the ramp v along rows
-    total_i, total_j      sum_x I(x), sum_x J(x)
-    (the pipelines get the projections from the zero row and column of the spectra: ``Tables.projection``)."""
-    t = tables
-    w = (rows.shape[-1] - 1) // 2
-    b, taps = rows.shape[0], t.dy.size
-    kb = xp.empty((b, taps, 3), np.float64)
-    kb[:, :, 0] = total_j[:, None]
-    kb[:, :, 1] = rows[:, 1, xp.asarray(t.dx + w)]
-    kb[:, :, 2] = columns[:, 1, xp.asarray(t.dy + w)]
-    rhs = xp.stack([total_i, rows[:, 0, w], columns[:, 0, w]], axis=-1)
-    return kb, rhs
-
-
-def solve(xp, config, tables, window_jj, window_ji, kb, rhs_b):
-    """Kernels (B, L) and backgrounds (B, 3) from the correlation windows (B, lags, lags) of J with itself and of
-    J with I, and the background blocks; one batched float64 solve of the (L + 3)-square normal equations.
-    ``window_jj`` gets the ridge added at lag 0 (in place)."""
-    t = tables
-    b, taps, w2 = window_jj.shape[0], t.dy.size, 2 * config.kernel_radius
-    window_jj[:, w2, w2] *= np.float32(1 + config.ridge)  # the diagonal of M is the autocorrelation at lag 0
-    source = xp.concatenate([window_jj.reshape(b, -1), kb.reshape(b, -1), xp.broadcast_to(xp.asarray(t.bb), (b, 9))],
-                            axis=1)
-    m = source[:, xp.asarray(t.assembly)].reshape(b, taps + 3, taps + 3)
-    rhs = xp.concatenate([window_ji.reshape(b, -1)[:, xp.asarray(t.rhs_index)], rhs_b], axis=1)
-    x = xp.linalg.solve(m.astype(np.float64), rhs.astype(np.float64)[..., None])[..., 0]
-    return x[:, :taps].astype(np.float32), x[:, taps:].astype(np.float32)
+def solve(xp, system):
+    """Kernel and background coefficients (B, L + 3), float64, of the augmented normal equations ``system``
+    (B, L + 3, L + 4) = [M | r] (any float dtype): one batched solve in float64."""
+    system = system.astype(np.float64)
+    return xp.linalg.solve(system[..., :-1], system[..., -1:])[..., 0]
 
 
 def score_norm(xp, fft, config, tables, kernels, psfs):
@@ -202,13 +222,13 @@ def score_norm(xp, fft, config, tables, kernels, psfs):
     t, g = tables, config.norm_grid
     b = kernels.shape[0]
     grids = xp.zeros((2, b, g, g), np.float32)
-    grids[0][:, xp.asarray(t.norm_kernel_pixels[0]), xp.asarray(t.norm_kernel_pixels[1])] = kernels
-    grids[1][:, xp.asarray(t.norm_psf_pixels[0]), xp.asarray(t.norm_psf_pixels[1])] = psfs.reshape(b, -1)
+    grids[0][:, t.norm_kernel_pixels[0], t.norm_kernel_pixels[1]] = kernels
+    grids[1][:, t.norm_psf_pixels[0], t.norm_psf_pixels[1]] = psfs.reshape(b, -1)
     spectra = fft.rfft2(grids)
     power = (spectra * spectra.conj()).real                 # |K^|^2, |P^|^2
     k0 = spectra[0, :, 0, 0].real
     # ||phi (x) P||^2 = (1 + k0^2) / G^2 sum_k |P^|^2 / (1 + |K^|^2), the halved axis weighted
-    total = ((power[1] / (1 + power[0])) @ xp.asarray(t.norm_weights)).sum(axis=1)
+    total = ((power[1] / (1 + power[0])) @ t.norm_weights).sum(axis=1)
     return (g / ((1 + k0 * k0) * xp.sqrt(total))).astype(np.float32)
 
 
@@ -231,7 +251,7 @@ def stitch(xp, config, tables, difference, score, backgrounds, norms, sigma_scie
     (decorrelation and a centred PSF leave a plane unchanged away from the stamp edges)."""
     c = config
     s = slice(c.pad, c.pad + c.core)
-    ramp = xp.asarray(tables.ramp[s])
+    ramp = tables.core_ramp
     plane = (backgrounds[:, 0, None, None] + backgrounds[:, 1, None, None] * ramp[None, None, :] +
              backgrounds[:, 2, None, None] * ramp[None, :, None])
     d = (difference[:, s, s] - plane) * np.float32(sigma_science)
@@ -240,20 +260,27 @@ def stitch(xp, config, tables, difference, score, backgrounds, norms, sigma_scie
 
 
 def detect(xp, score, threshold, radius=2):
-    """Local maxima of the score above ``threshold`` (their (2 radius + 1)^2 neighbourhood's maximum): an (m, 2)
-    NumPy array of (row, column) and the (m,) peak values, brightest first."""
-    rows, cols = xp.nonzero(score > threshold)
-    if int(rows.size) == 0:
-        return np.empty((0, 2), np.int64), np.empty(0, np.float32)
+    """Local maxima of the score above ``threshold`` (their (2 radius + 1)^2 neighbourhood's maximum, clipped at the
+    border): an (m, 2) NumPy array of (row, column) and the (m,) peak values, brightest first.
+
+    Two waits for the device: the count of pixels above the threshold (it sizes what follows), and one transfer of
+    the candidates with their neighbourhood maxima, which the host then filters."""
     n0, n1 = score.shape
+    flat = xp.flatnonzero(score > threshold)
+    m = int(flat.size)
+    if m == 0:
+        return np.empty((0, 2), np.int64), np.empty(0, np.float32)
+    rows, cols = xp.divmod(flat, n1)
     d = xp.arange(-radius, radius + 1)
-    nr = xp.clip(rows[:, None, None] + d[None, :, None], 0, n0 - 1)
-    nc = xp.clip(cols[:, None, None] + d[None, None, :], 0, n1 - 1)
-    values = score[rows, cols]
-    peak = values >= score[nr, nc].reshape(rows.size, -1).max(axis=1)
-    rows, cols, values = (_to_numpy(a[peak]) for a in (rows, cols, values))
+    nr = xp.clip(rows[:, None] + d, 0, n0 - 1)
+    nc = xp.clip(cols[:, None] + d, 0, n1 - 1)
+    around = score[nr[:, :, None], nc[:, None, :]].reshape(m, -1).max(axis=1)
+    candidates = _to_numpy(xp.stack([flat, score[rows, cols], around], dtype=np.float64))
+    flat, values, around = candidates
+    peak = values >= around
+    flat, values = flat[peak].astype(np.int64), values[peak].astype(np.float32)
     order = np.argsort(-values)
-    return np.stack([rows, cols], axis=1)[order], values[order]
+    return np.stack(np.divmod(flat, n1), axis=1)[order], values[order]
 
 
 def veto(detections, peaks, masked, radius):
