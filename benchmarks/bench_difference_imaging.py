@@ -7,18 +7,24 @@ decorrelated difference and the score images and the detections on the host. The
 algorithm (``examples/diffim``); the GPU ones differ only in how they run the FFTs and the pointwise work:
 
 - cupy:   array expressions (CuPy + cupyx.scipy.fft, plans cached by CuPy, ``out=`` buffers, inverse FFTs allowed
-          to overwrite their temporary inputs): every pointwise step is a pass over memory;
-- mathpy: four stateful ``mathpy.fft.FFT`` plans made once and reused for every pair, with prolog/epilog callbacks
-          that do the stamp cutting, spectral products, kernel drawing, decorrelation, score filter and background
-          removal inside cuFFT's kernels.
+          to overwrite their temporary inputs, index tables kept on the device): every pointwise step is a pass over
+          memory;
+- mathpy: seven stateful ``mathpy.fft.FFT`` plans made once and reused for every pair, with prolog/epilog callbacks
+          that do the stamp cutting, spectral products, correlation lags, background projections, kernel drawing,
+          score normalisation, decorrelation, score filter and background removal inside cuFFT's kernels; one gather
+          builds the normal equations, which the same batched float64 solve as CuPy's solves.
 
 Reported: median wall time per image pair (the GPU idle before, the detections on the host after), the speedups over
-NumPy and of mathpy over CuPy (target: >= 2x), and the time per stage (CUDA events between stages on the GPU,
-``perf_counter`` on the CPU; medians). NumPy runs the full image, a few times (it is the slowest); the GPU versions
-run ``--repeats`` times after two warm-up pairs (planning, callback compilation, plan caches, memory pools). Every
-result is compared with NumPy's before timing (a result over the single-precision tolerance ``diffim.tolerance`` is
-flagged in the table) and its detections are matched to the injected transients. torch is not included: the array
-pipeline is written against the NumPy API, which CuPy implements and torch does not.
+NumPy and of mathpy over CuPy (target: >= 2x), the time per stage (CUDA events between stages on the GPU,
+``perf_counter`` on the CPU; medians), the host time per stage of the GPU implementations (how long Python took to
+enqueue it: where it exceeds the CUDA-event time, the GPU waited for the host), and each stage's floor: the bytes any
+implementation must move (read the inputs, write the outputs; the 2-D FFTs of 288^2 stamps need two passes over
+memory, since a stamp's spectrum exceeds a multiprocessor's shared memory) at the H200's measured copy bandwidth.
+NumPy runs the full image, a few times (it is the slowest); the GPU versions run ``--repeats`` times after two
+warm-up pairs (planning, callback compilation, plan caches, memory pools). Every result is compared with NumPy's
+before timing (a result over the single-precision tolerance ``diffim.tolerance`` is flagged in the table) and its
+detections are matched to the injected transients. torch is not included: the array pipeline is written against the
+NumPy API, which CuPy implements and torch does not.
 
 Run on a GPU machine, from the repository root:
     python benchmarks/bench_difference_imaging.py [--out DIR]      (about a minute on an H200)
@@ -63,12 +69,13 @@ class CPUTimer:
 
 
 class CUDATimer:
-    """CUDA events on the current stream between stages (no synchronisation until :meth:`stages`)."""
+    """CUDA events on the current stream between stages (no synchronisation until :meth:`stages`), and the host time
+    at each mark (how long Python took to enqueue each stage)."""
 
     def __init__(self):
         import cupy
         self._cupy = cupy
-        self.marks = [("start", self._record())]
+        self.marks = [("start", self._record(), time.perf_counter())]
 
     def _record(self):
         event = self._cupy.cuda.Event()
@@ -76,12 +83,41 @@ class CUDATimer:
         return event
 
     def mark(self, stage):
-        self.marks.append((stage, self._record()))
+        self.marks.append((stage, self._record(), time.perf_counter()))
 
     def stages(self):
         self.marks[-1][1].synchronize()
         get = self._cupy.cuda.get_elapsed_time
-        return {stage: get(self.marks[i][1], event) for i, (stage, event) in enumerate(self.marks[1:])}
+        return {stage: get(self.marks[i][1], event) for i, (stage, event, _) in enumerate(self.marks[1:])}
+
+    def host_stages(self):
+        return {stage: (t - self.marks[i][2]) * 1e3 for i, (stage, _, t) in enumerate(self.marks[1:])}
+
+
+#: The H200's measured copy bandwidth (docs: FACTS.md), bytes per second.
+BANDWIDTH = 4.3e12
+
+
+def floors(config):
+    """Bytes each stage must move at least, whatever the implementation: {stage: (compulsory bytes, bytes when the
+    2-D FFTs of the stamps take two passes over memory)}. A stamp stack of complex64 spectra (both images packed, or
+    two half spectra) is S; the stamps are cut from and the results stitched into float32 images."""
+    c = config
+    image = 4 * c.n ** 2
+    spectra = 8 * c.batch * c.stamp ** 2
+    cores = spectra * (c.core / c.stamp) ** 2
+    system = 4 * c.batch * (c.taps + 3) * (c.taps + 4)     # the normal equations, float32
+    compulsory = {
+        "stamps + forward FFTs": 2 * image + spectra,        # read both images, write both spectra
+        "normal equations (correlations)": spectra + system,  # read the spectra, write the systems
+        "solve": system + 2 * 2 * system,                     # read it, write and read its float64 copy
+        "kernel + PSF spectra": spectra,                      # write K^ and P^ (the coefficients are tiny)
+        "difference, decorrelation, score": 2 * spectra + cores,  # read I^, J^, K^, P^; write the cores
+        "stitch": cores + 2 * image,                          # read the cores, write difference and score
+        "detection": image,                                   # read the score once
+    }
+    two_pass = {"stamps + forward FFTs", "kernel + PSF spectra", "difference, decorrelation, score"}
+    return {stage: (b, b + (2 * spectra if stage in two_pass else 0)) for stage, b in compulsory.items()}
 
 
 def measure(name, config, data, scene, reference, repeats, gpu):
@@ -102,7 +138,7 @@ def measure(name, config, data, scene, reference, repeats, gpu):
         print(f"WARNING: {name} differs from NumPy by {error:.2e} > tolerance {diffim.tolerance(config):.2e}")
     if on_gpu:
         diffim.subtract(pipeline, xp, device_data)  # second warm-up pair
-    totals, stages = [], []
+    totals, stages, host = [], [], []
     for _ in range(repeats):
         sync()
         start = time.perf_counter()
@@ -112,9 +148,13 @@ def measure(name, config, data, scene, reference, repeats, gpu):
         timer = CUDATimer() if on_gpu else CPUTimer()
         diffim.subtract(pipeline, xp, device_data, timer=timer)
         stages.append(timer.stages())
+        if on_gpu:
+            host.append(timer.host_stages())
     entry["ms_per_pair"] = statistics.median(totals)
     entry["ms_per_pair_all"] = totals
     entry["stages_ms"] = {s: statistics.median(run[s] for run in stages) for s in STAGES}
+    if host:
+        entry["host_stages_ms"] = {s: statistics.median(run[s] for run in host) for s in STAGES}
     entry["repeats"] = repeats
     if hasattr(pipeline, "free"):
         pipeline.free()
@@ -221,6 +261,38 @@ def tables(results):
         if {"cupy", "mathpy"} <= set(names):
             row += f" | {values['cupy'] / values['mathpy']:.2f}x" if values["mathpy"] > 0 else " | -"
         lines.append(row + " |")
+    gpu = [n for n in ("cupy", "mathpy") if "host_stages_ms" in impl.get(n, {})]
+    if gpu:
+        lines.append("\nHost time per stage (ms, medians: Python enqueueing the stage; where it exceeds the CUDA-event "
+                     "time the GPU waited for the host; detection waits for the GPU)")
+        lines.append("| stage | " + " | ".join(f"{n} host | {n} GPU" for n in gpu) + " |")
+        lines.append("|---" * (2 * len(gpu) + 1) + "|")
+        for stage in STAGES + ("total",):
+            cells = []
+            for n in gpu:
+                host, device = impl[n]["host_stages_ms"], impl[n]["stages_ms"]
+                pick = (lambda d: sum(d.values())) if stage == "total" else (lambda d: d[stage])  # noqa: E731
+                cells.append(f"{pick(host):.3f} | {pick(device):.3f}")
+            lines.append(f"| {stage} | " + " | ".join(cells) + " |")
+    measured = [n for n in ("cupy", "mathpy") if n in names]
+    if measured and "floors" in results:
+        lines.append(f"\nFloor per stage: bytes any implementation moves, at {BANDWIDTH / 1e12:.1f} TB/s (the H200's "
+                     f"copy bandwidth); 2-pass: with two passes of each 2-D stamp FFT over memory")
+        lines.append("| stage | MB | floor ms | 2-pass MB | 2-pass floor ms | " +
+                     " | ".join(f"{n} / 2-pass floor" for n in measured) + " |")
+        lines.append("|---" * (5 + len(measured)) + "|")
+        for stage in STAGES + ("total",):
+            if stage == "total":
+                least = sum(b for b, _ in results["floors"].values())
+                passes = sum(b for _, b in results["floors"].values())
+            else:
+                least, passes = results["floors"][stage]
+            floor = passes / BANDWIDTH * 1e3
+            cells = [f"{least / 1e6:.0f}", f"{least / BANDWIDTH * 1e3:.3f}", f"{passes / 1e6:.0f}", f"{floor:.3f}"]
+            for n in measured:
+                ms = sum(impl[n]["stages_ms"].values()) if stage == "total" else impl[n]["stages_ms"][stage]
+                cells.append(f"{ms / floor:.1f}x")
+            lines.append(f"| {stage} | " + " | ".join(cells) + " |")
     if cupy and "ms_per_pair" in impl.get("mathpy", {}):
         ratio = cupy / impl["mathpy"]["ms_per_pair"]
         lines.append(f"\nmathpy vs CuPy end to end: {ratio:.2f}x (target >= 2x: {'met' if ratio >= 2 else 'NOT met'})")
@@ -255,7 +327,7 @@ def main(argv=None):
     results = {"config": {"n": config.n, "core": config.core, "stamp": config.stamp, "stamps": config.batch,
                           "kernel": 2 * config.kernel_radius + 1, "psf": 2 * config.psf_radius + 1},
                "environment": environment(gpu), "date": time.strftime("%Y-%m-%d"),
-               "tolerance": diffim.tolerance(config), "implementations": {}}
+               "tolerance": diffim.tolerance(config), "floors": floors(config), "implementations": {}}
     reference = None
     for name in ("numpy", "cupy", "mathpy"):
         if name != "numpy" and not gpu:
