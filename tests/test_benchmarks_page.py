@@ -47,7 +47,23 @@ def script_headers(report):
     epilog = report.epilog_table([{"epilog": "e", "shape": "1x1x1", "mathpy_ms": 1, "tflops": 1, "gemm_ms": 1,
                                    "torch_ms": 1, "cupy_ms": 1, "stateless_ms": 1}])
     device = report.device_table([("FFT c64", "n=64", 1.0, {"cuFFT (cupy)": 1.0}, 1.0, ">= 0.80", "")])
-    return [tuple(header) for text in (callbacks, fft, matmul, epilog, device) for header, _ in tables(text)]
+    return [tuple(header) for text in (callbacks, fft, matmul, epilog, device, difference_imaging_tables())
+            for header, _ in tables(text)]
+
+
+def difference_imaging_tables():
+    """bench_difference_imaging's tables for a run with every implementation and all its measurements."""
+    spec = importlib.util.spec_from_file_location("bench_difference_imaging",
+                                                  ROOT / "benchmarks" / "bench_difference_imaging.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    stages = dict.fromkeys(bench.STAGES, 1.0)
+    entry = {"device": "GPU", "ms_per_pair": 1.0, "recovered": 1, "injected": 1, "spurious": 0,
+             "relative_error": 0.0, "within_tolerance": True, "stages_ms": stages, "host_stages_ms": stages}
+    results = {"config": {"n": 64, "stamps": 1, "stamp": 32}, "environment": {},
+               "floors": dict.fromkeys(bench.STAGES, (1, 2)),
+               "implementations": {"numpy": dict(entry, device="CPU"), "cupy": entry, "mathpy": entry}}
+    return bench.tables(results)
 
 
 def test_page_tables_are_the_scripts_tables(report):
@@ -92,6 +108,15 @@ def test_every_ratio_is_peer_time_over_mathpy_time():
                 assert abs(number(row[6]) - min(number(row[4]), number(row[5])) / mathpy) <= 0.011, row
                 assert abs(number(row[7]) - number(row[3]) / mathpy) <= 0.011, row
                 checked += 2
+            continue
+        elif header[0] == "stage" and header[-1] == "CuPy / mathpy":  # bench_difference_imaging's stages
+            pairs = [(len(header) - 1, header.index("cupy"), header.index("mathpy"))]
+        elif header[0] == "implementation" and "vs CuPy" in header:  # bench_difference_imaging, end to end
+            ms, vs = header.index("ms per pair"), header.index("vs CuPy")
+            cupy = next(number(row[ms]) for row in rows if row[0] == "cupy")
+            for row in rows:
+                assert abs(number(row[vs]) - cupy / number(row[ms])) <= 0.011, row
+                checked += 1
             continue
         elif header[0] == "section":  # bench_device: the reference is the fastest peer
             for row in rows:
