@@ -3,7 +3,8 @@
 Seven stateful ``mathpy.fft.FFT`` plans are made once per configuration and executed for every image pair; all stamps
 of an image go through each plan as one batch. Their prologs and epilogs (Python functions, compiled by numba: to
 LTO-IR that cuFFT links into its kernels on the GPU, to CPU loops on the CPU) do what the array pipeline does in
-separate passes over memory, so that an image pair costs a dozen device operations besides the solve:
+separate passes over memory, so that an image pair costs fifteen device operations besides the solve and the
+detection:
 
 ==========================  =========================================================================================
 plan (transform)            fused into it
