@@ -43,7 +43,20 @@ class InvalidPlanStateError(MathpyError, RuntimeError):
 
 
 class UnsupportedLayoutError(MathpyError, ValueError):
-    """The operands' layout cannot be expressed to the library and copying was not allowed."""
+    """The operands' layout cannot be expressed to the library and copying was not allowed.
+
+    ``permutation`` (when known): the axis order to copy the operand into (``x.transpose(permutation).copy()``) so
+    that the call works, with ``axes`` the transform axes in that permuted layout; both None when no single
+    permutation helps. ``message`` is the text (as nvmath-python's error of the same name has them).
+
+    >>> e = UnsupportedLayoutError("copy it", permutation=(1, 0), axes=(1,))
+    >>> str(e), e.permutation, e.axes, e.message
+    ('copy it', (1, 0), (1,), 'copy it')
+    """
+
+    def __init__(self, message, permutation=None, axes=None):
+        super().__init__(message)
+        self.message, self.permutation, self.axes = message, permutation, axes
 
 
 class CallbackCompileError(MathpyError, TypeError):
