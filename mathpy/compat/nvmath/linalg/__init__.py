@@ -4,8 +4,8 @@ nvmath-python's generic ``nvmath.linalg.matmul`` (matrix qualifiers, CPU executi
 here; ``nvmath.linalg.advanced.matmul`` runs the same products on the GPU or, through mathpy, on the CPU.
 """
 
-from ...._errors import InvalidPlanStateError as InvalidMatmulState  # noqa: F401  (nvmath's name for a freed Matmul)
+from ...._errors import InvalidPlanStateError as InvalidMatmulState  # (nvmath's name for a freed Matmul)
 from ...._types import ComputeType
 from . import advanced
 
-__all__ = ["advanced", "ComputeType"]
+__all__ = ["advanced", "ComputeType", "InvalidMatmulState"]
