@@ -21,7 +21,8 @@ Nothing here needs a GPU or the library at import time; the library is loaded on
 
 import ctypes
 import enum
-from ctypes import POINTER, c_float, c_int, c_int8, c_int32, c_int64, c_size_t, c_uint32, c_uint64, c_void_p
+from ctypes import (POINTER, c_float, c_int, c_int8, c_int32, c_int64, c_size_t, c_uint16, c_uint32, c_uint64,
+                    c_void_p)
 
 
 from .._errors import CUDALibraryError
@@ -30,10 +31,11 @@ from ._types import DataType, cuda_data_type
 
 __all__ = [
     "STATUS_NAMES", "DataType", "ComputeType", "Operation", "Order", "PointerMode", "MatmulEpilog", "MatmulDesc",
-    "MatrixLayout", "Preference", "AlgoConfig", "MatmulAlgo", "HeuristicResult", "library", "version",
+    "MatrixLayout", "Preference", "AlgoConfig", "AlgoCap", "MatmulAlgo", "HeuristicResult", "library", "version",
     "cuda_data_type", "create_handle", "destroy_handle", "create_matmul_desc", "destroy_matmul_desc",
     "create_matrix_layout", "destroy_matrix_layout", "create_preference", "destroy_preference", "set_attribute",
-    "get_attribute", "attribute_type", "algo_config", "heuristics",
+    "get_attribute", "attribute_type", "algo_config", "set_algo_config", "algo_capabilities", "algo_check",
+    "heuristics",
 ]
 
 # cublasStatus_t (cublas_api.h; identical in CUDA 12.9 and 13).
@@ -180,6 +182,34 @@ class AlgoConfig(enum.IntEnum):
     CTA_SWIZZLING = 4
     CUSTOM_OPTION = 5
     STAGES_ID = 6
+    INNER_SHAPE_ID = 7
+    CLUSTER_SHAPE_ID = 8
+
+
+class AlgoCap(enum.IntEnum):
+    """cublasLtMatmulAlgoCapAttributes_t (read-only: what an algorithm supports; TILE_IDS and STAGES_IDS are arrays)."""
+
+    SPLITK_SUPPORT = 0
+    REDUCTION_SCHEME_MASK = 1
+    CTA_SWIZZLING_SUPPORT = 2
+    STRIDED_BATCH_SUPPORT = 3
+    OUT_OF_PLACE_RESULT_SUPPORT = 4
+    UPLO_SUPPORT = 5
+    TILE_IDS = 6
+    CUSTOM_OPTION_MAX = 7
+    CUSTOM_MEMORY_ORDER = 10
+    POINTER_MODE_MASK = 11
+    EPILOGUE_MASK = 12
+    STAGES_IDS = 13
+    LD_NEGATIVE = 14
+    NUMERICAL_IMPL_FLAGS = 15
+    MIN_ALIGNMENT_A_BYTES = 16
+    MIN_ALIGNMENT_B_BYTES = 17
+    MIN_ALIGNMENT_C_BYTES = 18
+    MIN_ALIGNMENT_D_BYTES = 19
+    POINTER_ARRAY_BATCH_SUPPORT = 21
+    FLOATING_POINT_EMULATION_SUPPORT = 22
+    POINTER_ARRAY_GROUPED_SUPPORT = 23
 
 
 # The C type of every attribute value, as the header documents it. One table per enumeration: IntEnum members of
@@ -206,15 +236,26 @@ _ATTRIBUTE_TYPES = {
     },
     AlgoConfig: {
         "ID": c_int32, "TILE_ID": c_uint32, "SPLITK_NUM": c_int32, "REDUCTION_SCHEME": c_uint32,
-        "CTA_SWIZZLING": c_uint32, "CUSTOM_OPTION": c_uint32, "STAGES_ID": c_uint32,
+        "CTA_SWIZZLING": c_uint32, "CUSTOM_OPTION": c_uint32, "STAGES_ID": c_uint32, "INNER_SHAPE_ID": c_uint16,
+        "CLUSTER_SHAPE_ID": c_uint16,
+    },
+    AlgoCap: {  # TILE_IDS and STAGES_IDS: arrays of this type
+        "SPLITK_SUPPORT": c_int32, "REDUCTION_SCHEME_MASK": c_uint32, "CTA_SWIZZLING_SUPPORT": c_uint32,
+        "STRIDED_BATCH_SUPPORT": c_int32, "OUT_OF_PLACE_RESULT_SUPPORT": c_int32, "UPLO_SUPPORT": c_int32,
+        "TILE_IDS": c_uint32, "CUSTOM_OPTION_MAX": c_int32, "CUSTOM_MEMORY_ORDER": c_int32,
+        "POINTER_MODE_MASK": c_uint32, "EPILOGUE_MASK": c_uint32, "STAGES_IDS": c_uint32, "LD_NEGATIVE": c_int32,
+        "NUMERICAL_IMPL_FLAGS": c_uint64, "MIN_ALIGNMENT_A_BYTES": c_uint32, "MIN_ALIGNMENT_B_BYTES": c_uint32,
+        "MIN_ALIGNMENT_C_BYTES": c_uint32, "MIN_ALIGNMENT_D_BYTES": c_uint32, "POINTER_ARRAY_BATCH_SUPPORT": c_int32,
+        "FLOATING_POINT_EMULATION_SUPPORT": c_int32, "POINTER_ARRAY_GROUPED_SUPPORT": c_int32,
     },
 }
+_ARRAY_CAPS = ("TILE_IDS", "STAGES_IDS")
 assert all(set(table) == set(kind.__members__) for kind, table in _ATTRIBUTE_TYPES.items())
 
 
 def attribute_type(attribute):
-    """The ctypes type of an attribute's value (``attribute``: a member of MatmulDesc, MatrixLayout, Preference or
-    AlgoConfig)."""
+    """The ctypes type of an attribute's value (``attribute``: a member of MatmulDesc, MatrixLayout, Preference,
+    AlgoConfig or AlgoCap)."""
     return _ATTRIBUTE_TYPES[type(attribute)][attribute.name]
 
 
@@ -260,6 +301,12 @@ library.declare({
                                                 POINTER(HeuristicResult), POINTER(c_int)]),
     "cublasLtMatmulAlgoConfigGetAttribute": (STATUS, [POINTER(MatmulAlgo), c_int, c_void_p, c_size_t,
                                                       POINTER(c_size_t)]),
+    "cublasLtMatmulAlgoConfigSetAttribute": (STATUS, [POINTER(MatmulAlgo), c_int, c_void_p, c_size_t]),
+    "cublasLtMatmulAlgoCapGetAttribute": (STATUS, [POINTER(MatmulAlgo), c_int, c_void_p, c_size_t, POINTER(c_size_t)]),
+    # (handle, desc, A, B, C, D layouts, algo*, result*): is this (possibly reconfigured) algorithm usable, and with
+    # how much workspace
+    "cublasLtMatmulAlgoCheck": (STATUS, [_HANDLE, _HANDLE, _HANDLE, _HANDLE, _HANDLE, _HANDLE, POINTER(MatmulAlgo),
+                                         POINTER(HeuristicResult)]),
     # (handle, desc, alpha*, A, Adesc, B, Bdesc, beta*, C, Cdesc, D, Ddesc, algo*, workspace, workspaceSize, stream).
     # Every argument is passed as a plain int (addresses included) so that the hot path converts nothing.
     "cublasLtMatmul": (STATUS, [_HANDLE, _HANDLE, c_void_p, c_void_p, _HANDLE, c_void_p, _HANDLE, c_void_p, c_void_p,
@@ -348,6 +395,49 @@ def algo_config(algo):
             continue
         config[attribute.name.lower()] = buffer.value
     return config
+
+
+def set_algo_config(algo, attribute, value):
+    """Set one :class:`AlgoConfig` ``attribute`` of the :class:`MatmulAlgo` ``algo`` (in place; check the result with
+    :func:`algo_check` before using it)."""
+    buffer = attribute_type(attribute)(int(value))
+    library.cublasLtMatmulAlgoConfigSetAttribute(ctypes.byref(algo), int(attribute), ctypes.addressof(buffer),
+                                                 ctypes.sizeof(buffer))
+
+
+def algo_capabilities(algo):
+    """``{"splitk_support": ..., "tile_ids": (...), ...}``: what the :class:`MatmulAlgo` ``algo`` supports (the
+    :class:`AlgoCap` names in lower case, arrays as tuples; those this cuBLASLt does not know are left out)."""
+    capabilities = {}
+    for attribute in AlgoCap:
+        ctype = attribute_type(attribute)
+        written = c_size_t()
+        try:
+            if attribute.name in _ARRAY_CAPS:  # ask for the size first
+                library.cublasLtMatmulAlgoCapGetAttribute(ctypes.byref(algo), int(attribute), None, 0,
+                                                          ctypes.byref(written))
+                buffer = (ctype * max(written.value // ctypes.sizeof(ctype), 1))()
+            else:
+                buffer = ctype()
+            library.cublasLtMatmulAlgoCapGetAttribute(ctypes.byref(algo), int(attribute), ctypes.addressof(buffer),
+                                                      ctypes.sizeof(buffer), ctypes.byref(written))
+        except Exception:  # an attribute this cuBLASLt does not know
+            continue
+        if attribute.name in _ARRAY_CAPS:
+            count = written.value // ctypes.sizeof(ctype)
+            capabilities[attribute.name.lower()] = tuple(buffer[i] for i in range(count))
+        else:
+            capabilities[attribute.name.lower()] = buffer.value
+    return capabilities
+
+
+def algo_check(handle, desc, a_layout, b_layout, c_layout, d_layout, algo):
+    """``cublasLtMatmulAlgoCheck``: the :class:`HeuristicResult` (workspace size, waves) of ``algo`` for the problem;
+    CUDALibraryError (CUBLAS_STATUS_INVALID_VALUE / NOT_SUPPORTED) when the algorithm cannot run it."""
+    result = HeuristicResult()
+    library.cublasLtMatmulAlgoCheck(handle, desc, a_layout, b_layout, c_layout, d_layout, ctypes.byref(algo),
+                                    ctypes.byref(result))
+    return result
 
 
 def heuristics(handle, desc, a_layout, b_layout, c_layout, d_layout, preference, count):
