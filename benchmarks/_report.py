@@ -215,3 +215,43 @@ def epilog_table(rows):
         "GPU time per call (ms), medians, bf16, row-major operands; mathpy = Matmul.plan(epilog=f) once, execute() "
         "timed. " + RATIO_NOTE + " Targets: best unfused / mathpy above 1 on every shape; GEMM alone / mathpy >= 0.85 "
         "on 8192^3."])
+
+
+# --- bench_compat_nvmath.py ---------------------------------------------------------------------------------------
+
+COMPAT = "mathpy.compat.nvmath"
+COMPAT_CALLS = ("fft() stateless", "FFT.execute()", "fft(epilog=) stateless", "matmul() stateless",
+                "Matmul.execute()")
+
+
+def compat_tables(fused, overhead):
+    """``fused``: (case, callback, {namespace: ms}) with namespaces "mathpy.compat.nvmath" and (when installed)
+    "nvmath-python"; ``overhead``: {(library, call): us}, libraries those two, "torch" and "cupy"."""
+    nv = any("nvmath-python" in times for _, _, times in fused)
+    headers = ["transform", "callback", f"**{COMPAT}** ms"] + (["nvmath-python ms", "nvmath / mathpy"] if nv else [])
+    cells = []
+    for case, callback, times in fused:
+        row = [case, callback, f"**{ms(times[COMPAT])}**"]
+        if nv:
+            row += [ms(times.get("nvmath-python")), ratio(times.get("nvmath-python"), times[COMPAT])]
+        cells.append(row)
+    if nv:
+        cells.append(["geometric mean", "", "", "",
+                      f"{_geomean([t['nvmath-python'] / t[COMPAT] for _, _, t in fused if 'nvmath-python' in t]):.2f}"])
+    libraries = [COMPAT] + (["nvmath-python"] if nv else []) + ["torch", "cupy"]
+    call_headers = ["host us per async call", f"**{COMPAT}**"] + libraries[1:] + (["nvmath / mathpy"] if nv else [])
+    call_rows = []
+    for call in COMPAT_CALLS:
+        mine = overhead.get((COMPAT, call))
+        row = [call, f"**{mine:.1f}**" if mine is not None else "-"]
+        row += [f"{overhead[(lib, call)]:.1f}" if (lib, call) in overhead else "-" for lib in libraries[1:]]
+        if nv:
+            row.append(ratio(overhead.get(("nvmath-python", call)), mine))
+        call_rows.append(row)
+    return "\n".join([
+        table(headers, cells), "",
+        "GPU time per transform (ms), medians of interleaved rounds; the same nvmath-python program, callbacks "
+        "compiled by each namespace's compile_prolog / compile_epilog. " + RATIO_NOTE, "",
+        table(call_headers, call_rows), "",
+        "Host time per asynchronous call (2000 calls, one synchronisation; nvmath-python's stateless calls 200, with "
+        "an epilog 10). 8 x 1024 complex64 FFT over the last axis, 128^3 float16 matmul."])

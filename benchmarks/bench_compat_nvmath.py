@@ -11,7 +11,8 @@
    epilog (nvmath-python plans and links the callback on every call; mathpy's plan cache keeps the plan), with torch
    and CuPy for scale.
 
-Prints both tables and saves benchmarks/results/bench_compat_nvmath.png.
+Prints both tables as docs/benchmarks.md shows tables (ratios nvmath-python time / mathpy time: above 1 means mathpy is
+faster) and saves benchmarks/results/bench_compat_nvmath.png ($OUT/bench_compat_nvmath.png when $OUT is set).
 
 Run on the H200 from the repository root, with the nvmath-python 1.0 wheel carried in .whl/:
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
@@ -31,7 +32,9 @@ ROOT = os.path.dirname(HERE)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-import mathpy  # noqa: E402  (first: it makes numba-cuda work on NumPy 2.5 before nvmath compiles anything)
+sys.path.insert(0, HERE)
+import _report  # noqa: E402  (the Markdown tables docs/benchmarks.md shows)
+import mathpy  # noqa: E402  (before nvmath: it makes numba-cuda work on NumPy 2.5 before anything compiles)
 import mathpy.compat.nvmath as compat  # noqa: E402
 
 try:
@@ -215,25 +218,9 @@ def overheads():
 
 # --- report --------------------------------------------------------------------------------------------------------
 
-def print_tables(fused, overhead):
-    names = list(namespaces())
-    print("\n| transform | callback | " + " | ".join(f"{n} ms" for n in names) +
-          (" | nvmath / compat |" if len(names) == 2 else " |"))
-    print("|---|---|" + "---|" * len(names) + ("---|" if len(names) == 2 else ""))
-    for case, name, times, _ in fused:
-        cells = " | ".join(f"{times[n]:.3f}" for n in names)
-        ratio = f" | {times[names[1]] / times[names[0]]:.2f}x |" if len(names) == 2 else " |"
-        print(f"| {case} | {name} | {cells}{ratio}")
-    calls = ["fft() stateless", "FFT.execute()", "fft(epilog=) stateless", "matmul() stateless", "Matmul.execute()"]
-    peers = names + ["torch", "cupy"]
-    print("\n| host us per async call | " + " | ".join(peers) + (" | nvmath / compat |" if len(names) == 2 else " |"))
-    print("|---|" + "---|" * len(peers) + ("---|" if len(names) == 2 else ""))
-    for call in calls:
-        cells = " | ".join(f"{overhead[(p, call)]:.1f}" if (p, call) in overhead else "-" for p in peers)
-        ratio = ""
-        if len(names) == 2:
-            ratio = f" | {overhead[(names[1], call)] / overhead[(names[0], call)]:.1f}x"
-        print(f"| {call} | {cells}{ratio} |")
+def print_tables(fused, overhead, gpu_name):
+    print("\n" + _report.environment(gpu_name) + "\n")
+    print(_report.compat_tables([(case, name, times) for case, name, times, _ in fused], overhead))
 
 
 def plot(fused, overhead, path):
@@ -244,7 +231,7 @@ def plot(fused, overhead, path):
     except Exception as e:  # noqa: BLE001
         print(f"(no plot: matplotlib unavailable: {e})")
         return
-    names = list(namespaces())
+    names = list(namespaces())  # the compatibility namespace first
     fig, (left, right) = plt.subplots(1, 2, figsize=(16, 6), gridspec_kw={"width_ratios": [3, 2]})
     positions = np.arange(len(fused))
     width = 0.8 / len(names)
@@ -275,13 +262,14 @@ def main():
         sys.exit(f"bench_compat_nvmath needs CuPy and a GPU: {e}")
     if not mathpy.cuda_is_available():
         sys.exit("bench_compat_nvmath needs an NVIDIA GPU")
-    print(f"GPU: {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}; mathpy {mathpy.__version__}; "
+    gpu_name = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    print(f"GPU: {gpu_name}; mathpy {mathpy.__version__}; "
           f"nvmath-python {nvmath.__version__ if nvmath else 'absent (compat measured alone)'}")
     print("fused callbacks...", flush=True)
     fused = callback_times()
     print("host overhead...", flush=True)
     overhead = overheads()
-    print_tables(fused, overhead)
+    print_tables(fused, overhead, gpu_name)
     out = os.environ.get("OUT")
     plot(fused, overhead, os.path.join(out or os.path.join(HERE, "results"), "bench_compat_nvmath.png"))
     print(f"\ntotal {time.perf_counter() - start:.0f} s")

@@ -261,7 +261,8 @@ def matmul(a, b, /, c=None, *, alpha=None, beta=None, epilog=None, epilog_inputs
         on_device = getattr(a, "device", None) is not None and str(getattr(a, "device", "cpu")) != "cpu"
         same = c is None or dtype_name(c) == dtype_name(a)
         names = dtype_name(a), dtype_name(b)
-        if on_device and same and names[0] == names[1] and names[0] in _SUPPORTED[2:] and (c is None or len(c.shape) >= 2):
+        plain_dtypes = names[0] == names[1] and names[0] in _SUPPORTED[2:]  # not float8: scales are required
+        if on_device and same and plain_dtypes and (c is None or len(c.shape) >= 2):
             if epilog is None and epilog_inputs:
                 epilog_inputs = None
             return _native_matmul(a, b, c, alpha=1 if alpha is None else alpha, beta=beta, epilog=epilog,
