@@ -11,6 +11,10 @@ from ._cuda import is_available as cuda_is_available
 from ._errors import *  # noqa: F403
 from ._errors import __all__ as _errors_all
 from ._execution import ExecutionCPU, ExecutionCUDA, execution_space, get_execution_space
+from ._memory import (BaseCUDAMemoryManager, BaseCUDAMemoryManagerAsync, CupyMemoryManager, MemoryPointer,
+                      TorchMemoryManager)
+from .bindings._types import CudaDataType
+from .bindings.cublaslt import MatmulComputeType
 from ._version import __version__
 from .host.matmul import Matmul, MatmulEpilog, MatmulOptions, MatmulPlanPreferences, matmul, matmul_plan_cache
 
@@ -30,5 +34,12 @@ __all__ = [
     "MatmulOptions",
     "MatmulPlanPreferences",
     "matmul_plan_cache",
+    "MatmulComputeType",
+    "CudaDataType",
+    "BaseCUDAMemoryManager",
+    "BaseCUDAMemoryManagerAsync",
+    "MemoryPointer",
+    "CupyMemoryManager",
+    "TorchMemoryManager",
     *_errors_all,
 ]

@@ -16,7 +16,7 @@ Nothing here needs a GPU or the library at import time; the library is loaded on
 >>> ctypes.sizeof(HeuristicResult), HeuristicResult.wavesCount.offset, MatmulEpilog.GELU_AUX_BIAS.value
 (96, 76, 164)
 >>> cuda_data_type("float16"), cuda_data_type("bfloat16")
-(<DataType.R_16F: 2>, <DataType.R_16BF: 14>)
+(<CudaDataType.CUDA_R_16F: 2>, <CudaDataType.CUDA_R_16BF: 14>)
 """
 
 import ctypes
@@ -30,8 +30,8 @@ from ._loader import STATUS, Library
 from ._types import DataType, cuda_data_type
 
 __all__ = [
-    "STATUS_NAMES", "DataType", "ComputeType", "Operation", "Order", "PointerMode", "MatmulEpilog", "MatmulDesc",
-    "MatrixLayout", "Preference", "AlgoConfig", "AlgoCap", "MatmulAlgo", "HeuristicResult", "library", "version",
+    "STATUS_NAMES", "DataType", "ComputeType", "MatmulComputeType", "Operation", "Order", "PointerMode",
+    "MatmulEpilog", "MatmulDesc", "MatrixLayout", "Preference", "AlgoConfig", "AlgoCap", "MatmulAlgo", "HeuristicResult", "library", "version",
     "cuda_data_type", "create_handle", "destroy_handle", "create_matmul_desc", "destroy_matmul_desc",
     "create_matrix_layout", "destroy_matrix_layout", "create_preference", "destroy_preference", "set_attribute",
     "get_attribute", "attribute_type", "algo_config", "set_algo_config", "algo_capabilities", "algo_check",
@@ -53,8 +53,9 @@ STATUS_NAMES = {
 }
 
 
-class ComputeType(enum.IntEnum):
-    """cublasComputeType_t (cublas_api.h). Names are mathpy's compute type strings: ``ComputeType["COMPUTE_" + s]``."""
+class MatmulComputeType(enum.IntEnum):
+    """cublasComputeType_t (cublas_api.h): how a matrix product accumulates. mathpy's compute type strings are the
+    names without their prefix (``"32F_FAST_TF32"`` is ``COMPUTE_32F_FAST_TF32``); either form is accepted."""
 
     COMPUTE_16F = 64
     COMPUTE_16F_PEDANTIC = 65
@@ -69,6 +70,9 @@ class ComputeType(enum.IntEnum):
     COMPUTE_32F_FAST_TF32 = 77
     COMPUTE_32F_EMULATED_16BFX9 = 78  # cuBLAS >= 12.9
     COMPUTE_64F_EMULATED_FIXEDPOINT = 79  # cuBLAS 13
+
+
+ComputeType = MatmulComputeType  # the bindings' name
 
 
 class Operation(enum.IntEnum):

@@ -16,7 +16,7 @@ are nvmath-python 1.0's. The feature-by-feature correspondence is in ``docs/comp
 """
 
 from ..._memory import BaseCUDAMemoryManager, BaseCUDAMemoryManagerAsync, MemoryPointer
-from ..._types import CudaDataType
+from ...bindings._types import CudaDataType
 from . import fft, linalg, memory
 
 __all__ = ["fft", "linalg", "memory", "CudaDataType", "BaseCUDAMemoryManager", "BaseCUDAMemoryManagerAsync",

@@ -23,6 +23,9 @@ C (when given) has the result's dtype, or bfloat16/float16 for a float8 result. 
 
 >>> resolve_types(np.dtype(np.float32), np.dtype(np.float32), None, MatmulOptions(allow_tf32=True))
 (dtype('float32'), '32F_FAST_TF32', dtype('float32'))
+>>> from mathpy import CudaDataType, MatmulComputeType
+>>> MatmulOptions(compute_type=MatmulComputeType.COMPUTE_32F_FAST_TF32, scale_type=CudaDataType.CUDA_R_32F)
+MatmulOptions(compute_type='32F_FAST_TF32', scale_type=dtype('float32'), ...)
 >>> MatmulPlanPreferences(limit=0)
 Traceback (most recent call last):
 ...
@@ -30,9 +33,14 @@ ValueError: MatmulPlanPreferences.limit must be a positive int, not 0
 """
 
 import dataclasses
+import logging
 
 import ml_dtypes
 import numpy as np
+
+from ..._memory import check_allocator
+from ...bindings._types import CudaDataType, to_dtype
+from ...bindings.cublaslt import MatmulComputeType
 
 __all__ = ["MatmulOptions", "MatmulPlanPreferences", "resolve_types", "SUPPORTED_DTYPES", "FLOAT8_DTYPES",
            "COMPUTE_TYPES"]
@@ -54,6 +62,8 @@ _FLOAT8_RESULTS = (E4M3, E5M2, BF16, F16, F32)
 def _as_dtype(value, name):
     if value is None:
         return None
+    if isinstance(value, CudaDataType):
+        value = to_dtype(value)
     if isinstance(value, str) and value in ("float8_e4m3fn", "float8_e5m2", "bfloat16"):
         return np.dtype(getattr(ml_dtypes, value))
     try:
@@ -69,16 +79,30 @@ def _as_dtype(value, name):
 class MatmulOptions:
     """Options of a matrix product.
 
-    compute_type: cuBLAS compute type name ("32F", "16F", "32F_FAST_TF32", "32F_FAST_16F", "32F_FAST_16BF", "64F");
-        None picks the default for the operands' dtype (module table).
-    scale_type: dtype of alpha and beta; None picks the one that goes with the compute type.
-    result_type: dtype of the result; None: the operands' dtype (the module table lists the choices).
+    compute_type: cuBLAS compute type, by name ("32F", "16F", "32F_FAST_TF32", "32F_FAST_16F", "32F_FAST_16BF", "64F")
+        or as a :class:`~mathpy.MatmulComputeType`; None picks the default for the operands' dtype (module table), or
+        the one that goes with ``scale_type`` when that is given (16F for a float16 scale type).
+    scale_type: dtype of alpha and beta (a dtype, its name or a :class:`~mathpy.CudaDataType`); None picks the one
+        that goes with the compute type.
+    result_type: dtype of the result (as scale_type); None: the operands' dtype (the module table lists the
+        choices).
     allow_tf32: let float32 (and complex64) products use TF32 tensor cores when compute_type is None.
     a_scale, b_scale, d_scale: float8 scale factors (None = 1).
     blocking: True waits for the GPU before returning; "auto" (default) waits only when the result goes back to
         host memory.
     fast_accumulation: float8 only: let cuBLASLt accumulate in lower precision (CUBLASLT_MATMUL_DESC_FAST_ACCUM);
         faster, less accurate. Ignored on the CPU.
+    inplace: write the result into ``c`` (which must then have the result's shape and dtype, no broadcasting, and a
+        row- or column-major layout; epilogs with a per-row operand need it column-major); the call returns ``c``.
+    result_amax: float8 results only: also return the largest absolute value of the result before ``d_scale``
+        (cuBLASLt's AMAX_D) as ``aux["result_amax"]``, a float32 array of shape (1,): what the next scale is
+        computed from.
+    block_scaling: MXFP8 block scaling; needs a Blackwell GPU (compute capability >= 10.0) and is refused (mathpy
+        does not implement it).
+    sm_count_target: how many SMs cuBLASLt may use (0: all; ignored on the CPU).
+    logger: the :class:`logging.Logger` this product's messages go to (default: the ``"mathpy"`` logger).
+    allocator: a memory manager (:class:`~mathpy.BaseCUDAMemoryManager` protocol) the GPU workspace is drawn from
+        (default: the operands' package's stream-ordered pool).
     """
 
     compute_type: str | None = None
@@ -90,8 +114,21 @@ class MatmulOptions:
     d_scale: float | None = None
     blocking: object = "auto"
     fast_accumulation: bool = False
+    inplace: bool = False
+    result_amax: bool = False
+    block_scaling: bool = False
+    sm_count_target: int = 0
+    logger: logging.Logger | None = None
+    allocator: object = None
 
     def __post_init__(self):
+        if isinstance(self.compute_type, MatmulComputeType) or (isinstance(self.compute_type, int) and
+                                                          not isinstance(self.compute_type, bool)):
+            try:
+                object.__setattr__(self, "compute_type", MatmulComputeType(self.compute_type).name[len("COMPUTE_"):])
+            except ValueError:
+                raise ValueError(f"MatmulOptions.compute_type {self.compute_type!r} is not a cublasComputeType_t "
+                                 f"value") from None
         if self.compute_type is not None and self.compute_type not in COMPUTE_TYPES:
             raise ValueError(f"MatmulOptions.compute_type {self.compute_type!r} is not supported; allowed are None or "
                              f"one of {list(COMPUTE_TYPES)}")
@@ -103,10 +140,17 @@ class MatmulOptions:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float, np.floating))):
                 raise TypeError(f"MatmulOptions.{name} must be None or a real number, not {value!r}")
-        if not isinstance(self.fast_accumulation, bool):
-            raise TypeError(f"MatmulOptions.fast_accumulation must be a bool, not {self.fast_accumulation!r}")
+        for name in ("fast_accumulation", "inplace", "result_amax", "block_scaling"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"MatmulOptions.{name} must be a bool, not {getattr(self, name)!r}")
         if self.blocking not in (True, "auto"):
             raise ValueError(f"MatmulOptions.blocking must be True or 'auto', not {self.blocking!r}")
+        if isinstance(self.sm_count_target, bool) or not isinstance(self.sm_count_target, int) or \
+                self.sm_count_target < 0:
+            raise ValueError(f"MatmulOptions.sm_count_target must be a non-negative int, not {self.sm_count_target!r}")
+        if self.logger is not None and not isinstance(self.logger, logging.Logger):
+            raise TypeError(f"MatmulOptions.logger must be a logging.Logger, not {type(self.logger).__name__}")
+        check_allocator(self.allocator, "MatmulOptions.allocator")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +200,9 @@ def resolve_types(a_dtype, b_dtype, c_dtype, options):
             raise TypeError(f"c has dtype {c_dtype.name}; with a {result.name} result it must be one of "
                             f"{[d.name for d in allowed_c]}")
     compute = options.compute_type
+    if compute is None and options.scale_type is not None:  # the compute type that goes with the scale type
+        compute = {F16: "16F", F64: "64F", C128: "64F"}.get(options.scale_type)
+        compute = compute if compute in computes else None
     if compute is None:
         compute = "32F_FAST_TF32" if options.allow_tf32 and "32F_FAST_TF32" in computes else computes[0]
     elif compute not in computes:
@@ -174,4 +221,6 @@ def resolve_types(a_dtype, b_dtype, c_dtype, options):
     if not float8 and any(getattr(options, s) is not None for s in ("a_scale", "b_scale", "d_scale")):
         raise ValueError("a_scale, b_scale and d_scale apply to float8 operands only; the operands are "
                          f"{a_dtype.name}")
+    if options.result_amax and result not in FLOAT8_DTYPES:
+        raise ValueError(f"result_amax applies to float8 results only; the result is {result.name}")
     return result, compute, scale

@@ -5,7 +5,7 @@ here; ``nvmath.linalg.advanced.matmul`` runs the same products on the GPU or, th
 """
 
 from ...._errors import InvalidPlanStateError as InvalidMatmulState  # (nvmath's name for a freed Matmul)
-from ...._types import ComputeType
+from ....bindings.cublaslt import MatmulComputeType as ComputeType
 from . import advanced
 
 __all__ = ["advanced", "ComputeType", "InvalidMatmulState"]

@@ -8,7 +8,9 @@ when the machine has no GPU); float8 operands need ``quantization_scales``; ``pl
 package change is a TypeError.
 """
 
-from ..... import _cuda, _types
+from ..... import _cuda
+from .....bindings._types import CudaDataType, cuda_data_type, to_dtype
+from .....bindings.cublaslt import MatmulComputeType
 from ..... import matmul as _native_matmul
 from .....host.matmul import Matmul as _NativeMatmul
 from .....host.matmul import MatmulOptions as _NativeOptions
@@ -22,7 +24,7 @@ __all__ = ["Matmul", "matmul"]
 
 _FLOAT8 = ("float8_e4m3fn", "float8_e5m2")
 _SUPPORTED = (*_FLOAT8, "bfloat16", "float16", "float32", "float64", "complex64", "complex128")
-_C = _types.CudaDataType
+_C = CudaDataType
 #: nvmath's default compute type for a scale type, as mathpy's compute type names.
 _COMPUTE_FOR_SCALE = {_C.CUDA_R_16F: "16F", _C.CUDA_R_16BF: "32F", _C.CUDA_R_32F: "32F", _C.CUDA_C_32F: "32F",
                       _C.CUDA_R_64F: "64F", _C.CUDA_C_64F: "64F"}
@@ -30,7 +32,7 @@ _COMPUTE_NAMES = ("16F", "32F", "32F_FAST_TF32", "32F_FAST_16F", "32F_FAST_16BF"
 
 
 def _compute_name(compute_type):
-    name = _types.ComputeType(compute_type).name.removeprefix("COMPUTE_")
+    name = MatmulComputeType(compute_type).name.removeprefix("COMPUTE_")
     if name not in _COMPUTE_NAMES:
         raise ValueError(f"Unsupported compute type. The compute type '{compute_type!r}' is not supported by "
                          f"mathpy's matmul; supported are {['COMPUTE_' + n for n in _COMPUTE_NAMES]}")
@@ -111,9 +113,9 @@ class Matmul:
 
         float8 = a_name in _FLOAT8
         if options.result_type is not None:
-            result = _types.to_dtype(options.result_type)
+            result = to_dtype(options.result_type)
         elif c_name is not None and c_name != a_name:
-            result = _types.to_dtype(_types.from_dtype(c_name))  # nvmath: the result takes C's dtype
+            result = to_dtype(cuda_data_type(c_name))  # nvmath: the result takes C's dtype
         else:
             result = None
         d_is_float8 = (result is None and float8) or (result is not None and result.name in _FLOAT8)
@@ -123,12 +125,12 @@ class Matmul:
         if options.compute_type is not None:
             compute = _compute_name(options.compute_type)
         elif options.scale_type is not None:
-            compute = _COMPUTE_FOR_SCALE.get(_types.CudaDataType(options.scale_type))
+            compute = _COMPUTE_FOR_SCALE.get(CudaDataType(options.scale_type))
             if compute is None:
                 raise ValueError(f"Unsupported scale type. The data type '{options.scale_type!r}' is currently not "
                                  f"supported.")
         native = _NativeOptions(compute_type=compute, result_type=result,
-                                scale_type=None if options.scale_type is None else _types.to_dtype(options.scale_type),
+                                scale_type=None if options.scale_type is None else to_dtype(options.scale_type),
                                 a_scale=a_scale, b_scale=b_scale, d_scale=d_scale, blocking=options.blocking,
                                 fast_accumulation=bool(options.fast_accumulation))
         self.package = operand_package(a)

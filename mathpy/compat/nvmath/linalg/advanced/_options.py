@@ -12,7 +12,8 @@ import re
 
 import numpy as np
 
-from ..... import _types
+from .....bindings._types import CudaDataType
+from .....bindings.cublaslt import MatmulComputeType
 from ....._memory import check_allocator
 from .....host.matmul import MatmulEpilog  # noqa: F401  (cuBLASLt's enumeration: the same names and values)
 from ..._common import check_or_create_options
@@ -21,7 +22,6 @@ __all__ = ["MatmulEpilog", "MatmulInnerShape", "MatmulNumericalImplFlags", "Matm
            "MatmulPlanPreferences", "MatmulQuantizationScales", "MatmulReductionScheme", "MatmulComputeType",
            "matrix_qualifiers_dtype"]
 
-MatmulComputeType = _types.ComputeType
 matrix_qualifiers_dtype = np.dtype([("structure", object), ("is_conjugate", "<i4")])
 
 
@@ -95,9 +95,9 @@ class MatmulOptions:
         if self.compute_type is not None:
             self.compute_type = MatmulComputeType(self.compute_type)
         if self.scale_type is not None:
-            self.scale_type = _types.CudaDataType(self.scale_type)
+            self.scale_type = CudaDataType(self.scale_type)
         if self.result_type is not None:
-            self.result_type = _types.CudaDataType(self.result_type)
+            self.result_type = CudaDataType(self.result_type)
         if self.sm_count_target is None:
             self.sm_count_target = 0
         if self.fast_accumulation is None:
