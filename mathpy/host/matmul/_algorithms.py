@@ -1,7 +1,7 @@
 """cuBLASLt's candidate algorithms as the matmul engine keeps them, and the rules that reorder them.
 
-:class:`CublasLtAlgorithm` is one heuristic answer; :class:`Candidates` is the engine's list (changing it switches the
-engine to its first entry).
+:class:`CublasLtAlgorithm` is one heuristic answer, which users can inspect and reconfigure for manual tuning;
+:class:`Candidates` is the engine's list (changing it switches the engine to its first entry).
 
 **Skinny problems.** cuBLASLt's first heuristic answer is often not the fastest when M or N is small or K is small
 (measured: 64 x 8192 x 8192 bf16 runs 1.7x slower with it than torch's choice). For such problems
@@ -16,6 +16,7 @@ pays this (a few ms) once per cached plan. The engine's ``autotune_first_execute
 
 from ..._log import logger
 from ...bindings import cublaslt as lt
+from ...bindings._cublaslt_tables import CLUSTER_SHAPE_IDS, CLUSTER_SHAPES, STAGE_IDS, STAGES, TILE_IDS, TILES
 
 __all__ = ["CublasLtAlgorithm", "Candidates", "needs_autotune", "single_kernel_first", "HOST_BOUND_FLOPS"]
 
@@ -45,16 +46,24 @@ def single_kernel_first(candidates):
 
 
 class CublasLtAlgorithm:
-    """One heuristic candidate: cuBLASLt's opaque algorithm plus what the heuristic said of it."""
+    """One candidate: cuBLASLt's opaque algorithm plus what the heuristic (or ``cublasLtMatmulAlgoCheck``) said of it.
 
-    __slots__ = ("algo", "workspace_bytes", "waves_count", "rank", "_config")
+    For manual tuning: :attr:`capabilities` says what the algorithm supports (tile and stage IDs, split-K,
+    swizzling, ...); :attr:`algorithm_id`, :attr:`tile`, :attr:`stages`, :attr:`split_k`,
+    :attr:`reduction_scheme`, :attr:`cta_swizzling`, :attr:`custom_option`, :attr:`inner_shape` and
+    :attr:`cluster_shape` read its configuration (tiles, stages and cluster shapes as tuples such as ``(128, 64)``,
+    from :mod:`mathpy.bindings._cublaslt_tables`); :meth:`configured` returns a copy with some of them changed, which
+    ``Matmul.plan(algorithms=[...])`` checks with cuBLASLt and uses. Algorithms are values: equal when their bytes
+    are equal."""
+
+    __slots__ = ("algo", "workspace_bytes", "waves_count", "rank", "_config", "_capabilities")
 
     def __init__(self, result, rank):
         self.algo = lt.MatmulAlgo.from_buffer_copy(result.algo)
         self.workspace_bytes = int(result.workspaceSize)
         self.waves_count = float(result.wavesCount)
-        self.rank = rank  # position in the heuristic's answer (0 = its first choice)
-        self._config = None
+        self.rank = rank  # position in the heuristic's answer (0 = its first choice; None: configured by hand)
+        self._config = self._capabilities = None
 
     @property
     def config(self):
@@ -62,6 +71,53 @@ class CublasLtAlgorithm:
         if self._config is None:
             self._config = lt.algo_config(self.algo)
         return self._config
+
+    @property
+    def capabilities(self):
+        """``{"splitk_support", "tile_ids", "stages_ids", "cta_swizzling_support", "custom_option_max", ...}``: what
+        cuBLASLt says the algorithm supports (:class:`mathpy.bindings.cublaslt.AlgoCap` names in lower case; the
+        ID lists as tuples of IDs, :attr:`tiles` and :attr:`stage_options` as shapes)."""
+        if self._capabilities is None:
+            self._capabilities = lt.algo_capabilities(self.algo)
+        return self._capabilities
+
+    tiles = property(lambda self: tuple(TILES.get(i, i) for i in self.capabilities.get("tile_ids", ())),
+                     doc="The tile shapes the algorithm supports.")
+    stage_options = property(lambda self: tuple(STAGES.get(i, i) for i in self.capabilities.get("stages_ids", ())),
+                             doc="The stage configurations the algorithm supports.")
+    algorithm_id = property(lambda self: self.config.get("id"), doc="cuBLASLt's algorithm ID.")
+    tile = property(lambda self: TILES.get(self.config.get("tile_id"), self.config.get("tile_id")),
+                    doc="The tile shape, e.g. (128, 256), or 'UNDEFINED'.")
+    stages = property(lambda self: STAGES.get(self.config.get("stages_id"), self.config.get("stages_id")),
+                      doc="The stage configuration, e.g. (64, 3) or (128, 'AUTO').")
+    split_k = property(lambda self: self.config.get("splitk_num"), doc="Split-K count (1: no split).")
+    reduction_scheme = property(lambda self: self.config.get("reduction_scheme"), doc="Split-K reduction scheme.")
+    cta_swizzling = property(lambda self: self.config.get("cta_swizzling"), doc="CTA swizzling (0 / 1).")
+    custom_option = property(lambda self: self.config.get("custom_option"), doc="The custom option.")
+    inner_shape = property(lambda self: self.config.get("inner_shape_id"), doc="The inner shape ID.")
+    cluster_shape = property(lambda self: CLUSTER_SHAPES.get(self.config.get("cluster_shape_id"),
+                                                             self.config.get("cluster_shape_id")),
+                             doc="The thread-block cluster shape, e.g. (2, 1, 1), or 'AUTO'.")
+
+    def configured(self, *, tile=None, stages=None, split_k=None, reduction_scheme=None, cta_swizzling=None,
+                   custom_option=None, inner_shape=None, cluster_shape=None):
+        """A copy with the given configuration changed (shapes as tuples, as the properties give them; unknown ones
+        are a ValueError naming the known). Its workspace size is unknown until a plan checks it
+        (``Matmul.plan(algorithms=[...])``)."""
+        changes = {lt.AlgoConfig.TILE_ID: _lookup(tile, TILE_IDS, "tile"),
+                   lt.AlgoConfig.STAGES_ID: _lookup(stages, STAGE_IDS, "stages"),
+                   lt.AlgoConfig.SPLITK_NUM: split_k, lt.AlgoConfig.REDUCTION_SCHEME: reduction_scheme,
+                   lt.AlgoConfig.CTA_SWIZZLING: None if cta_swizzling is None else int(cta_swizzling),
+                   lt.AlgoConfig.CUSTOM_OPTION: custom_option, lt.AlgoConfig.INNER_SHAPE_ID: inner_shape,
+                   lt.AlgoConfig.CLUSTER_SHAPE_ID: _lookup(cluster_shape, CLUSTER_SHAPE_IDS, "cluster_shape")}
+        copy = object.__new__(CublasLtAlgorithm)
+        copy.algo = lt.MatmulAlgo.from_buffer_copy(self.algo)
+        copy.workspace_bytes, copy.waves_count, copy.rank = self.workspace_bytes, self.waves_count, None
+        copy._config = copy._capabilities = None
+        for attribute, value in changes.items():
+            if value is not None:
+                lt.set_algo_config(copy.algo, attribute, value)
+        return copy
 
     def __eq__(self, other):
         return isinstance(other, CublasLtAlgorithm) and bytes(self.algo) == bytes(other.algo)
@@ -78,6 +134,16 @@ class CublasLtAlgorithm:
                                                                                             "splitk_num", "stages_id"))
         return (f"CublasLtAlgorithm(rank={self.rank}, {described}{', ' if described else ''}"
                 f"workspace={self.workspace_bytes}, waves={self.waves_count:.2f})")
+
+
+def _lookup(value, table, what):
+    if value is None or isinstance(value, int) and not isinstance(value, bool):
+        return value
+    key = tuple(value) if isinstance(value, list) else value
+    if key not in table:
+        raise ValueError(f"{what} {value!r} is not one of cuBLASLt's; known are e.g. {list(table)[:8]} "
+                         f"(see the algorithm's capabilities)")
+    return table[key]
 
 
 class Candidates(list):

@@ -12,6 +12,8 @@ The engine runs under its lock when it has one (a cached engine may be shared by
 
 import contextlib
 
+import numpy as np
+
 from ... import _operands, _packages  # noqa: F401 (holder_for)
 from ._epilog_operands import HANDLERS
 from ._layouts import bring, drop_vector_axes, engine_view
@@ -24,13 +26,14 @@ _NO_LOCK = contextlib.nullcontext()
 class Finish:
     """How a result is handed back: ``vector_a`` / ``vector_b`` (1-D operands: numpy.matmul drops their axes),
     ``numpy_scalar`` (a 1-D @ 1-D product on NumPy is a scalar), ``like`` (the caller's operand when results move back
-    to its package and device, else None), ``blocking`` (wait for the GPU)."""
+    to its package and device, else None), ``blocking`` (wait for the GPU), ``c`` (in-place products: the caller's
+    ``c``, which is the result)."""
 
-    __slots__ = ("vector_a", "vector_b", "numpy_scalar", "like", "blocking")
+    __slots__ = ("vector_a", "vector_b", "numpy_scalar", "like", "blocking", "c")
 
-    def __init__(self, vector_a, vector_b, numpy_scalar, like, blocking):
+    def __init__(self, vector_a, vector_b, numpy_scalar, like, blocking, c=None):
         self.vector_a, self.vector_b, self.numpy_scalar = vector_a, vector_b, numpy_scalar
-        self.like, self.blocking = like, blocking
+        self.like, self.blocking, self.c = like, blocking, c
 
 
 class MatmulCall:
@@ -47,7 +50,8 @@ class MatmulCall:
         # inputs the engine reads where they are: their arguments are made once
         self._fixed = {name: self._argument(name, s.layout, s.op) for name, s in self.staged.items()
                        if s.mode is None and not s.move}
-        self.direct = self.on_gpu and len(self._fixed) == len(self.staged)
+        self.inplace = problem.inplace  # D is C: no allocation; the caller's c is the result
+        self.direct = self.on_gpu and len(self._fixed) == len(self.staged) and not self.inplace
         fixed = self._fixed
         self._direct_args = (fixed.get("a"), fixed.get("b"), fixed.get("c"),
                              {name: fixed.get(name) for name in self._inputs}) if self.direct else None
@@ -66,7 +70,8 @@ class MatmulCall:
             self._outputs.append((name, layout, shape, order, zero))
         self._makers = {}  # stream -> (make D, ((name, make output), ...)): allocations resolved once per stream
         f = finish
-        self._bare = not self._outputs and not (f.vector_a or f.vector_b) and f.like is None and not f.blocking
+        self._bare = not self._outputs and not (f.vector_a or f.vector_b) and f.like is None and not f.blocking \
+            and not self.inplace
 
     def detached(self):
         """The same call without its operands (for :meth:`execute_pointers` only): what the stateless memo keeps, so
@@ -127,25 +132,27 @@ class MatmulCall:
         """``(execute keyword arguments, (D, outputs, copies to keep alive until the engine call is queued))``."""
         queue = queue or self.holder.on(self.device_id, stream)
         values = dict(self._fixed)
-        keep = []
+        brought = {}
         if len(values) < len(self.staged):
             with queue.scope():  # copies are ordered before the product
                 for name, s in self.staged.items():
                     if name not in values:
-                        op = bring(s, self.device_id, stream)
-                        keep.append(op)
+                        op = brought[name] = bring(s, self.device_id, stream)
                         values[name] = self._argument(name, s.layout, op)
-        shape, dtype, order = self._d
-        d = queue.empty(shape, dtype, order)
+        if self.inplace:  # D is C as the engine reads it: the caller's memory, or its staged copy
+            d = brought["c"].tensor if "c" in brought else self.staged["c"].op.tensor
+        else:
+            shape, dtype, order = self._d
+            d = queue.empty(shape, dtype, order)
         outputs, out_args = {}, {}
         for name, layout, shape, order, zero in self._outputs:
             outputs[name] = tensor = queue.empty(shape, layout.dtype, order, zero)
             out_args[name] = self._argument(name, layout, _operands.wrap_operand(tensor))
         args = {"a": values["a"], "b": values["b"], "c": values.get("c"),
-                "d": self._argument("d", self.problem.d, _operands.wrap_operand(d)),
+                "d": values["c"] if self.inplace else self._argument("d", self.problem.d, _operands.wrap_operand(d)),
                 "epilog_inputs": {name: values[name] for name in self._inputs}, "epilog_outputs": out_args,
                 "alpha": self.alpha, "beta": self.beta}
-        return args, (d, outputs, keep)
+        return args, (d, outputs, list(brought.values()))
 
     def _argument(self, name, layout, op):
         """What the engine takes for one operand: a device address, or a NumPy view for the CPU engine."""
@@ -157,13 +164,31 @@ class MatmulCall:
 
     def _finish(self, d, outputs, queue, stream):
         f = self.finish
-        d = drop_vector_axes(d, f.vector_a, f.vector_b, f.numpy_scalar)
+        if self.inplace:
+            self._write_back(d, stream)
+            d = f.c
+        else:
+            d = drop_vector_axes(d, f.vector_a, f.vector_b, f.numpy_scalar)
         if f.like is not None:
             d = _operands.as_package(d, f.like, stream)
             outputs = {name: _operands.as_package(t, f.like, stream) for name, t in outputs.items()}
         elif self.on_gpu and f.blocking:
             queue.synchronize()
         return (d, outputs) if self._outputs else d
+
+    def _write_back(self, d, stream):
+        """In place with C staged (copied, or moved across host and device): copy the result into the caller's c."""
+        c = self.staged["c"].op  # a view of the caller's c (with the axes of 1-D operands put back)
+        if d is c.tensor:
+            return
+        result = _operands.wrap_operand(d)
+        if c.on_host:
+            host = result.numpy() if result.on_host else _operands.to_host(result, stream).tensor
+            np.copyto(c.numpy(), host)
+            return
+        if result.on_host:
+            result = _operands.to_device(result, c.device_id, stream)
+        c.interface.on(c.device_id, stream).copy_into(c.tensor, result.tensor)
 
 
 def _copy(call):

@@ -11,6 +11,7 @@ Array arguments of :meth:`CPUEngine.execute` are NumPy views made by the API fro
 (batch, gelu_aux_rows(M), N)``. Batch strides of inputs may be 0.
 """
 
+import contextlib
 import time
 
 import ml_dtypes
@@ -23,9 +24,11 @@ __all__ = ["CPUEngine", "CPUAlgorithm"]
 
 
 class CPUAlgorithm:
-    """The one CPU "algorithm": NumPy's matmul on the platform BLAS."""
+    """The one CPU "algorithm": NumPy's matmul on the platform BLAS (nothing to configure: no capabilities)."""
 
     name = "numpy"
+    capabilities = {}
+    algorithm_id = None
 
     def __repr__(self):
         return "CPUAlgorithm('numpy')"
@@ -125,11 +128,26 @@ class CPUEngine:
             else:
                 grad = B.sum(axis=1)
             _store(grad, epilog_outputs[name])
+        if "result_amax" in epilog_outputs:  # before d_scale, as cuBLASLt's AMAX_D: what the next scale comes from
+            epilog_outputs["result_amax"][...] = np.max(np.abs(x)) if x.size else 0
         if p.d_scale is not None:
             x = x * ct.type(p.d_scale)
         if p.compute_type == "16F":
             x = x.astype(F16)
         _store(x, d)
+
+    def using(self, algorithm):
+        """The engine protocol's algorithm choice for a block of executes: there is one."""
+        if algorithm not in self.algorithms:
+            raise ValueError(f"the algorithm {algorithm!r} is not one of this plan's candidates {self.algorithms!r}")
+        return contextlib.nullcontext()
+
+    def adopt(self, algorithms):
+        """The given algorithms that are this engine's (its one)."""
+        return [alg for alg in algorithms if alg in self.algorithms]
+
+    def release_workspace(self):
+        """Nothing to give back: the CPU engine has no workspace."""
 
     def free(self):
         """Nothing to release (the engine protocol's free())."""

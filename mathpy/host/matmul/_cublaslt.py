@@ -1,17 +1,7 @@
 """The cuBLASLt matmul engine: a :class:`~._problem.MatmulProblem` planned once, executed many times.
 
-**Layouts.** cuBLASLt is column-major: it computes ``D = op(A) @ op(B)`` where each operand is stored column-major
-(``rows x cols`` with a leading dimension ``ld``) and ``op`` is N (as stored) or T (transposed). A row-major matrix
-``X`` (``col_stride == 1``) is the column-major storage of ``X.T``, so it enters as that storage with ``op = T``; no
-copy is made. The result D (and C) must be stored column-major as they are (cuBLASLt supports only ``op(C) = N``):
-
-- D column-major (always the case with an epilog that has a per-row operand or output): the product is taken as it
-  is.
-- D row-major (the API's choice for no epilog / RELU / GELU, see ``_problem``): ``D.T = B.T @ A.T`` is computed instead,
-  with D.T column-major (the swap of operands and of M and N that BLAS users know). Elementwise epilogs (RELU, GELU)
-  are unaffected; BGRADA and BGRADB swap roles; bias and aux epilogs need a column-major D (the API ensures it).
-
-Batches are cuBLASLt's strided batches, one stride per operand (0 broadcasts one matrix over the batch).
+**Layouts**: :mod:`._orient` maps the problem onto cuBLASLt's column-major operands (a row-major D is computed as
+``D.T = B.T @ A.T``). Batches are cuBLASLt's strided batches, one stride per operand (0 broadcasts one matrix).
 
 **Epilogs**: each epilog operand's handler (:mod:`._epilog_operands`) sets its descriptor attributes; pointers are
 set per execute, only when they changed.
@@ -23,8 +13,10 @@ every candidate with CUDA events on the real operands and moves the fastest to t
 themselves on their first execute, over a wider pool of :data:`SELF_AUTOTUNE_POOL` candidates, and tiny ones put a
 single-kernel candidate first (the rules and their measurements: :mod:`._algorithms`).
 
-**Streams.** The workspace is allocated on the plan's home stream and used there; an execute on another stream takes
-one from the same pool in that stream's order, so one plan (and one plan cache entry) serves every stream.
+**Streams and workspace.** The workspace (from the package's pool, or ``options.allocator``: :mod:`mathpy._workspace`)
+is allocated on the plan's home stream and used there; an execute on another stream takes one of its own in that
+stream's order, so one plan (and one plan cache entry) serves every stream. :meth:`~CublasLtEngine.release_workspace`
+gives it back until the next execute.
 
 **BGRADA / BGRADB** have kernels only for op(A) = N and op(B) = T respectively (cuBLASLt 13.1 on an H200, every real
 dtype); the matmul API copies A or B into those layouts.
@@ -32,12 +24,6 @@ dtype); the matmul API copies A or B into those layouts.
 **The hot path.** :meth:`~CublasLtEngine.execute` calls the cached ``cublasLtMatmul`` function object with a prebuilt
 argument list of plain ints; per call it only writes the operand pointers and the stream into that list and rewrites
 alpha/beta when they change.
-
->>> from mathpy.host.matmul._problem import row_major, col_major
->>> as_column_major(row_major(3, 5, 1, "float32"))   # a row-major 3 x 5 is the column-major 5 x 3 storage, op T
-(<Operation.T: 1>, 5, 3, 5)
->>> as_column_major(col_major(3, 5, 1, "float32"))
-(<Operation.N: 0>, 3, 5, 3)
 """
 
 import contextlib
@@ -51,15 +37,15 @@ import numpy as np
 from ... import _cuda, _operands, _packages, _runtime
 from ..._errors import CUDALibraryError, InvalidPlanStateError, UnsupportedLayoutError
 from ..._log import logger
+from ..._workspace import WorkspaceSource
 from ...bindings import cublaslt as lt
 from ._algorithms import HOST_BOUND_FLOPS, Candidates, CublasLtAlgorithm, needs_autotune, single_kernel_first
 from ._epilog import MatmulEpilog
 from ._epilog_operands import HANDLERS
 from ._options import BF16, FLOAT8_DTYPES, MatmulPlanPreferences
+from ._orient import SWAPPED_EPILOGS, Operation, as_column_major, orient
 
 __all__ = ["CublasLtEngine", "CublasLtAlgorithm", "as_column_major", "orient", "needs_autotune", "get_handle"]
-
-Operation = lt.Operation
 
 #: Pointer alignment the heuristic is told to assume by default (cuBLASLt's own default); smaller alignments found at
 #: execute() time make the engine ask again with the smaller one.
@@ -93,45 +79,6 @@ def get_handle(device_id):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Layout mapping (pure Python, tested without a GPU).
-
-
-def as_column_major(layout):
-    """``(op, rows, cols, ld)``: ``layout`` (a logical matrix as it enters the product) as cuBLASLt's column-major
-    storage ``rows x cols`` with leading dimension ``ld`` and the ``op`` that turns that storage into the matrix.
-    Raises UnsupportedLayoutError when neither stride is 1 (the API copies such operands first)."""
-    r, c, rs, cs = layout.rows, layout.cols, layout.row_stride, layout.col_stride
-    if r == 1:  # one row: the row stride is never used; store it as a 1 x c column-major matrix
-        rs = 1
-    if c == 1:  # one column: the column stride is never used
-        cs = max(r, 1) if rs == 1 else 1
-    if rs == 1 and cs >= max(r, 1):
-        return Operation.N, r, c, cs
-    if cs == 1 and rs >= max(c, 1):
-        return Operation.T, c, r, rs
-    raise UnsupportedLayoutError(f"a {r} x {c} matrix with strides ({layout.row_stride}, {layout.col_stride}) has no "
-                                 f"unit stride with a leading dimension covering the other extent; cuBLASLt needs "
-                                 f"row- or column-major storage (copy it first)")
-
-
-def orient(problem):
-    """``(swap, a, b, c, d)``: the problem's layouts in the orientation cuBLASLt computes, where D is column-major.
-    ``swap`` is True when D is row-major and ``D.T = B.T @ A.T`` is computed instead (a and b are then B.T and A.T)."""
-    d = problem.d
-    if d.row_stride == 1 or d.cols == 1 or d.rows == 1:
-        return False, problem.a, problem.b, problem.c, d
-    if d.col_stride != 1:
-        raise UnsupportedLayoutError(f"the result must be row- or column-major, not strides ({d.row_stride}, "
-                                     f"{d.col_stride})")
-    c = None if problem.c is None else problem.c.transposed()
-    return True, problem.b.transposed(), problem.a.transposed(), c, d.transposed()
-
-
-_SWAPPED_EPILOGS = {None: None, MatmulEpilog.RELU: MatmulEpilog.RELU, MatmulEpilog.GELU: MatmulEpilog.GELU,
-                    MatmulEpilog.BGRADA: MatmulEpilog.BGRADB, MatmulEpilog.BGRADB: MatmulEpilog.BGRADA}
-
-
-# ---------------------------------------------------------------------------------------------------------------------
 # Resources, released by free() or by the finalizer
 
 
@@ -156,7 +103,9 @@ class _Resources:
             except Exception as e:  # at interpreter exit the runtime may be gone
                 logger.debug("cuBLASLt plan release: stream synchronisation failed: %s", e)
             self.foreign_streams.clear()
-        self.workspace = None
+        workspace, self.workspace = self.workspace, None
+        if workspace is not None:
+            workspace.release()
         if not keep_scales:
             self.scales = None
 
@@ -206,6 +155,7 @@ class CublasLtEngine:
         if allocator.stream is None:
             allocator = allocator.package.on(self.device_id, allocator.package.current_stream(self.device_id))
         self._allocator, self._home = allocator, allocator.stream
+        self._source = WorkspaceSource(allocator, getattr(options, "allocator", None), self.device_id)
         self.lock = threading.Lock()
         self._resources = res = _Resources()
         self._finalizer = weakref.finalize(self, res.release)
@@ -261,9 +211,9 @@ class CublasLtEngine:
         swap, a, b, c, d = orient(problem)
         epilog = problem.epilog
         if swap:
-            if epilog not in _SWAPPED_EPILOGS:
+            if epilog not in SWAPPED_EPILOGS:
                 raise UnsupportedLayoutError(f"epilog {epilog.name} needs a column-major result; got a row-major one")
-            epilog = _SWAPPED_EPILOGS[epilog]
+            epilog = SWAPPED_EPILOGS[epilog]
         self._swap = swap
         op_a, rows_a, cols_a, ld_a = as_column_major(a)
         op_b, rows_b, cols_b, ld_b = as_column_major(b)
@@ -278,7 +228,9 @@ class CublasLtEngine:
         la = self._layout(a.dtype, rows_a, cols_a, ld_a, batch, a.batch_stride)
         lb = self._layout(b.dtype, rows_b, cols_b, ld_b, batch, b.batch_stride)
         ld = self._layout(d.dtype, rows_d, cols_d, ld_d, batch, d.batch_stride)
-        if c is not None:
+        if problem.inplace:  # D is C's memory: cuBLASLt takes one layout for both
+            lc = ld
+        elif c is not None:
             op_c, rows_c, cols_c, ld_c = as_column_major(c)
             if op_c is not Operation.N:
                 raise UnsupportedLayoutError(f"c must be stored in the result's order (cuBLASLt reads C without "
@@ -321,15 +273,19 @@ class CublasLtEngine:
                 lt.set_attribute(desc, lt.MatmulDesc.FAST_ACCUM, 1)
         self._alpha_factor = alpha_factor
 
-        # Epilog: its value, dtypes, leading dimensions, batch strides; pointers are set per execute().
+        sm_count = getattr(self._options, "sm_count_target", 0)
+        if sm_count:
+            lt.set_attribute(desc, lt.MatmulDesc.SM_COUNT_TARGET, sm_count)
+        # Epilog: its value, dtypes, leading dimensions, batch strides; pointers (and the result's amax's, which
+        # needs no epilog) are set per execute().
         slots = []
         if epilog is not None:
             lt.set_attribute(desc, lt.MatmulDesc.EPILOGUE, int(epilog))
-            for source, pairs in ((0, problem.epilog_inputs), (1, problem.epilog_outputs)):
-                for name, layout in pairs:  # each operand's handler sets its own attributes
-                    pointer_attribute = HANDLERS[name].set_attributes(desc, layout, d_dtype, batch)
-                    lt.set_attribute(desc, pointer_attribute, _PLACEHOLDER_POINTER)
-                    slots.append((source, name, int(pointer_attribute)))
+        for source, pairs in ((0, problem.epilog_inputs), (1, problem.epilog_outputs)):
+            for name, layout in pairs:  # each operand's handler sets its own attributes
+                pointer_attribute = HANDLERS[name].set_attributes(desc, layout, d_dtype, batch)
+                lt.set_attribute(desc, pointer_attribute, _PLACEHOLDER_POINTER)
+                slots.append((source, name, int(pointer_attribute)))
         self._slots = tuple(slots)
         self._slot_values = [_PLACEHOLDER_POINTER] * len(slots)
         self._slot_buffer = ctypes.c_void_p(0)
@@ -360,7 +316,7 @@ class CublasLtEngine:
                       self._beta_buffer.ctypes.data, 0, lc, 0, ld, ctypes.addressof(self._algo), 0, 0, 0]
         self._matmul = lt.library.cublasLtMatmul
         self._switch_device = _cuda.device_count() > 1
-        self.workspace_bytes, self._workspace_pointer = 0, 0
+        self.workspace_bytes, self._workspace_pointer, self._released = 0, 0, False
         self._use(self.algorithms[0])
         logger.debug("cuBLASLt plan %sx%sx%s batch %d (%s%s, swap=%s, epilog=%s): %d candidates, using %r",
                      problem.m, problem.n, problem.k, batch, op_a.name, op_b.name, swap,
@@ -417,15 +373,19 @@ class CublasLtEngine:
         ctypes.memmove(ctypes.addressof(self._algo), ctypes.addressof(algorithm.algo), ctypes.sizeof(self._algo))
 
     def _ensure_workspace(self, nbytes, exact=False):
-        if nbytes == self.workspace_bytes or (not exact and nbytes < self.workspace_bytes):
+        held = self._resources.workspace is not None or not self.workspace_bytes
+        if held and (nbytes == self.workspace_bytes or (not exact and nbytes < self.workspace_bytes)):
             return
+        if not exact:
+            nbytes = max(nbytes, self.workspace_bytes)
         res = self._resources
         res.drop_allocations(keep_scales=True)
         if nbytes:
-            res.workspace = self._allocator.empty((nbytes,), np.uint8)
-            pointer = self._allocator.package.pointer(res.workspace)
+            res.workspace = self._source.take(nbytes, self._home)
+            pointer = res.workspace.pointer
         else:
             pointer = 0
+        self._released = False
         self.workspace_bytes, self._workspace_pointer = nbytes, pointer
         self._args[13], self._args[14] = pointer, nbytes
 
@@ -476,20 +436,61 @@ class CublasLtEngine:
             self._self_autotune(stream)
         if stream != self._home:
             self._execute_elsewhere(args, stream)
-        elif self._switch_device:
+            return
+        if self._released:  # release_workspace() gave it back: take it again
+            self._ensure_workspace(self.workspace_bytes)
+        if self._switch_device:
             with _runtime.device_scope(self.device_id):
                 self._matmul(*args)
         else:
             self._matmul(*args)
+
+    def release_workspace(self):
+        """Give the workspace back now (after the work queued on the home stream, for a caller's memory manager);
+        the next execute takes it again."""
+        self._resources.drop_allocations(keep_scales=True)
+        self._workspace_pointer = self._args[13] = 0
+        self._released = bool(self.workspace_bytes)
+
+    @contextlib.contextmanager
+    def using(self, algorithm):
+        """Executes in the block run ``algorithm`` (a candidate), then ``algorithms[0]`` again (no self-autotune)."""
+        if algorithm not in self.algorithms:
+            raise ValueError(f"the algorithm {algorithm!r} is not one of this plan's candidates "
+                             f"{list(self.algorithms)!r}; plan(algorithms=[...]) makes it one")
+        self._autotune_pending, self._pool = False, None
+        current = self.algorithms[0]
+        if algorithm is current or algorithm == current:
+            yield
+            return
+        self._load(algorithm)
+        self._ensure_workspace(algorithm.workspace_bytes)
+        try:
+            yield
+        finally:
+            self._load(current)
+
+    def adopt(self, algorithms):
+        """``algorithms`` as this plan's candidates: reconfigured ones once cublasLtMatmulAlgoCheck accepts them."""
+        adopted = []
+        for algorithm in algorithms:
+            if algorithm in self.algorithms:
+                adopted.append(self.algorithms[self.algorithms.index(algorithm)])
+                continue
+            try:
+                result = lt.algo_check(self._handle, self._resources.desc, *self._layouts, algorithm.algo)
+            except CUDALibraryError as e:
+                raise ValueError(f"cuBLASLt rejects {algorithm!r} for this product ({e})") from None
+            adopted.append(CublasLtAlgorithm(result, algorithm.rank))
+        return adopted
 
     def _execute_elsewhere(self, args, stream):
         """An execution on a stream other than the plan's home: with a workspace of its own from the pool, in that
         stream's order (freed after the launch: later work on that stream reuses it in order)."""
         scratch = None
         if self.workspace_bytes:
-            queue = self._allocator.package.on(self.device_id, stream)
-            scratch = queue.empty((self.workspace_bytes,), np.uint8)
-            args[13] = queue.package.pointer(scratch)
+            scratch = self._source.take(self.workspace_bytes, stream)
+            args[13] = scratch.pointer
         if self._resources.scales is not None:
             self._resources.foreign_streams.add(stream)
         try:
@@ -497,6 +498,8 @@ class CublasLtEngine:
                 self._matmul(*args)
         finally:
             args[13] = self._workspace_pointer
+            if scratch is not None:
+                scratch.release()
 
     def _set_epilog_pointers(self, epilog_inputs, epilog_outputs):
         pointers = 0

@@ -1,5 +1,6 @@
 """One handler per epilog operand: the bias, the RELU bitmask, the GELU pre-activation, the bias gradients, and the
-``data`` of a Python epilog.
+``data`` of a Python epilog, and the
+result's amax (an output of float8 products, returned with the epilog's outputs).
 
 Each handler owns everything about its operand (formats in :mod:`._epilog`):
 
@@ -14,7 +15,7 @@ Each handler owns everything about its operand (formats in :mod:`._epilog`):
 Adding an epilog operand touches this file (and ``_epilog``'s table of which epilog takes which operand).
 
 >>> sorted(HANDLERS)
-['bgrada', 'bgradb', 'bias', 'data', 'dgelu_bgrad', 'drelu_bgrad', 'gelu_aux', 'relu_aux']
+['bgrada', 'bgradb', 'bias', 'data', 'dgelu_bgrad', 'drelu_bgrad', 'gelu_aux', 'relu_aux', 'result_amax']
 >>> HANDLERS["relu_aux"].layout(8, 4, 3, None).col_stride       # in bits: 16 bytes per column
 128
 """
@@ -228,10 +229,39 @@ class Data:
         return base
 
 
-HANDLERS = {"bias": Bias(), "relu_aux": ReluAux(), "gelu_aux": GeluAux(), "data": Data(),
+
+class ResultAmax:
+    """``result_amax``: the largest absolute value of the result before ``d_scale`` (cuBLASLt's AMAX_D), one float32
+    for the whole (batched) product, shape ``(1,)``; float8 results only (``MatmulOptions(result_amax=True)``)."""
+
+    name = "result_amax"
+
+    def check(self, spec, d_dtype):
+        if d_dtype not in FLOAT8_DTYPES:
+            raise ValueError(f"result_amax applies to float8 results only; the result is {np.dtype(d_dtype).name}")
+
+    def layout(self, m, n, batch, d_dtype):
+        return MatrixLayout(1, 1, 1, 1, 1, 0, np.dtype(np.float32))
+
+    def shape(self, layout, batch_shape):
+        return (1,)
+
+    def allocation(self, layout, batch_shape, on_gpu):
+        return (1,), False, False
+
+    def set_attributes(self, desc, layout, d_dtype, batch):
+        return _lt().MatmulDesc.AMAX_D_POINTER
+
+    def cpu_view(self, layout, base):
+        return base.reshape(1)
+
+
+HANDLERS = {"bias": Bias(), "relu_aux": ReluAux(), "gelu_aux": GeluAux(), "data": Data(), "result_amax": ResultAmax(),
             **{name: BiasGradient(name) for name in ("drelu_bgrad", "dgelu_bgrad", "bgrada", "bgradb")}}
 
 
-def output_layouts(spec, m, n, batch, d_dtype):
-    """``((name, MatrixLayout), ...)`` of the outputs the API allocates for the epilog of ``spec``."""
-    return tuple((name, HANDLERS[name].layout(m, n, batch, d_dtype)) for name in spec.outputs)
+def output_layouts(spec, m, n, batch, d_dtype, amax=False):
+    """``((name, MatrixLayout), ...)`` of the outputs the API allocates: the epilog's of ``spec``, and the result's
+    amax when ``amax``."""
+    names = (*spec.outputs, "result_amax") if amax else spec.outputs
+    return tuple((name, HANDLERS[name].layout(m, n, batch, d_dtype)) for name in names)

@@ -23,6 +23,8 @@ array([[ 6., 15.],
        [13., 49.]], dtype=float32)
 """
 
+import contextlib
+import dataclasses
 import math
 import weakref
 
@@ -39,7 +41,7 @@ from ._call import Finish, MatmulCall, holder_for
 from ._epilog import EPILOG_INPUT_NAMES, as_epilog, epilog_spec
 from ._epilog_operands import HANDLERS, output_layouts
 from ._fused import FusedEpilog, check_fused_problem, fused_epilog
-from ._layouts import Product, c_in_d_order, expand_c, result_layout, stage_a, stage_b, stage_matrix
+from ._layouts import ANY_ORDER_EPILOGS, Product, c_in_d_order, expand_c, result_layout, stage_a, stage_b, stage_matrix
 from ._options import FLOAT8_DTYPES, MatmulOptions, MatmulPlanPreferences, resolve_types
 from ._problem import MatmulProblem, row_major
 
@@ -82,14 +84,17 @@ class Matmul:
 
     Life cycle: ``plan()`` (returns the candidate algorithms), optionally ``autotune()``, ``execute()`` any number of
     times (with ``reset_operands()`` between), ``free()`` (or use it as a context manager). A call in the wrong state
-    raises :class:`~mathpy.InvalidPlanStateError`. Every ``execute()`` reads the current contents of the operands.
+    raises :class:`~mathpy.InvalidPlanStateError`. Every ``execute()`` reads the current contents of the operands;
+    ``release_operands()`` drops them until ``reset_operands()`` gives new ones. With ``MatmulOptions(inplace=True)``
+    the result is written into ``c`` and ``execute()`` returns ``c``.
     """
 
     def __init__(self, a, b, c=None, *, alpha=1, beta=None, options=None, execution=None, stream=None):
         self._state = _FREED  # until construction succeeds
         self._engine = self._release = self._call = None
-        self._cache = None
+        self._cache, self._released = None, False
         options = check_or_create_options(MatmulOptions, options, "options")
+        self._logger = options.logger or logger
         ops = _operands.wrap_operands({"a": a, "b": b, "c": c})
         self._grad = _torch_route.grad_names(a=a, b=b, c=c)  # no backward here: execute refuses in grad mode
         a_op, b_op, c_op = ops["a"], ops["b"], ops["c"]
@@ -116,6 +121,8 @@ class Matmul:
         if c_op is None and beta != 0:
             raise ValueError(f"beta = {beta!r} needs an operand c; pass c or leave beta at 0")
         beta = _check_scalar(beta, "beta", scale_type)
+        if options.inplace:
+            _check_inplace(c_op, result_shape, d_dtype)
         if c_op is not None and tuple(c_op.shape) != result_shape:
             try:
                 ok = np.broadcast_shapes(c_op.shape, result_shape) == result_shape
@@ -128,6 +135,8 @@ class Matmul:
         on_gpu = isinstance(execution, ExecutionCUDA)
         if on_gpu:
             _cuda.require_device(execution.device_id)  # first: before a GPU array package is looked for
+        if options.block_scaling:
+            _refuse_block_scaling(a_op.dtype, execution if on_gpu else None)
         if on_gpu and m * n * k * math.prod(batch_shape) == 0:
             execution, on_gpu = ExecutionCPU(), False  # empty problems: nothing for cuBLASLt to do
         moves = (a_op.device_id is None) == on_gpu or (on_gpu and a_op.device_id != execution.device_id)
@@ -145,6 +154,7 @@ class Matmul:
         self._alpha, self._beta, self._options = alpha, beta, options
         self._execution, self._on_gpu = execution, on_gpu
         self._like = a_op  # results go to a's package and device
+        self._c_object = c  # in place: the caller's c is the result
         self._inputs = {}
         self._c_shape = None if c_op is None else tuple(c_op.shape)
         if on_gpu:
@@ -159,8 +169,8 @@ class Matmul:
                                       False)
             self._stream = None
         self._state = _CREATED
-        logger.debug("Matmul %s x %s -> %s (batch %s), %s, %s on %s", (m, k), (k, n), result_shape, batch_shape,
-                     d_dtype, compute_type, execution)
+        self._logger.debug("Matmul %s x %s -> %s (batch %s), %s, %s on %s%s", (m, k), (k, n), result_shape,
+                           batch_shape, d_dtype, compute_type, execution, ", in place" if options.inplace else "")
 
     @classmethod
     def for_cache(cls, cache, *args, **kwargs):
@@ -171,14 +181,18 @@ class Matmul:
 
     # -- planning -----------------------------------------------------------------------------------------------------
 
-    def plan(self, epilog=None, epilog_inputs=None, preferences=None, algorithms=None):
+    def plan(self, epilog=None, epilog_inputs=None, preferences=None, algorithms=None, *, stream=None):
         """Choose the epilog and build the plan; returns the candidate algorithms (best first by the library's
-        heuristic). ``algorithms`` restricts the candidates to the given ones (from an earlier ``plan()``).
+        heuristic). ``algorithms`` restricts the candidates to the given ones (from an earlier ``plan()``, possibly
+        reconfigured with ``CublasLtAlgorithm.configured``: cuBLASLt checks them). ``stream``: the plan's stream from
+        now on (its workspace is allocated there; default: the constructor's).
 
         ``epilog``: a :class:`MatmulEpilog` (or its name), run by cuBLASLt; or a Python function ``f(value, row, col,
         data)`` / ``f(value, batch, row, col, data)`` fused into mathpy's own GEMM, with ``epilog_inputs={"data": x}``
         optional (:mod:`._fused`)."""
         self._check_not_freed("plan")
+        if stream is not None and self._on_gpu:
+            self._stream = stream_pointer(stream, self._holder.name, self._device_id)
         fused = fused_epilog(epilog)  # a Python function: checked here, before any work
         if fused is not None:
             check_fused_problem(fused, self._staged["a"].op.dtype, self._staged["b"].op.dtype, self._d_dtype,
@@ -223,8 +237,13 @@ class Matmul:
             self._staged["b"] = stage_b(self._staged["b"].op, self._product)
 
         p = self._product
-        d_layout = result_layout(epilog, d_dtype, self._staged["a"], self._staged["b"], self._c_given, p)
+        if self._options.inplace:
+            d_layout = _inplace_layout(self._c_given, epilog)
+        else:
+            d_layout = result_layout(epilog, d_dtype, self._staged["a"], self._staged["b"], self._c_given, p)
         if fused is not None:  # the fused engines write row-major results
+            if self._options.inplace:
+                raise ValueError("a Python epilog writes a new result: it cannot run in place (inplace=True)")
             d_layout = row_major(p.m, p.n, d_layout.batch, d_dtype)
         if self._c_given is not None:
             self._staged["c"] = c_in_d_order(self._c_given, d_layout, p)
@@ -233,7 +252,8 @@ class Matmul:
             b=self._staged["b"].layout, c=self._staged["c"].layout if "c" in self._staged else None, d=d_layout,
             compute_type=self._compute_type, scale_type=self._scale_type, epilog=epilog,
             epilog_inputs=tuple((name, s.layout) for name, s in inputs.items()),
-            epilog_outputs=output_layouts(spec, p.m, p.n, d_layout.batch, d_dtype), **self._float8_scales(),
+            epilog_outputs=output_layouts(spec, p.m, p.n, d_layout.batch, d_dtype, self._options.result_amax),
+            inplace=self._options.inplace, **self._float8_scales(),
             fused=None if fused is None else FusedEpilog(fused, inputs["data"].layout if "data" in inputs else None))
 
         # The old plan goes first (its workspace counts against the cache bound); from here a failure must not
@@ -258,7 +278,7 @@ class Matmul:
                 self._engine = create()[0]
                 self._release = weakref.finalize(self, self._engine.free)
             if algorithms is not None:
-                chosen = [alg for alg in algorithms if alg in self._engine.algorithms] if self._cache is None else []
+                chosen = self._engine.adopt(algorithms) if self._cache is None else []
                 if not chosen:
                     raise ValueError(f"plan(algorithms=...): none of the given algorithms {list(algorithms)!r} is "
                                      f"a candidate for this problem; the candidates are "
@@ -272,8 +292,8 @@ class Matmul:
             _torch_route.grad_names(epilog_inputs=epilog_inputs)
         self._state = _PLANNED
         self._make_call()
-        logger.debug("Matmul planned: epilog %s, %d candidate algorithms, workspace %d bytes", spec.name,
-                     len(self._engine.algorithms), self._engine.workspace_bytes)
+        self._logger.debug("Matmul planned: epilog %s, %d candidate algorithms, workspace %d bytes", spec.name,
+                           len(self._engine.algorithms), self._engine.workspace_bytes)
         return list(self._engine.algorithms)
 
     @property
@@ -287,12 +307,15 @@ class Matmul:
         """The :class:`~._call.MatmulCall` that ``execute()`` runs (None before ``plan()``)."""
         return self._call
 
-    def autotune(self, iterations=3):
+    def autotune(self, iterations=3, prune=None):
         """Time every candidate algorithm on the current operands and keep the fastest; returns
-        ``[(algorithm, seconds), ...]`` fastest first."""
+        ``[(algorithm, seconds), ...]`` fastest first. ``prune``: keep only that many candidates, the fastest."""
         self._check_planned("autotune")
+        self._check_operands("autotune")
         if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
             raise ValueError(f"iterations must be a positive int, not {iterations!r}")
+        if prune is not None and (isinstance(prune, bool) or not isinstance(prune, int) or prune < 1):
+            raise ValueError(f"prune must be None or a positive int, not {prune!r}")
         args, scratch = self._call.arguments(self._stream)  # scratch lives until the runs are enqueued
         lock = getattr(self._engine, "lock", None)
         if lock is None:
@@ -301,27 +324,49 @@ class Matmul:
             with lock:
                 timings = self._engine.autotune(args, self._stream, iterations)
         del scratch
-        logger.debug("Matmul autotune: %s", timings)
+        if prune is not None and len(self._engine.algorithms) > prune:
+            self._engine.algorithms[:] = [alg for alg, _ in timings][:prune]
+        self._logger.debug("Matmul autotune: %s", timings)
         return timings
 
     # -- execution ----------------------------------------------------------------------------------------------------
 
-    def execute(self, stream=None):
+    def execute(self, stream=None, *, algorithm=None, release_workspace=False):
         """Compute the product on the current operands. Returns the result, or ``(result, aux)`` when the epilog has
-        outputs (``aux``: dict of tensors named as in ``_epilog``), in the operands' package and on their device."""
+        outputs (``aux``: dict of tensors named as in ``_epilog``, and ``"result_amax"``), in the operands' package
+        and on their device. ``algorithm``: one of :attr:`algorithms` to run this time (default: the first);
+        ``release_workspace``: give the workspace back after this call (the next one takes it again)."""
         if self._grad:
             _torch_route.refuse("Matmul.execute", self._grad)
         call = self._call
         if call is None:
             self._check_planned("execute")
+            self._check_operands("execute")
         if stream is not None and self._on_gpu:
-            return call.execute(stream_pointer(stream, self._holder.name, self._device_id))
-        return call.execute(self._stream)
+            stream = stream_pointer(stream, self._holder.name, self._device_id)
+        else:
+            stream = self._stream
+        if algorithm is None and not release_workspace:
+            return call.execute(stream)
+        with self._engine.using(algorithm) if algorithm is not None else contextlib.nullcontext():
+            result = call.execute(stream)
+        if release_workspace and self._cache is None:
+            self._engine.release_workspace()
+        return result
 
-    def reset_operands(self, a=None, b=None, c=None, epilog_inputs=None):
+    def reset_operands(self, a=None, b=None, c=None, epilog_inputs=None, *, alpha=None, beta=None):
         """Give new operands of the same shapes, dtypes, layouts, package and device (else a ValueError and nothing
-        changes). ``epilog_inputs`` (a dict) replaces the named epilog inputs of the plan."""
+        changes). ``epilog_inputs`` (a dict) replaces the named epilog inputs of the plan; ``alpha`` / ``beta`` new
+        scalars. After :meth:`release_operands` every operand must be given again."""
         self._check_not_freed("reset_operands")
+        if self._released:
+            needed = [n for n in ("a", "b", "c") if n in self._staged] + list(self._inputs)
+            given = {"a": a, "b": b, "c": c, **(epilog_inputs or {})}
+            missing = [n for n in needed if given.get(n) is None]
+            if missing:
+                raise ValueError(f"reset_operands: the operands were released; give them all again (missing "
+                                 f"{missing})")
+        scalars = self._new_scalars(alpha, beta)
         new, new_c_given = {}, None
         for name, value in (("a", a), ("b", b), ("c", c)):
             if value is None:
@@ -363,8 +408,25 @@ class Matmul:
                 self._inputs[name] = fresh
         if new_c_given is not None:
             self._c_given = new_c_given
+        if c is not None:
+            self._c_object = c
+        if a is not None:
+            self._like = self._staged["a"].op
+        self._alpha, self._beta = scalars
+        self._released = False
         if self._state == _PLANNED:
             self._make_call()
+
+    def release_operands(self):
+        """Drop the references to the operands (and epilog inputs) until :meth:`reset_operands` gives them all
+        again; ``execute()`` meanwhile raises InvalidPlanStateError."""
+        self._check_not_freed("release_operands")
+        self._staged = {name: _released(s) for name, s in self._staged.items()}
+        self._inputs = {name: _released(s) for name, s in self._inputs.items()}
+        if self._c_given is not None:
+            self._c_given = _released(self._c_given)
+        self._like = _released_operand(self._like)
+        self._c_object, self._call, self._released = None, None, True
 
     def free(self):
         """Release the plan (library handles, descriptors, workspace) at once. Idempotent."""
@@ -395,6 +457,19 @@ class Matmul:
         if self._state != _PLANNED:
             raise InvalidPlanStateError(f"Matmul.{what}: call plan() first")
 
+    def _check_operands(self, what):
+        if self._released:
+            raise InvalidPlanStateError(f"Matmul.{what}: the operands were released; give them with "
+                                        f"reset_operands(...) first")
+
+    def _new_scalars(self, alpha, beta):
+        """``(alpha, beta)`` after a reset of either (checked against the scale type; beta needs c)."""
+        new_alpha = self._alpha if alpha is None else _check_scalar(alpha, "alpha", self._scale_type)
+        if beta is not None and "c" not in self._staged and beta != 0:
+            raise ValueError(f"beta = {beta!r} needs an operand c; the Matmul was built without c")
+        new_beta = self._beta if beta is None else _check_scalar(beta, "beta", self._scale_type)
+        return new_alpha, new_beta
+
     def _release_engine(self):
         release, self._release, self._engine, self._call = self._release, None, None, None
         if release is not None:
@@ -420,9 +495,59 @@ class Matmul:
         staged = {**self._staged, **self._inputs}
         finish = Finish(self._vector_a, self._vector_b,
                         self._holder.name == "numpy" and self._like.package == "numpy",
-                        self._like if self._product.moves else None, self._options.blocking is True)
+                        self._like if self._product.moves else None, self._options.blocking is True,
+                        self._c_object if self._options.inplace else None)
         self._call = MatmulCall(self._problem, self._engine, staged, self._holder, self._device_id, self._alpha,
                                 self._beta, finish, self._cache_key)
+
+
+def _check_inplace(c_op, result_shape, d_dtype):
+    """In place, c is the result: it must be given, have the result's shape and dtype, and be writable."""
+    if c_op is None:
+        raise ValueError("MatmulOptions(inplace=True) writes the result into c: pass c")
+    if tuple(c_op.shape) != tuple(result_shape):
+        raise ValueError(f"in place, c must have the result's shape {tuple(result_shape)} (it cannot be broadcast); "
+                         f"c has shape {tuple(c_op.shape)}")
+    if c_op.dtype != d_dtype:
+        raise TypeError(f"in place, c must have the result's dtype {d_dtype.name}; c is {c_op.dtype.name} (set "
+                        f"MatmulOptions.result_type={c_op.dtype.name!r} if that is the result you want)")
+    if c_op.package == "numpy" and not c_op.tensor.flags.writeable:
+        raise ValueError("in place, c must be writable; it is a read-only NumPy array")
+
+
+def _inplace_layout(c_given, epilog):
+    """D's layout in place: C's own (ValueError when it cannot hold D: broadcast batches, or a row-major C with an
+    epilog that needs a column-major result)."""
+    layout = c_given.layout
+    if layout.batch > 1 and layout.batch_stride == 0:
+        raise ValueError("in place, c cannot repeat one matrix over the batch (a batch stride of 0)")
+    if epilog not in (None, *ANY_ORDER_EPILOGS) and not layout.is_col_major:
+        raise ValueError(f"in place with epilog {epilog.name}, c must be column-major in its last two axes (the "
+                         f"epilog needs a column-major result): e.g. np.asfortranarray(c) or c.mT.contiguous().mT")
+    return layout
+
+
+def _refuse_block_scaling(dtype, execution):
+    """MXFP8 block scaling: Blackwell only, and not implemented here."""
+    if dtype not in FLOAT8_DTYPES:
+        raise ValueError(f"block_scaling applies to float8 operands; the operands are {dtype.name}")
+    if execution is not None:
+        cc = tuple(_cuda.compute_capability(execution.device_id))
+        if cc < (10, 0):
+            raise ValueError(f"MXFP8 block scaling (block_scaling=True) needs a Blackwell GPU (compute capability >= "
+                             f"10.0); device {execution.device_id} has compute capability {cc[0]}.{cc[1]}. Use "
+                             f"per-tensor float8 scales instead")
+    raise NotImplementedError("MXFP8 block scaling (block_scaling=True) runs only on Blackwell GPUs and mathpy does "
+                              "not implement it; use per-tensor float8 scales")
+
+
+def _released_operand(op):
+    """``op``'s facts without the array (what checks and result placement need after release_operands)."""
+    return _operands.Operand(None, op.package, op.shape, op.strides, op.dtype, op.device_id, 0)
+
+
+def _released(staged):
+    return dataclasses.replace(staged, op=_released_operand(staged.op))
 
 
 def _check_same(name, old, fresh):

@@ -122,16 +122,15 @@ class MatmulOptions:
     allocator: object = None
 
     def __post_init__(self):
-        if isinstance(self.compute_type, MatmulComputeType) or (isinstance(self.compute_type, int) and
-                                                          not isinstance(self.compute_type, bool)):
+        given = self.compute_type
+        if isinstance(given, int) and not isinstance(given, bool):  # a MatmulComputeType (or its value)
             try:
-                object.__setattr__(self, "compute_type", MatmulComputeType(self.compute_type).name[len("COMPUTE_"):])
+                object.__setattr__(self, "compute_type", MatmulComputeType(given).name[len("COMPUTE_"):])
             except ValueError:
-                raise ValueError(f"MatmulOptions.compute_type {self.compute_type!r} is not a cublasComputeType_t "
-                                 f"value") from None
+                raise ValueError(f"MatmulOptions.compute_type {given!r} is not a cublasComputeType_t value") from None
         if self.compute_type is not None and self.compute_type not in COMPUTE_TYPES:
-            raise ValueError(f"MatmulOptions.compute_type {self.compute_type!r} is not supported; allowed are None or "
-                             f"one of {list(COMPUTE_TYPES)}")
+            raise ValueError(f"MatmulOptions.compute_type {given!r} is not supported; allowed are None or one of "
+                             f"{list(COMPUTE_TYPES)} (or the MatmulComputeType members of those names)")
         object.__setattr__(self, "scale_type", _as_dtype(self.scale_type, "MatmulOptions.scale_type"))
         object.__setattr__(self, "result_type", _as_dtype(self.result_type, "MatmulOptions.result_type"))
         if not isinstance(self.allow_tf32, bool):

@@ -102,7 +102,9 @@ class MatmulProblem:
     ``batch_shape`` is the numpy.matmul batch shape of the result (``batch == prod(batch_shape)``); ``compute_type``
     is a cuBLAS compute type name without its prefix ("32F", "32F_FAST_TF32", "64F", ...), ``scale_type`` the dtype of
     alpha and beta; ``a_scale``/``b_scale``/``d_scale`` the float8 scale factors (None when unused; D = d_scale *
-    epilog(alpha * a_scale * b_scale * A @ B + beta * C))."""
+    epilog(alpha * a_scale * b_scale * A @ B + beta * C)); ``inplace``: D is written into C's memory (``c == d``).
+    Besides the epilog's own outputs, ``epilog_outputs`` may hold ``("result_amax", ...)``: the largest absolute value
+    of the result before ``d_scale`` (float8 results)."""
 
     m: int
     n: int
@@ -121,6 +123,7 @@ class MatmulProblem:
     a_scale: float | None = None
     b_scale: float | None = None
     d_scale: float | None = None
+    inplace: bool = False  # D is C's memory (c and d have the same layout)
     fused: object = None  # a ``_fused.FusedEpilog`` (Python epilog and its data layout) when epilog is None
 
     def __post_init__(self):  # plan caches hash problems on every stateless call: hash once
