@@ -6,7 +6,8 @@ Public as :mod:`mathpy.fft`:
   :func:`ifft2`, :func:`rfft2`, :func:`irfft2`, :func:`fftn`, :func:`ifftn`, :func:`rfftn`, :func:`irfftn`,
   :func:`hfft`, :func:`ihfft`, plus keyword-only ``prolog=``, ``epilog=``, ``options=``, ``execution=``, ``stream=``;
 - :func:`fftfreq`, :func:`rfftfreq`, :func:`fftshift`, :func:`ifftshift`;
-- the stateful :class:`FFT` (``plan`` / ``execute`` / ``reset_operand`` / ``free``) and :class:`FFTOptions`;
+- the stateful :class:`FFT` (``plan`` / ``execute`` / ``reset_operand`` / ``free``, ``create_key``),
+  :class:`FFTOptions` and :class:`FFTDirection`;
 - callbacks: :class:`Callback` (a function with user data), :func:`compile_prolog` / :func:`compile_epilog`
   (LTO-IR for nvmath-python-style callbacks);
 - the plan cache behind the stateless calls: :func:`plan_cache_info`, :func:`plan_cache_clear`,
@@ -43,11 +44,11 @@ from ._callback import Callback
 from ._freq import fftfreq, fftshift, ifftshift, rfftfreq
 from ._functions import (fft, fft2, fftn, hfft, ifft, ifft2, ifftn, ihfft, irfft, irfft2, irfftn, rfft, rfft2,
                          rfftn)
-from ._options import FFTOptions
+from ._options import FFTDirection, FFTOptions
 from ._plan import FFT, plan_cache_clear, plan_cache_info, set_plan_cache_size
 
 __all__ = [
     "fft", "ifft", "rfft", "irfft", "fft2", "ifft2", "rfft2", "irfft2", "fftn", "ifftn", "rfftn", "irfftn", "hfft",
-    "ihfft", "fftfreq", "rfftfreq", "fftshift", "ifftshift", "FFT", "FFTOptions", "Callback", "compile_prolog",
-    "compile_epilog", "plan_cache_info", "plan_cache_clear", "set_plan_cache_size", "scipy_backend",
+    "ihfft", "fftfreq", "rfftfreq", "fftshift", "ifftshift", "FFT", "FFTOptions", "FFTDirection", "Callback",
+    "compile_prolog", "compile_epilog", "plan_cache_info", "plan_cache_clear", "set_plan_cache_size", "scipy_backend",
 ]

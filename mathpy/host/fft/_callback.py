@@ -30,7 +30,7 @@ from ... import _cuda, _operands
 from ..._execution import ExecutionCPU
 from ..._strides import c_strides
 
-__all__ = ["Callback", "BoundCallback", "as_callback", "bind_callback", "element_dtype_for"]
+__all__ = ["Callback", "BoundCallback", "as_callback", "bind_callback", "element_dtype_for", "callback_identity"]
 
 
 class Callback:
@@ -122,6 +122,29 @@ def as_callback(value, kind):
         return Callback(value)
     raise TypeError(f"{kind} must be None, a Python function, a mathpy.fft.Callback, LTO-IR bytes or a dict "
                     f"{{'ltoir': bytes, 'data': pointer}}; got {type(value).__name__}")
+
+
+def callback_identity(value, kind):
+    """A hashable identity of a ``prolog=`` / ``epilog=`` argument, without compiling it (for ``FFT.create_key``):
+    the function object or a digest of the LTO-IR, and the user data's value (a scalar), pointer (an int given with
+    LTO-IR) or layout and address (an array)."""
+    callback = as_callback(value, kind)
+    if callback is None:
+        return None
+    function = callback.function
+    if isinstance(function, (bytes, bytearray, memoryview)):
+        code = ("ltoir", hashlib.blake2b(bytes(function), digest_size=16).hexdigest())
+    else:
+        code = ("function", function)
+    data = callback.data
+    if data is None:
+        data_id = None
+    elif isinstance(data, (bool, int, float, complex, np.generic)):
+        data_id = ("value", type(data).__name__, data)
+    else:
+        op = _operands.wrap_operand(data, f"user data of the {kind}")
+        data_id = ("array", op.package, op.device_id, op.shape, op.strides, op.dtype.str, op.data_ptr)
+    return kind, code, data_id
 
 
 def element_dtype_for(kind, fft_type, precision):

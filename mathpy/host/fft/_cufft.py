@@ -9,7 +9,9 @@ What it does, in order (:class:`CUFFTEngine`):
 2. ``cufftSetAutoAllocation(0)``, then ``cufftXtMakePlanMany`` with the Transform's own layouts (n, embed, stride,
    dist, batch from :func:`~mathpy.host.fft._layout.cufft_params`, 64-bit arguments).
 3. The workspace comes from ``allocator`` (a :class:`~mathpy._packages.PackageStream`: CuPy's or torch's
-   stream-ordered pool, on the stream the plan was made for: its *home* stream) and is given to ``cufftSetWorkArea``.
+   stream-ordered pool, on the stream the plan was made for: its *home* stream), or from ``memory`` (a caller's
+   memory manager, ``FFTOptions.allocator``; :mod:`mathpy._workspace`), and is given to ``cufftSetWorkArea``.
+   :meth:`CUFFTEngine.release_workspace` gives it back until the next execute.
 
 **One plan, every stream** (as torch runs its cached cuFFT plans): ``execute(input_ptr, output_ptr, direction,
 stream)`` calls ``cufftSetStream`` when the stream changed, and on a stream other than the home one it takes a
@@ -43,6 +45,7 @@ import numpy as np
 from ... import _cuda, _operands, _packages, _runtime
 from ..._errors import InvalidPlanStateError, UnsupportedLayoutError
 from ..._log import logger
+from ..._workspace import WorkspaceSource
 from ...bindings import cufft
 from ...bindings._types import cuda_data_type
 from ...jit._spec import CALLBACK_TYPES
@@ -82,9 +85,11 @@ class _Resources:
 
 def _release(resources, warn):
     """Destroy the handle and drop the workspace. Called by free() (errors raise) or the finalizer (errors warn)."""
-    handle = resources.handle
+    handle, workspace = resources.handle, resources.workspace
     resources.handle = resources.workspace = None
     try:
+        if workspace is not None:
+            workspace.release()
         if handle is not None:
             _live_handles[0] -= 1
             with _runtime.device_scope(resources.device_id):
@@ -101,10 +106,11 @@ class CUFFTEngine:
     Parameters: ``transform``; ``execution`` an ExecutionCUDA (its ``device_id``; None means device 0); ``prolog`` /
     ``epilog`` None or a BoundCallback (``.ltoir``, ``.symbol``, ``.cufft_type``, ``.data_ptr``); ``allocator`` the
     :class:`~mathpy._packages.PackageStream` whose pool provides workspaces (its stream, or the package's current
-    one when it has none, is the plan's home stream; None: the device package's current stream).
+    one when it has none, is the plan's home stream; None: the device package's current stream); ``memory`` a
+    caller's memory manager for the workspace instead of that pool.
     """
 
-    def __init__(self, transform, *, execution, prolog=None, epilog=None, allocator=None):
+    def __init__(self, transform, *, execution, prolog=None, epilog=None, allocator=None, memory=None):
         if not isinstance(transform, Transform):
             raise TypeError(f"transform must be a Transform, not {type(transform).__name__}")
         device_id = getattr(execution, "device_id", None)
@@ -119,11 +125,12 @@ class CUFFTEngine:
         if allocator.stream is None:
             allocator = allocator.package.on(device_id, allocator.package.current_stream(device_id))
         self._allocator, self._home = allocator, allocator.stream
+        self._source = WorkspaceSource(allocator, memory, device_id)
         self.lock = threading.RLock()  # the API serialises executes on it; free() takes it too (re-entrant: a
         # garbage-collected FFT may return its borrowed engine, and the cache free it, inside an execute on this thread)
         parts = _split(transform)
         if parts is not None:
-            self._init_parts(transform, parts, execution, device_id, prolog, epilog, allocator)
+            self._init_parts(transform, parts, execution, device_id, prolog, epilog, allocator, memory)
             return
         params = cufft_params(transform, allow_loops=not callbacks)  # UnsupportedLayoutError if it cannot
         _check_half_strides(transform, params)
@@ -146,8 +153,8 @@ class CUFFTEngine:
             try:
                 workspace_bytes = _plan(resources.handle, transform, params, callbacks)
                 if workspace_bytes:
-                    resources.workspace = allocator.empty((workspace_bytes,), np.uint8)
-                    home_area = allocator.package.pointer(resources.workspace)
+                    resources.workspace = self._source.take(workspace_bytes, self._home)
+                    home_area = resources.workspace.pointer
                     cufft.lib.cufftSetWorkArea(resources.handle, home_area)
             except BaseException:
                 _release(resources, warn=True)
@@ -211,11 +218,13 @@ class CUFFTEngine:
         workspace = None
         if self.workspace_bytes:
             if stream == self._home:
+                if not self._home_area:  # release_workspace() gave it back: take it again
+                    self._resources.workspace = self._source.take(self.workspace_bytes, self._home)
+                    self._home_area = self._resources.workspace.pointer
                 area = self._home_area
             else:  # scratch of its own, from the pool in this stream's order: freed after the launch, in order
-                workspace = self._allocator.package.on(self.device_id, stream).empty((self.workspace_bytes,),
-                                                                                    np.uint8)
-                area = self._allocator.package.pointer(workspace)
+                workspace = self._source.take(self.workspace_bytes, stream)
+                area = workspace.pointer
             if area != self._area:
                 status = self._set_work_area(handle, area)
                 if status:
@@ -228,7 +237,21 @@ class CUFFTEngine:
                 cufft.check("cufftXtExec", status)
         else:
             self._execute_loop(handle, input_ptr, output_ptr, direction)
-        del workspace  # the launch is queued: the pool may reuse it for later work on this stream
+        if workspace is not None:  # the launch is queued: the pool may reuse it for later work on this stream
+            workspace.release()
+
+    def release_workspace(self):
+        """Give the home workspace back now (a caller's memory manager's after the work queued on the home stream);
+        the next execute on the home stream takes it again."""
+        with self.lock:
+            if self._parts is not None:
+                for part in self._parts:
+                    part.release_workspace()
+                return
+            workspace, self._resources.workspace = self._resources.workspace, None
+            self._home_area, self._ready = 0, None
+            if workspace is not None:
+                workspace.release()
 
     def _execute_misaligned(self, input_ptr, output_ptr, direction, stream):
         """R2C/C2R with a real pointer not aligned to the complex element size: run on aligned copies of the spans
@@ -259,12 +282,12 @@ class CUFFTEngine:
         if staged_out != output_ptr:
             _runtime.copy_device_to_device(output_ptr, staged_out, out_span, stream)
 
-    def _init_parts(self, transform, parts, execution, device_id, prolog, epilog, allocator):
+    def _init_parts(self, transform, parts, execution, device_id, prolog, epilog, allocator, memory):
         """A multi-axis R2C/C2R whose halved axis has length 1, as two plans (see :func:`_split`)."""
         first_t, second_t = parts
-        first = CUFFTEngine(first_t, execution=execution, prolog=prolog, allocator=allocator)
+        first = CUFFTEngine(first_t, execution=execution, prolog=prolog, allocator=allocator, memory=memory)
         try:
-            second = CUFFTEngine(second_t, execution=execution, epilog=epilog, allocator=allocator)
+            second = CUFFTEngine(second_t, execution=execution, epilog=epilog, allocator=allocator, memory=memory)
         except BaseException:
             first.free()
             raise

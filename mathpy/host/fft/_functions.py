@@ -6,7 +6,8 @@ dtypes (float32/complex64 stay single precision; integers and bools promote to f
 - ``prolog=`` / ``epilog=``: callbacks fused into the transform (a Python function, ``mathpy.fft.Callback(fn,
   data=...)`` or LTO-IR). They see the unnormalised transform; the ``norm`` scale is applied after the epilog. The
   prolog sees the input after ``n``/``s`` padded or cropped it (C-contiguous), the epilog the result.
-- ``options=``: :class:`FFTOptions` (``fft_type`` and ``last_axis_parity`` are set by the function).
+- ``options=``: :class:`FFTOptions` (``fft_type`` is set by the function, and ``last_axis_parity`` by the lengths:
+  ``irfft`` / ``irfftn`` take the default length of the last axis from it when ``n`` / ``s`` do not give one).
 - ``execution=``: "cpu", "cuda" or an ExecutionCPU/ExecutionCUDA; default: where the operand lives.
 - ``stream=``: the CUDA stream.
 
@@ -24,6 +25,7 @@ True
 """
 
 import contextlib
+import dataclasses
 import math
 import operator
 
@@ -214,7 +216,7 @@ def _run(fft_type, a, lengths, axes, norm, out, inverse, prolog, epilog, options
     parity = "odd" if lengths[-1] % 2 else "even"
     for index, (stage_type, stage_axes) in enumerate(stages):
         first, last = index == 0, index == len(stages) - 1
-        stage_options = _stage_options(stage_type, options.inplace and len(stages) == 1, parity, options.blocking)
+        stage_options = _stage_options(options, stage_type, options.inplace and len(stages) == 1, parity)
         problem = fft_problem(op, stage_axes, stage_options, executing)
         handle = stream_pointer(stream, problem.holder, problem.device_id) if problem.on_gpu else None
         plan = FFT.for_problem(op, problem, handle, plan_cache)
@@ -240,13 +242,25 @@ _options_memo = {}
 _NULL_SCOPE = contextlib.nullcontext()
 
 
-def _stage_options(fft_type, inplace, parity, blocking):
-    key = (fft_type, inplace, parity, blocking)
+def _stage_options(options, fft_type, inplace, parity):
+    """The caller's options for one plan of the call: its FFT type, in-place flag and parity set (memoised)."""
+    key = (options, fft_type, inplace, parity)
     found = _options_memo.get(key)
     if found is None:
-        found = _options_memo[key] = FFTOptions(fft_type=fft_type, inplace=inplace, last_axis_parity=parity,
-                                                blocking=blocking)
+        if len(_options_memo) > 256:
+            _options_memo.clear()
+        found = _options_memo[key] = dataclasses.replace(options, fft_type=fft_type, inplace=inplace,
+                                                         last_axis_parity=parity)
     return found
+
+
+def _odd(options):
+    """Whether ``options`` (None, a dict or FFTOptions) ask for an odd last axis of a C2R result."""
+    if options is None:
+        return False
+    if isinstance(options, dict):
+        options = check_or_create_options(FFTOptions, options, "options")
+    return getattr(options, "last_axis_parity", "even") == "odd"
 
 
 def _finish_out(out_op, result):
@@ -313,7 +327,7 @@ def irfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, 
     if result is not None:
         return result
     axis, m = _one_axis(a, None, axis)
-    n = _check_n(2 * (m - 1) if n is None else n)
+    n = _check_n(2 * (m - 1) + _odd(options) if n is None else n)
     return _run("C2R", a, (n,), (axis,), norm, out, True, prolog, epilog, options, execution, stream, key)
 
 
@@ -395,6 +409,8 @@ def irfftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=Non
     if result is not None:
         return result
     lengths, axes = _cook_nd(_shape(a), s, axes, True)
+    if _odd(options) and (s is None or tuple(np.atleast_1d(s))[-1] == -1):  # the default length: 2 * (m - 1) + 1
+        lengths = lengths[:-1] + (lengths[-1] + 1,)
     return _run("C2R", a, lengths, axes, norm, out, True, prolog, epilog, options, execution, stream, key)
 
 

@@ -20,6 +20,7 @@ How the pieces fit: the constructor resolves an :class:`~._problem.FFTProblem` (
 builds the :class:`~._call.FFTCall` that every ``execute()`` runs.
 """
 
+import time
 import weakref
 
 from ... import _engines, _operands, _torch_route
@@ -30,7 +31,7 @@ from ..._options import check_or_create_options
 from ..._plan_cache import PlanCache, PlanKey
 from ..._streams import stream_pointer
 from ._call import FFTCall, new_staging
-from ._callback import as_callback, bind_callback
+from ._callback import as_callback, bind_callback, callback_identity
 from ._options import FFTOptions
 from ._problem import fft_problem, normalize_axes
 
@@ -59,13 +60,15 @@ def set_plan_cache_size(max_plans=None, max_bytes=None):
     plan_cache.resize(max_plans, max_bytes)
 
 
-def make_engine(transform, execution, prolog, epilog, allocator):
+def make_engine(transform, execution, prolog, epilog, allocator, memory=None):
     """The engine for ``transform`` on ``execution`` (:mod:`mathpy._engines`: scipy.fft on the CPU, cuFFT on a GPU,
-    its workspace from ``allocator``, a :class:`~mathpy._packages.PackageStream`)."""
+    its workspace from ``allocator``, a :class:`~mathpy._packages.PackageStream`, or from ``memory``, a caller's
+    memory manager)."""
     if isinstance(execution, ExecutionCPU):
         return _engines.get("fft", "cpu")(transform, execution=execution, prolog=prolog, epilog=epilog)
+    extra = {} if memory is None else {"memory": memory}
     return _engines.get("fft", "cuda")(transform, execution=execution, prolog=prolog, epilog=epilog,
-                                       allocator=allocator)
+                                       allocator=allocator, **extra)
 
 
 class _Resources:
@@ -98,8 +101,9 @@ class FFT:
                ``ExecutionCUDA(device_id=...)``; data moves as needed and results come back where the operand lives.
     stream     CUDA stream (int handle, CuPy/torch stream, ``__cuda_stream__``); default: the package's current one.
 
-    Lifecycle: ``plan(prolog=, epilog=)`` -> ``execute(direction=)`` (any number of times; ``reset_operand(new)``
-    between them) -> ``free()`` (or use ``with``).
+    Lifecycle: ``plan(prolog=, epilog=, stream=)`` -> ``execute(direction=, stream=, release_workspace=)`` (any
+    number of times; ``reset_operand(new)`` between them, ``reset_operand()`` to drop the operand) -> ``free()`` (or
+    use ``with``). :meth:`create_key` / :attr:`key` give a hashable key of the problem, for caches of one's own.
     """
 
     def __init__(self, operand, axes=None, options=None, execution=None, stream=None):
@@ -121,6 +125,8 @@ class FFT:
         if problem.options.inplace and op.package == "numpy" and not op.tensor.flags.writeable:
             raise ValueError("an in-place FFT needs a writable operand")
         self._problem, self._op, self._cache = problem, op, cache
+        self._facts = (op.package, op.device_id, op.shape, op.strides, op.dtype)  # what reset_operand checks
+        self._logger = problem.options.logger or logger
         self._stream = stream_pointer(stream, problem.holder, problem.device_id) if problem.on_gpu else None
         self._staging = new_staging(problem) if (not problem.on_gpu and problem.copy_input) else None  # CPU: reused
         self._resources = _Resources()
@@ -128,8 +134,10 @@ class FFT:
         self._freed = False
         self._call = None
         self._grad = _torch_route.grad_names(operand=op.tensor)  # no backward here: execute refuses in grad mode
-        logger.debug("FFT %s over axes %s of %r on %s (copy input: %s)", problem.fft_type, problem.axes, op,
-                     problem.execution, problem.copy_input)
+        self._planned_with = (None, None)  # the prolog / epilog arguments of the last plan() (FFT.key)
+        self._logger.debug("FFT %s over axes %s of %r on %s (copy input: %s; result layout %s)", problem.fft_type,
+                           problem.axes, op, problem.execution, problem.copy_input,
+                           problem.transform.output_strides)
 
     # --- properties ------------------------------------------------------------------------------------------------
     @property
@@ -169,6 +177,33 @@ class FFT:
         return self._problem.transform.output_dtype
 
     @property
+    def workspace_bytes(self):
+        """The plan's workspace size in bytes (0 on the CPU, or before ``plan()``)."""
+        engine = self._resources.engine
+        return 0 if engine is None else engine.workspace_bytes
+
+    @property
+    def key(self):
+        """A hashable key of this FFT's problem, with its planned callbacks: equal keys plan alike (see
+        :meth:`create_key`)."""
+        prolog, epilog = self._planned_with
+        return ("FFT",) + self._problem.engine_key + (callback_identity(prolog, "prolog"),
+                                                      callback_identity(epilog, "epilog"))
+
+    @staticmethod
+    def create_key(operand, axes=None, options=None, execution=None, prolog=None, epilog=None):
+        """A hashable key of the FFT that ``FFT(operand, axes, options, execution)`` planned with ``prolog`` /
+        ``epilog`` would be, made from the operand's metadata only (nothing is planned or compiled): FFTs with
+        equal keys can share a plan, so a cache of one's own can be keyed on it. Callbacks count by identity (the
+        function object or LTO-IR, and the user data's address or value). For use within one process."""
+        op = _operands.wrap_operand(operand)
+        options = check_or_create_options(FFTOptions, options, "options")
+        execution = resolve_execution(execution, op.device_id)
+        problem = fft_problem(op, None if axes is None else normalize_axes(axes, op.ndim), options, execution)
+        return ("FFT",) + problem.engine_key + (callback_identity(prolog, "prolog"),
+                                                callback_identity(epilog, "epilog"))
+
+    @property
     def prepared_call(self):
         """The :class:`~._call.FFTCall` that ``execute()`` runs (None before ``plan()``)."""
         return self._call
@@ -178,14 +213,18 @@ class FFT:
         if self._freed:
             raise InvalidPlanStateError("this FFT was freed; create a new one")
 
-    def plan(self, prolog=None, epilog=None):
+    def plan(self, prolog=None, epilog=None, *, stream=None):
         """Plan the transform, with optional prolog/epilog callbacks (a Python function, a
-        :class:`~mathpy.fft.Callback` with user data, or LTO-IR; see :mod:`mathpy.host.fft._callback`).
+        :class:`~mathpy.fft.Callback` with user data, or LTO-IR; see :mod:`mathpy.host.fft._callback`). ``stream``:
+        the FFT's stream from now on (the workspace is allocated in its order; default: the constructor's).
 
         Planning again replaces the previous plan. Errors (bad callbacks, bad user data, library failures) leave the
         FFT as it was."""
         self._check_live()
         p = self._problem
+        start = time.perf_counter()
+        if stream is not None and p.on_gpu:
+            self._stream = stream_pointer(stream, p.holder, p.device_id)
         t, execution = p.transform, p.execution
         bound_prolog = bind_callback(as_callback(prolog, "prolog"), "prolog", t.fft_type, t.precision, t.input_shape,
                                      t.input_strides, execution)
@@ -194,7 +233,7 @@ class FFT:
         allocator = _operands.holder_of(p.holder).on(p.device_id, self._stream) if p.on_gpu else None
 
         def create():
-            engine = make_engine(t, execution, bound_prolog, bound_epilog, allocator)
+            engine = make_engine(t, execution, bound_prolog, bound_epilog, allocator, p.options.allocator)
             return engine, engine.workspace_bytes
 
         key = PlanKey(p.engine_key + (None if bound_prolog is None else bound_prolog.key,
@@ -210,6 +249,10 @@ class FFT:
         self._finalizer = weakref.finalize(self, resources.release)
         self._call = FFTCall(p, resources.engine, (bound_prolog, bound_epilog), key)
         self._grad = _torch_route.grad_names(operand=self._op.tensor, prolog=prolog, epilog=epilog)
+        self._planned_with = (prolog, epilog)
+        self._logger.debug("FFT planned in %.2f ms (workspace %d bytes%s%s)", (time.perf_counter() - start) * 1e3,
+                           resources.engine.workspace_bytes, ", prolog" if bound_prolog is not None else "",
+                           ", epilog" if bound_epilog is not None else "")
 
     def free(self):
         """Release the plan and its workspace now; idempotent. The FFT cannot be used afterwards."""
@@ -220,6 +263,7 @@ class FFT:
         self._finalizer.detach()
         self._resources.release()
         self._op = self._staging = None
+        self._planned_with = (None, None)
 
     def __enter__(self):
         return self
@@ -227,39 +271,56 @@ class FFT:
     def __exit__(self, *exc):
         self.free()
 
-    def reset_operand(self, operand):
+    def reset_operand(self, operand=None, *, stream=None):
         """Use ``operand`` from the next :meth:`execute` on. It must match the planned one in package, device, shape,
-        strides and dtype (else ValueError and nothing changes)."""
+        strides and dtype (else ValueError and nothing changes). Without an operand, drop the reference to the
+        current one (``execute`` then raises until an operand is given). ``stream``: the stream the operand was made
+        on, the FFT's stream from now on."""
         self._check_live()
-        new = _operands.wrap_operand(operand)
-        old = self._op
-        for what in ("package", "device_id", "shape", "strides", "dtype"):
-            if getattr(new, what) != getattr(old, what):
-                raise ValueError(f"reset_operand: the new operand's {what} {getattr(new, what)!r} differs from the "
-                                 f"planned {getattr(old, what)!r}; create a new FFT for it")
-        if self._problem.options.inplace and new.package == "numpy" and not new.tensor.flags.writeable:
-            raise ValueError("reset_operand: an in-place FFT needs a writable operand")
-        self._op = new
-        self._grad = tuple(n for n in self._grad if n != "operand") + _torch_route.grad_names(operand=operand)
+        if operand is None:
+            self._op = None
+            self._grad = tuple(n for n in self._grad if n != "operand")
+        else:
+            new = _operands.wrap_operand(operand)
+            for what, planned in zip(("package", "device_id", "shape", "strides", "dtype"), self._facts):
+                if getattr(new, what) != planned:
+                    raise ValueError(f"reset_operand: the new operand's {what} {getattr(new, what)!r} differs from "
+                                     f"the planned {planned!r}; create a new FFT for it")
+            if self._problem.options.inplace and new.package == "numpy" and not new.tensor.flags.writeable:
+                raise ValueError("reset_operand: an in-place FFT needs a writable operand")
+            self._op = new
+            self._grad = tuple(n for n in self._grad if n != "operand") + _torch_route.grad_names(operand=operand)
+        p = self._problem
+        if stream is not None and p.on_gpu:
+            self._stream = stream_pointer(stream, p.holder, p.device_id)
 
     # --- execution ---------------------------------------------------------------------------------------------------
-    def execute(self, direction=None, stream=None):
+    def execute(self, direction=None, stream=None, *, release_workspace=False):
         """Run the planned transform and return the result in the operand's package and on its device (the operand
-        itself for in-place plans). ``direction``: "forward" / -1 or "inverse" / +1 (C2C only; R2C is forward and
-        C2R inverse). Unnormalised."""
+        itself for in-place plans). ``direction``: :class:`FFTDirection`, "forward" / -1 or "inverse" / +1 (C2C
+        only; R2C is forward and C2R inverse). Unnormalised. ``release_workspace``: give the workspace back after
+        this transform (the next execute takes it again)."""
         if self._grad:
             _torch_route.refuse("FFT.execute", self._grad)
-        call = self._call
-        if call is None:
+        call, op = self._call, self._op
+        if call is None or op is None:
             self._check_live()
-            raise InvalidPlanStateError("execute() before plan(): call plan() first")
+            if call is None:
+                raise InvalidPlanStateError("execute() before plan(): call plan() first")
+            raise InvalidPlanStateError("execute(): the operand was released (reset_operand() without one); give one "
+                                        "with reset_operand(operand)")
         p = self._problem
-        if direction is None and stream is None and p.direct:
-            return call.execute_direct(self._op.data_ptr, p.default_direction, self._stream)
+        if direction is None and stream is None and p.direct and not release_workspace:
+            return call.execute_direct(op.data_ptr, p.default_direction, self._stream)
         direction = p.direction(direction)
         if p.on_gpu:
             stream = self._stream if stream is None else stream_pointer(stream, p.holder, p.device_id)
-        return call.execute(self._op, direction, stream, None, None, self._staging)
+        result = call.execute(op, direction, stream, None, None, self._staging)
+        if release_workspace and self._cache is None:
+            release = getattr(call.engine, "release_workspace", None)
+            if release is not None:
+                release()
+        return result
 
     def __repr__(self):
         state = "freed" if self._freed else ("planned" if self._call is not None else "not planned")

@@ -26,7 +26,7 @@ from . import _layout
 
 __all__ = ["FFTProblem", "fft_problem", "normalize_axes", "resolve_type", "DIRECTIONS"]
 
-DIRECTIONS = {"forward": -1, "inverse": 1, -1: -1, 1: 1}
+DIRECTIONS = {"forward": -1, "inverse": 1, -1: -1, 1: 1}  # FFTDirection members are equal to (and hash as) -1 / 1
 _REAL = {np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)}
 _COMPLEX = {np.dtype(np.complex64): np.dtype(np.float32), np.dtype(np.complex128): np.dtype(np.float64)}
 
@@ -70,12 +70,33 @@ def normalize_axes(axes, ndim):
     return tuple(result)
 
 
-def _choose_layouts(fft_type, precision, shape, in_strides_candidate, out_shape, axes):
+def _interleaved(shape, strides, axes):
+    """Whether some batch axis is stored inside the transform axes (its stride is below the largest transform
+    stride): nvmath-python's criterion for an "optimized" result layout."""
+    batch = [strides[a] for a in range(len(shape)) if a not in axes and shape[a] > 1]
+    transform = [strides[a] for a in axes if shape[a] > 1]
+    return bool(batch and transform) and min(batch) <= max(transform)
+
+
+def _transform_axes_innermost(strides, axes):
+    """The storage order (outermost first) with the batch axes outside the transform axes, each group in the input's
+    order; the halved axis of R2C/C2R (``axes[-1]``, innermost in the engine's axes) stays innermost."""
+    batch = sorted((a for a in range(len(strides)) if a not in axes), key=lambda a: -strides[a])
+    inner = sorted(axes[:-1], key=lambda a: -strides[a]) + [axes[-1]]
+    return tuple(batch + inner)
+
+
+def _choose_layouts(fft_type, precision, shape, in_strides_candidate, out_shape, axes, optimized=False):
     """The Transform one plan addresses without looping (callbacks see its layouts): the input in
-    ``engine_layout(candidate)``, the output dense in the input's axis order; when one plan cannot address that pair
-    without loops, the same from C-contiguous input strides instead."""
+    ``engine_layout(candidate)``, the output dense in the input's axis order (``optimized``: with the transform axes
+    innermost when the samples interleave); when one plan cannot address that pair without loops, the same from
+    C-contiguous input strides instead."""
     def transform_from(in_strides):
-        out_strides = _layout.dense_strides(out_shape, dense_permutation(in_strides))
+        order = dense_permutation(in_strides)
+        if optimized and _interleaved(shape, in_strides, axes):
+            order = _transform_axes_innermost(in_strides, axes if fft_type != "C2C" else
+                                              tuple(sorted(axes, key=lambda a: -in_strides[a])))
+        out_strides = _layout.dense_strides(out_shape, order)
         out_strides = _layout.engine_layout(out_shape, out_strides, axes)
         return _layout.Transform(fft_type, precision, shape, in_strides, out_shape, out_strides, axes)
 
@@ -149,7 +170,8 @@ class FFTProblem:
                                              f"{shape} with strides {op.strides} over axes {axes} is not one")
             transform = _layout.Transform(fft_type, precision, shape, op.strides, out_shape, op.strides, engine_axes)
         else:
-            transform = _choose_layouts(fft_type, precision, shape, candidate, out_shape, engine_axes)
+            transform = _choose_layouts(fft_type, precision, shape, candidate, out_shape, engine_axes,
+                                        options.result_layout == "optimized")
 
         self.fft_type, self.axes, self.transform = fft_type, axes, transform
         self.execution, self.options = execution, options
@@ -164,7 +186,9 @@ class FFTProblem:
         self.in_order = dense_permutation(transform.input_strides)
         self.out_order = dense_permutation(transform.output_strides)
         self.scale_type = np.dtype(precision).type
-        self.engine_key = (transform, execution, self.device_id)
+        # what makes engines differ besides callbacks: a caller's memory manager holds the workspace of its own plans
+        self.engine_key = (transform, execution, self.device_id) + \
+            (() if options.allocator is None or not on_gpu else (options.allocator,))
         self.direct = on_gpu and not self.copy_input and not options.inplace and options.blocking is not True
 
     def direction(self, direction):
@@ -174,8 +198,8 @@ class FFTProblem:
         try:
             value = DIRECTIONS[direction]
         except (KeyError, TypeError):
-            raise ValueError(f"direction {direction!r} is not supported; allowed are 'forward', 'inverse', -1, 1") \
-                from None
+            raise ValueError(f"direction {direction!r} is not supported; allowed are FFTDirection.FORWARD / INVERSE, "
+                             f"'forward', 'inverse', -1, 1") from None
         if self.fft_type != "C2C" and value != self.default_direction:
             raise ValueError(f"a {self.fft_type} FFT runs only "
                              f"{'forward' if self.default_direction == -1 else 'inverse'}")
