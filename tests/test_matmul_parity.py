@@ -84,6 +84,41 @@ def test_result_amax_is_taken_before_d_scale():
         matmul(a, b, options={"result_type": "float32", "result_amax": True})
 
 
+def test_quantization_scales_as_tensors_are_read_at_every_execution():
+    a = (RNG.integers(-4, 5, (16, 32)) / 4).astype(E4M3)
+    b = (RNG.integers(-4, 5, (32, 8)) / 4).astype(E4M3)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    sa, sb = np.array([2.0], np.float32), np.array(0.5, np.float32)
+    with Matmul(a, b, options={"result_type": "float32"}, quantization_scales={"a": sa, "b": sb}) as mm:
+        mm.plan()
+        np.testing.assert_allclose(mm.execute(), exact, rtol=1e-6)
+        sa[0] = 8.0  # changed in place: the next execution reads it
+        np.testing.assert_allclose(mm.execute(), 4.0 * exact, rtol=1e-6)
+        mm.reset_operands(quantization_scales={"b": np.array(0.25, np.float32)})
+        np.testing.assert_allclose(mm.execute(), 2.0 * exact, rtol=1e-6)
+        with pytest.raises(ValueError, match="only scales given as tensors"):
+            mm.reset_operands(quantization_scales={"a": 1.0})
+    d = matmul(a, b, quantization_scales={"a": 1.0, "b": np.array([1.0], np.float32), "d": np.array([0.5], np.float32)})
+    assert d.dtype == E4M3
+    np.testing.assert_allclose(d.astype(np.float64), np.clip(0.5 * exact, -448, 448).astype(E4M3).astype(np.float64))
+
+
+def test_quantization_scales_refusals():
+    a = np.zeros((16, 16), E4M3)
+    with pytest.raises(ValueError, match="c is never float8"):
+        matmul(a, a, quantization_scales={"c": 1.0})
+    with pytest.raises(ValueError, match="one float32 value"):
+        matmul(a, a, quantization_scales={"a": np.ones(2, np.float32)})
+    with pytest.raises(ValueError, match="given twice"):
+        matmul(a, a, options={"a_scale": 2.0}, quantization_scales={"a": 1.0})
+    with pytest.raises(ValueError, match="float8 results only"):
+        matmul(a, a, options={"result_type": "float32"}, quantization_scales={"d": np.ones(1, np.float32)})
+    with pytest.raises(ValueError, match="float8 operands only"):
+        matmul(rand(4, 4), rand(4, 4), quantization_scales={"a": np.ones(1, np.float32)})
+    with pytest.raises(ValueError, match="unknown keys"):
+        matmul(a, a, quantization_scales={"e": 1.0})
+
+
 # --- algorithms, operands, scalars ----------------------------------------------------------------------------------
 
 def test_execute_with_a_chosen_algorithm_and_autotune_prune(xp):

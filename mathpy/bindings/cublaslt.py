@@ -21,6 +21,7 @@ Nothing here needs a GPU or the library at import time; the library is loaded on
 
 import ctypes
 import enum
+import threading
 from ctypes import (POINTER, c_float, c_int, c_int8, c_int32, c_int64, c_size_t, c_uint16, c_uint32, c_uint64,
                     c_void_p)
 
@@ -31,8 +32,9 @@ from ._types import DataType, cuda_data_type
 
 __all__ = [
     "STATUS_NAMES", "DataType", "ComputeType", "MatmulComputeType", "Operation", "Order", "PointerMode",
-    "MatmulEpilog", "MatmulDesc", "MatrixLayout", "Preference", "AlgoConfig", "AlgoCap", "MatmulAlgo", "HeuristicResult", "library", "version",
-    "cuda_data_type", "create_handle", "destroy_handle", "create_matmul_desc", "destroy_matmul_desc",
+    "MatmulEpilog", "MatmulDesc", "MatrixLayout", "Preference", "AlgoConfig", "AlgoCap", "MatmulAlgo", "HeuristicResult",
+    "library", "version",
+    "cuda_data_type", "create_handle", "device_handle", "destroy_handle", "create_matmul_desc", "destroy_matmul_desc",
     "create_matrix_layout", "destroy_matrix_layout", "create_preference", "destroy_preference", "set_attribute",
     "get_attribute", "attribute_type", "algo_config", "set_algo_config", "algo_capabilities", "algo_check",
     "heuristics",
@@ -331,6 +333,25 @@ def create_handle():
     handle = _HANDLE()
     library.cublasLtCreate(ctypes.byref(handle))
     return handle.value
+
+
+_handles = {}
+_handles_lock = threading.Lock()
+
+
+def device_handle(device_id):
+    """The process's cuBLASLt handle for ``device_id``: created on first use with that device current, kept for the
+    life of the process (creating one costs milliseconds and some device memory)."""
+    handle = _handles.get(device_id)
+    if handle is None:
+        with _handles_lock:
+            handle = _handles.get(device_id)
+            if handle is None:
+                from .. import _runtime
+                with _runtime.device_scope(device_id):
+                    handle = create_handle()
+                _handles[device_id] = handle
+    return handle
 
 
 def destroy_handle(handle):

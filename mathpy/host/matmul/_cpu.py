@@ -94,9 +94,11 @@ class CPUEngine:
         A = _round_inputs(a.astype(ct), p.compute_type)
         B = _round_inputs(b.astype(ct), p.compute_type)
         x = np.matmul(A, B)
+        a_scale, b_scale, d_scale = (float(epilog_inputs[name][0]) if name in epilog_inputs else getattr(p, name)
+                                     for name in ("a_scale", "b_scale", "d_scale"))  # tensors: read now
         scale = alpha
-        if p.a_scale is not None or p.b_scale is not None:
-            scale = scale * (1.0 if p.a_scale is None else p.a_scale) * (1.0 if p.b_scale is None else p.b_scale)
+        if a_scale is not None or b_scale is not None:
+            scale = scale * (1.0 if a_scale is None else a_scale) * (1.0 if b_scale is None else b_scale)
         if scale != 1:
             x *= ct.type(scale)
         if c is not None and beta != 0:
@@ -130,8 +132,8 @@ class CPUEngine:
             _store(grad, epilog_outputs[name])
         if "result_amax" in epilog_outputs:  # before d_scale, as cuBLASLt's AMAX_D: what the next scale comes from
             epilog_outputs["result_amax"][...] = np.max(np.abs(x)) if x.size else 0
-        if p.d_scale is not None:
-            x = x * ct.type(p.d_scale)
+        if d_scale is not None:
+            x = x * ct.type(d_scale)
         if p.compute_type == "16F":
             x = x.astype(F16)
         _store(x, d)

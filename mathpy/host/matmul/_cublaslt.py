@@ -41,7 +41,7 @@ from ..._workspace import WorkspaceSource
 from ...bindings import cublaslt as lt
 from ._algorithms import HOST_BOUND_FLOPS, Candidates, CublasLtAlgorithm, needs_autotune, single_kernel_first
 from ._epilog import MatmulEpilog
-from ._epilog_operands import HANDLERS
+from ._epilog_operands import HANDLERS, SCALE_NAMES
 from ._options import BF16, FLOAT8_DTYPES, MatmulPlanPreferences
 from ._orient import SWAPPED_EPILOGS, Operation, as_column_major, orient
 
@@ -57,25 +57,7 @@ _PLACEHOLDER_POINTER = 1 << 20
 #: float8 scale factors are float32 values 256 bytes apart in one device buffer (each pointer 256-byte aligned).
 _SCALE_SPACING = 64
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Handles: one per device, for the life of the process (creating one costs milliseconds and some device memory).
-
-_handles = {}
-_handles_lock = threading.Lock()
-
-
-def get_handle(device_id):
-    """The process's cuBLASLt handle for ``device_id`` (created on first use, with that device current)."""
-    handle = _handles.get(device_id)
-    if handle is None:
-        with _handles_lock:
-            handle = _handles.get(device_id)
-            if handle is None:
-                with _runtime.device_scope(device_id):
-                    handle = lt.create_handle()
-                _handles[device_id] = handle
-                logger.debug("cuBLASLt %d: handle for device %d", lt.version(), device_id)
-    return handle
+get_handle = lt.device_handle  # one cuBLASLt handle per device, for the life of the process
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -507,10 +489,15 @@ class CublasLtEngine:
         for i, (source, name, attribute) in enumerate(self._slots):
             pointer = (epilog_inputs if source == 0 else epilog_outputs)[name]
             if pointer != values[i]:
+                if name in SCALE_NAMES and pointer % 256:  # cuBLASLt: CUBLAS_STATUS_NOT_SUPPORTED at launch
+                    raise ValueError(f"the {name} tensor is at an address not aligned to 256 bytes ({pointer:#x}); "
+                                     f"cuBLASLt needs float8 scale pointers 256-byte aligned (a freshly allocated "
+                                     f"one-element tensor is)")
                 buffer.value = pointer
                 self._set_desc_attribute(self._resources.desc, attribute, ctypes.addressof(buffer), 8)
                 values[i] = pointer
-            pointers |= pointer
+            if name not in SCALE_NAMES:
+                pointers |= pointer
         return pointers
 
     # -- autotuning ----------------------------------------------------------------------------------------------------

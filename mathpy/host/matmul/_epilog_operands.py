@@ -1,6 +1,6 @@
-"""One handler per epilog operand: the bias, the RELU bitmask, the GELU pre-activation, the bias gradients, and the
-``data`` of a Python epilog, and the
-result's amax (an output of float8 products, returned with the epilog's outputs).
+"""One handler per epilog operand: the bias, the RELU bitmask, the GELU pre-activation, the bias gradients, the
+``data`` of a Python epilog, and the operands of float8 products that travel the same way: the result's amax (an
+output returned with the epilog's) and the quantization scales given as tensors (inputs read at every execution).
 
 Each handler owns everything about its operand (formats in :mod:`._epilog`):
 
@@ -15,7 +15,8 @@ Each handler owns everything about its operand (formats in :mod:`._epilog`):
 Adding an epilog operand touches this file (and ``_epilog``'s table of which epilog takes which operand).
 
 >>> sorted(HANDLERS)
-['bgrada', 'bgradb', 'bias', 'data', 'dgelu_bgrad', 'drelu_bgrad', 'gelu_aux', 'relu_aux', 'result_amax']
+['a_scale', 'b_scale', 'bgrada', 'bgradb', 'bias', 'd_scale', 'data', 'dgelu_bgrad', 'drelu_bgrad', 'gelu_aux',
+ 'relu_aux', 'result_amax']
 >>> HANDLERS["relu_aux"].layout(8, 4, 3, None).col_stride       # in bits: 16 bytes per column
 128
 """
@@ -31,7 +32,7 @@ from ._layouts import Staged, batch_stride, strided_view
 from ._options import BF16, F16, FLOAT8_DTYPES
 from ._problem import MatrixLayout
 
-__all__ = ["HANDLERS", "output_layouts"]
+__all__ = ["HANDLERS", "output_layouts", "SCALE_NAMES"]
 
 
 def _lt():
@@ -256,7 +257,37 @@ class ResultAmax:
         return base.reshape(1)
 
 
-HANDLERS = {"bias": Bias(), "relu_aux": ReluAux(), "gelu_aux": GeluAux(), "data": Data(), "result_amax": ResultAmax(),
+class QuantizationScale:
+    """``a_scale`` / ``b_scale`` / ``d_scale`` given as a tensor (``quantization_scales=``): one float32 value, shape
+    ``()`` or ``(1,)``, in the operands' package and device, read at every execution (change it in place, or with
+    ``reset_operands``, between executions). cuBLASLt wants the pointer 256-byte aligned (a freshly allocated
+    tensor is)."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def check(self, spec, d_dtype):
+        pass
+
+    def stage(self, op, product, spec, d_dtype):
+        if op.dtype != np.float32 or tuple(op.shape) not in ((), (1,)):
+            raise ValueError(f"quantization scale {self.name[0]!r} given as an array must be one float32 value of "
+                             f"shape () or (1,); it is {op.dtype.name} of shape {tuple(op.shape)}")
+        return Staged(self.name, op, MatrixLayout(1, 1, 1, 1, 1, 0, np.dtype(np.float32)),
+                      "contiguous" if product.moves else None, None, product.moves)
+
+    def set_attributes(self, desc, layout, d_dtype, batch):
+        lt = _lt()
+        return {"a_scale": lt.MatmulDesc.A_SCALE_POINTER, "b_scale": lt.MatmulDesc.B_SCALE_POINTER,
+                "d_scale": lt.MatmulDesc.D_SCALE_POINTER}[self.name]
+
+    def cpu_view(self, layout, base):
+        return base.reshape(1)
+
+
+SCALE_NAMES = ("a_scale", "b_scale", "d_scale")
+HANDLERS = {"bias": Bias(), "relu_aux": ReluAux(), "gelu_aux": GeluAux(), "data": Data(),
+            "result_amax": ResultAmax(), **{name: QuantizationScale(name) for name in SCALE_NAMES},
             **{name: BiasGradient(name) for name in ("drelu_bgrad", "dgelu_bgrad", "bgrada", "bgradb")}}
 
 

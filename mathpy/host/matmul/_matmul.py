@@ -80,7 +80,9 @@ class Matmul:
     Parameters: ``a``, ``b``, ``c`` (optional) from one package and device (NumPy, CuPy, torch, ``__dlpack__``...);
     ``alpha`` (default 1), ``beta`` (None: 1 when ``c`` is given, else 0); ``options`` (:class:`MatmulOptions` or dict);
     ``execution`` ("cpu", "cuda", ExecutionCPU/ExecutionCUDA, dict; None: where the operands live); ``stream``
-    (CUDA stream for all GPU work; None: the operands' package's current stream).
+    (CUDA stream for all GPU work; None: the operands' package's current stream); ``quantization_scales`` (float8:
+    ``{"a": ..., "b": ..., "d": ...}`` or an object with those attributes; numbers, as ``MatmulOptions.a_scale``
+    etc., or one-element float32 arrays of the operands' package and device, read at every execution).
 
     Life cycle: ``plan()`` (returns the candidate algorithms), optionally ``autotune()``, ``execute()`` any number of
     times (with ``reset_operands()`` between), ``free()`` (or use it as a context manager). A call in the wrong state
@@ -89,11 +91,13 @@ class Matmul:
     the result is written into ``c`` and ``execute()`` returns ``c``.
     """
 
-    def __init__(self, a, b, c=None, *, alpha=1, beta=None, options=None, execution=None, stream=None):
+    def __init__(self, a, b, c=None, *, alpha=1, beta=None, options=None, execution=None, stream=None,
+                 quantization_scales=None):
         self._state = _FREED  # until construction succeeds
         self._engine = self._release = self._call = None
         self._cache, self._released = None, False
         options = check_or_create_options(MatmulOptions, options, "options")
+        options, self._scale_tensors = _split_scales(quantization_scales, options)
         self._logger = options.logger or logger
         ops = _operands.wrap_operands({"a": a, "b": b, "c": c})
         self._grad = _torch_route.grad_names(a=a, b=b, c=c)  # no backward here: execute refuses in grad mode
@@ -230,6 +234,7 @@ class Matmul:
             raise ValueError(f"epilog_inputs {unknown} do not apply to epilog {name}; it takes {allowed} (known "
                              f"inputs: {list(EPILOG_INPUT_NAMES)}, or 'data' for a Python epilog)")
         inputs = {name: self._stage_input(name, given[name], spec) for name in wanted if given.get(name) is not None}
+        inputs.update({name: self._stage_input(name, value, spec) for name, value in self._scale_tensors.items()})
         bgrad = spec.bgrad if self._on_gpu and spec.bgrad in ("a", "b") else None
         if bgrad != self._product.bgrad:  # BGRADA/BGRADB need their own A/B layouts
             self._product = self._product._replace(bgrad=bgrad)
@@ -354,11 +359,22 @@ class Matmul:
             self._engine.release_workspace()
         return result
 
-    def reset_operands(self, a=None, b=None, c=None, epilog_inputs=None, *, alpha=None, beta=None):
+    def reset_operands(self, a=None, b=None, c=None, epilog_inputs=None, *, alpha=None, beta=None,
+                       quantization_scales=None):
         """Give new operands of the same shapes, dtypes, layouts, package and device (else a ValueError and nothing
         changes). ``epilog_inputs`` (a dict) replaces the named epilog inputs of the plan; ``alpha`` / ``beta`` new
-        scalars. After :meth:`release_operands` every operand must be given again."""
+        scalars; ``quantization_scales`` new scale tensors (for the scales given as tensors). After
+        :meth:`release_operands` every operand must be given again."""
         self._check_not_freed("reset_operands")
+        if quantization_scales is not None:
+            self._check_planned("reset_operands(quantization_scales=...)")
+            _, tensors = _split_scales(quantization_scales, MatmulOptions())
+            numbers = sorted(set(_scale_items(quantization_scales)) - set(tensors))
+            unknown = sorted(set(tensors) - set(self._scale_tensors))
+            if numbers or unknown:
+                raise ValueError(f"reset_operands: only scales given as tensors can be reset (to tensors); "
+                                 f"{numbers + unknown} were not")
+            epilog_inputs = {**(epilog_inputs or {}), **tensors}
         if self._released:
             needed = [n for n in ("a", "b", "c") if n in self._staged] + list(self._inputs)
             given = {"a": a, "b": b, "c": c, **(epilog_inputs or {})}
@@ -390,7 +406,7 @@ class Matmul:
             self._check_planned("reset_operands(epilog_inputs=...)")
             if not isinstance(epilog_inputs, dict):
                 raise TypeError(f"epilog_inputs must be a dict, not {type(epilog_inputs).__name__}")
-            unknown = sorted(set(epilog_inputs) - set(self._inputs))
+            unknown = sorted(set(epilog_inputs) - set(self._inputs))  # (the scale tensors are inputs too)
             if unknown:
                 raise ValueError(f"reset_operands: epilog inputs {unknown} are not used by the plan's epilog "
                                  f"{self._spec.name}; it takes {list(self._inputs)}")
@@ -477,11 +493,15 @@ class Matmul:
 
     def _float8_scales(self):
         if self._staged["a"].op.dtype not in FLOAT8_DTYPES:
+            if self._scale_tensors:
+                raise ValueError("quantization scales apply to float8 operands only")
             return {}
         o = self._options
-        return {"a_scale": 1.0 if o.a_scale is None else float(o.a_scale),
-                "b_scale": 1.0 if o.b_scale is None else float(o.b_scale),
-                "d_scale": 1.0 if o.d_scale is None else float(o.d_scale)}
+        if "d_scale" in self._scale_tensors and self._d_dtype not in FLOAT8_DTYPES:
+            raise ValueError(f"a d scale given as a tensor applies to float8 results only; the result is "
+                             f"{self._d_dtype.name} (give a number: it is folded into alpha)")
+        return {name: None if name in self._scale_tensors else (1.0 if value is None else float(value))
+                for name, value in (("a_scale", o.a_scale), ("b_scale", o.b_scale), ("d_scale", o.d_scale))}
 
     def _stage_input(self, name, value, spec):
         op = _operands.wrap_operand(value, name)
@@ -499,6 +519,38 @@ class Matmul:
                         self._c_object if self._options.inplace else None)
         self._call = MatmulCall(self._problem, self._engine, staged, self._holder, self._device_id, self._alpha,
                                 self._beta, finish, self._cache_key)
+
+
+_SCALE_KEYS = {"a": "a_scale", "b": "b_scale", "c": "c_scale", "d": "d_scale"}
+
+
+def _scale_items(scales):
+    """``{"a_scale": value, ...}`` of ``quantization_scales`` given as a dict or an object with a, b, c, d."""
+    if isinstance(scales, dict):
+        items = scales
+    else:
+        items = {key: getattr(scales, key) for key in _SCALE_KEYS if hasattr(scales, key)}
+    unknown = sorted(set(items) - set(_SCALE_KEYS))
+    if unknown:
+        raise ValueError(f"quantization_scales: unknown keys {unknown}; allowed are {sorted(_SCALE_KEYS)}")
+    return {_SCALE_KEYS[key]: value for key, value in items.items() if value is not None}
+
+
+def _split_scales(scales, options):
+    """``(options with the scales given as numbers, {name: array} of those given as arrays)``."""
+    if scales is None:
+        return options, {}
+    numbers, tensors = {}, {}
+    for name, value in _scale_items(scales).items():
+        if name == "c_scale":
+            raise ValueError("a scale for c applies to float8 c only, and c is never float8 (16-bit or float32)")
+        if isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool):
+            if getattr(options, name) is not None:
+                raise ValueError(f"{name} is given twice: in options and in quantization_scales")
+            numbers[name] = float(value)
+        else:
+            tensors[name] = value
+    return (dataclasses.replace(options, **numbers) if numbers else options), tensors
 
 
 def _check_inplace(c_op, result_shape, d_dtype):

@@ -19,7 +19,7 @@ _CALLS_MAX = 128
 
 
 def matmul(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None, options=None, preferences=None,
-           execution=None, stream=None):
+           execution=None, stream=None, quantization_scales=None):
     """``epilog(alpha * a @ b + beta * c)`` with numpy.matmul semantics (see :class:`Matmul` for the parameters).
 
     Returns the result, or ``(result, aux)`` when the epilog has outputs. Plans are cached in
@@ -27,7 +27,8 @@ def matmul(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None,
     copy reuses the prepared call of the first one (see the module docstring)."""
     if _torch_route.wanted(a, b, c, epilog_inputs):  # autograd / torch.compile: mathpy.torch
         return _torch_route.matmul(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution, stream)
-    key, pointers = _call_key(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution)
+    key, pointers = (None, None) if quantization_scales is not None else \
+        _call_key(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution)
     if key is not None:
         try:
             call = _calls.get(key)
@@ -45,7 +46,7 @@ def matmul(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None,
                     matmul_plan_cache.release(entry)
             _calls.pop(key, None)  # evicted: plan again
     mm = Matmul.for_cache(matmul_plan_cache, a, b, c, alpha=alpha, beta=beta, options=options, execution=execution,
-                          stream=stream)
+                          stream=stream, quantization_scales=quantization_scales)
     try:
         mm.plan(epilog=epilog, epilog_inputs=epilog_inputs, preferences=preferences)
         call = mm.prepared_call
