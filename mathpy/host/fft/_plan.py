@@ -103,7 +103,7 @@ class FFT:
 
     Lifecycle: ``plan(prolog=, epilog=, stream=)`` -> ``execute(direction=, stream=, release_workspace=)`` (any
     number of times; ``reset_operand(new)`` between them, ``reset_operand()`` to drop the operand) -> ``free()`` (or
-    use ``with``). :meth:`create_key` / :attr:`key` give a hashable key of the problem, for caches of one's own.
+    use ``with``). :meth:`create_key` / :meth:`get_key` give a hashable key of the problem, for caches of one's own.
     """
 
     def __init__(self, operand, axes=None, options=None, execution=None, stream=None):
@@ -134,7 +134,6 @@ class FFT:
         self._freed = False
         self._call = None
         self._grad = _torch_route.grad_names(operand=op.tensor)  # no backward here: execute refuses in grad mode
-        self._planned_with = (None, None)  # the prolog / epilog arguments of the last plan() (FFT.key)
         self._logger.debug("FFT %s over axes %s of %r on %s (copy input: %s; result layout %s)", problem.fft_type,
                            problem.axes, op, problem.execution, problem.copy_input,
                            problem.transform.output_strides)
@@ -182,11 +181,9 @@ class FFT:
         engine = self._resources.engine
         return 0 if engine is None else engine.workspace_bytes
 
-    @property
-    def key(self):
-        """A hashable key of this FFT's problem, with its planned callbacks: equal keys plan alike (see
-        :meth:`create_key`)."""
-        prolog, epilog = self._planned_with
+    def get_key(self, prolog=None, epilog=None):
+        """The hashable key of this FFT's problem with the given callbacks (none by default): what
+        :meth:`create_key` gives for this operand, axes, options and execution."""
         return ("FFT",) + self._problem.engine_key + (callback_identity(prolog, "prolog"),
                                                       callback_identity(epilog, "epilog"))
 
@@ -249,7 +246,6 @@ class FFT:
         self._finalizer = weakref.finalize(self, resources.release)
         self._call = FFTCall(p, resources.engine, (bound_prolog, bound_epilog), key)
         self._grad = _torch_route.grad_names(operand=self._op.tensor, prolog=prolog, epilog=epilog)
-        self._planned_with = (prolog, epilog)
         self._logger.debug("FFT planned in %.2f ms (workspace %d bytes%s%s)", (time.perf_counter() - start) * 1e3,
                            resources.engine.workspace_bytes, ", prolog" if bound_prolog is not None else "",
                            ", epilog" if bound_epilog is not None else "")
@@ -263,7 +259,6 @@ class FFT:
         self._finalizer.detach()
         self._resources.release()
         self._op = self._staging = None
-        self._planned_with = (None, None)
 
     def __enter__(self):
         return self

@@ -273,6 +273,10 @@ class CublasLtEngine:
         self._slot_buffer = ctypes.c_void_p(0)
         self._set_desc_attribute = lt.library.cublasLtMatmulDescSetAttribute
 
+        self._filters = tuple((attribute, value) for attribute, value in (
+            (lt.Preference.REDUCTION_SCHEME_MASK, preferences.reduction_scheme_mask),
+            (lt.Preference.IMPL_MASK, preferences.numerical_impl_mask),
+            (lt.Preference.MAX_WAVES_COUNT, preferences.max_waves_count or None)) if value is not None)
         res.preference = self._preference(preferences.max_workspace_bytes, DEFAULT_ALIGNMENT)
         self._layouts = (la, lb, lc, ld)
         self._limit = preferences.limit
@@ -316,6 +320,8 @@ class CublasLtEngine:
         preference = lt.create_preference()
         try:
             lt.set_attribute(preference, lt.Preference.MAX_WORKSPACE_BYTES, max_workspace)
+            for attribute, value in self._filters:  # the caller's reduction-scheme / implementation / waves limits
+                lt.set_attribute(preference, attribute, value)
             if alignment != DEFAULT_ALIGNMENT:
                 for attribute in (lt.Preference.MIN_ALIGNMENT_A_BYTES, lt.Preference.MIN_ALIGNMENT_B_BYTES,
                                   lt.Preference.MIN_ALIGNMENT_C_BYTES, lt.Preference.MIN_ALIGNMENT_D_BYTES):

@@ -312,9 +312,10 @@ class Matmul:
         """The :class:`~._call.MatmulCall` that ``execute()`` runs (None before ``plan()``)."""
         return self._call
 
-    def autotune(self, iterations=3, prune=None):
+    def autotune(self, iterations=3, prune=None, *, release_workspace=False):
         """Time every candidate algorithm on the current operands and keep the fastest; returns
-        ``[(algorithm, seconds), ...]`` fastest first. ``prune``: keep only that many candidates, the fastest."""
+        ``[(algorithm, seconds), ...]`` fastest first. ``prune``: keep only that many candidates, the fastest;
+        ``release_workspace``: give the workspace back afterwards."""
         self._check_planned("autotune")
         self._check_operands("autotune")
         if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
@@ -331,6 +332,8 @@ class Matmul:
         del scratch
         if prune is not None and len(self._engine.algorithms) > prune:
             self._engine.algorithms[:] = [alg for alg, _ in timings][:prune]
+        if release_workspace and self._cache is None:
+            self._engine.release_workspace()
         self._logger.debug("Matmul autotune: %s", timings)
         return timings
 
@@ -360,12 +363,15 @@ class Matmul:
         return result
 
     def reset_operands(self, a=None, b=None, c=None, epilog_inputs=None, *, alpha=None, beta=None,
-                       quantization_scales=None):
+                       quantization_scales=None, stream=None):
         """Give new operands of the same shapes, dtypes, layouts, package and device (else a ValueError and nothing
         changes). ``epilog_inputs`` (a dict) replaces the named epilog inputs of the plan; ``alpha`` / ``beta`` new
-        scalars; ``quantization_scales`` new scale tensors (for the scales given as tensors). After
-        :meth:`release_operands` every operand must be given again."""
+        scalars; ``quantization_scales`` new scale tensors (for the scales given as tensors); ``stream`` the stream the
+        new operands were made on, the product's stream from now on. After :meth:`release_operands` every operand
+        must be given again."""
         self._check_not_freed("reset_operands")
+        if stream is not None and self._on_gpu:
+            self._stream = stream_pointer(stream, self._holder.name, self._device_id)
         if quantization_scales is not None:
             self._check_planned("reset_operands(quantization_scales=...)")
             _, tensors = _split_scales(quantization_scales, MatmulOptions())

@@ -155,12 +155,26 @@ class MatmulOptions:
 @dataclasses.dataclass(frozen=True)
 class MatmulPlanPreferences:
     """What planning may choose. limit: how many candidate algorithms to ask the library for (cuBLASLt's heuristic
-    returns at most this many); max_workspace_bytes: the largest workspace a plan may use."""
+    returns at most this many); max_workspace_bytes: the largest workspace a plan may use; reduction_scheme_mask,
+    numerical_impl_mask: cuBLASLt's masks of allowed split-K reduction schemes and numerical implementations (None:
+    all); max_waves_count: exclude algorithms with more waves than this (0: no limit). The GPU's heuristic applies
+    them; the CPU's single algorithm ignores them."""
 
     limit: int = 8
     max_workspace_bytes: int = 32 * 1024 * 1024
+    reduction_scheme_mask: int | None = None
+    numerical_impl_mask: int | None = None
+    max_waves_count: float = 0.0
 
     def __post_init__(self):
+        for name in ("reduction_scheme_mask", "numerical_impl_mask"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ValueError(f"MatmulPlanPreferences.{name} must be None or a non-negative int, not {value!r}")
+        if isinstance(self.max_waves_count, bool) or not isinstance(self.max_waves_count, (int, float)) or \
+                self.max_waves_count < 0:
+            raise ValueError(f"MatmulPlanPreferences.max_waves_count must be a non-negative number, not "
+                             f"{self.max_waves_count!r}")
         if isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1:
             raise ValueError(f"MatmulPlanPreferences.limit must be a positive int, not {self.limit!r}")
         if (isinstance(self.max_workspace_bytes, bool) or not isinstance(self.max_workspace_bytes, int)
