@@ -311,13 +311,8 @@ def test_compile_prolog_takes_nvmaths_compute_capability_string():
         nvmath.fft.compile_epilog(prolog, "complex64", "float32", compute_capability=90)
 
 
-# --- nvmath features mathpy's FFT does not have yet (issue 11, phase 2): these fail until it does ------------------
+# --- the features issue 11 added to mathpy's FFT, through nvmath's names ----------------------------------------------
 
-_PHASE2 = pytest.mark.xfail(raises=(NotImplementedError, AttributeError, TypeError, AssertionError), strict=True,
-                            reason="issue 11 phase 2: mathpy's FFT gains the feature")
-
-
-@_PHASE2
 def test_release_operand_then_reset(xp):
     x = _rand((4, 8), np.complex64)
     with nvmath.fft.FFT(xp.asarray(x)) as f:
@@ -329,27 +324,42 @@ def test_release_operand_then_reset(xp):
         _close(xp.to_numpy(f.execute()), np.fft.fftn(x), 32)
 
 
-@_PHASE2
 def test_create_key_is_hashable_and_equal_for_equal_problems(xp):
     a, b = xp.asarray(_rand((4, 8), np.complex64, 1)), xp.asarray(_rand((4, 8), np.complex64, 2))
     key = nvmath.fft.FFT.create_key(a, axes=[1])
     assert key == nvmath.fft.FFT.create_key(b, axes=[1]) and hash(key) == hash(nvmath.fft.FFT.create_key(b, axes=[1]))
     assert key != nvmath.fft.FFT.create_key(a, axes=[0])
-    assert key != nvmath.fft.FFT.create_key(a, axes=[1], options={"inplace": True})
+    assert key != nvmath.fft.FFT.create_key(a, axes=[1], options={"fft_type": "C2R"})
+    assert key == nvmath.fft.FFT.create_key(a, axes=[1], options={"inplace": True})  # one cuFFT plan serves both
     with nvmath.fft.FFT(a, axes=[1]) as f:
+        with pytest.raises(RuntimeError, match="before plan"):
+            f.get_key()
         f.plan()
         assert f.get_key() == key
+    assert nvmath.fft.estimate_workspace_size(key) == (0 if xp.device == "cpu" else
+                                                       nvmath.fft.estimate_workspace_size(key))
+    with pytest.raises(ValueError, match="technique"):
+        nvmath.fft.estimate_workspace_size(key, technique="guess")
 
 
-@pytest.mark.parametrize("layout", ["natural", pytest.param("optimized", marks=_PHASE2)])
+@pytest.mark.parametrize("layout", ["natural", "optimized"])
 def test_result_layout(xp, layout):
-    """An FFT over axis 0 of a C-ordered (8, 6) operand: "natural" keeps the operand's axis order, "optimized" makes
-    the transformed axis the fastest-varying one (nvmath's choice for interleaved samples)."""
+    """An FFT over axis 0 of a C-ordered (8, 6) operand: "natural" keeps the operand's axis order, "optimized" (the
+    default, as in nvmath) makes the transformed axis the fastest-varying one."""
     x = _rand((8, 6), np.complex64)
-    with nvmath.fft.FFT(xp.asarray(x), axes=[0], options={"result_layout": layout}) as f:
+    options = {"result_layout": layout} if layout == "natural" else None
+    with nvmath.fft.FFT(xp.asarray(x), axes=[0], options=options) as f:
         f.plan()
         shape, strides = f.get_output_layout()
         r = f.execute()
     assert shape == (8, 6)
     assert strides == ((6, 1) if layout == "natural" else (1, 8))
     _close(xp.to_numpy(r), np.fft.fft(x, axis=0), 8)
+
+
+def test_execute_release_workspace_and_streams_on_the_cpu():
+    x = _rand((8, 8), np.complex64)
+    with nvmath.fft.FFT(x, options={"result_layout": "natural"}) as f:
+        f.plan(stream=None)
+        f.reset_operand(x, stream=None)
+        _close(f.execute(release_workspace=True), np.fft.fftn(x), 64)  # nothing to release on the CPU

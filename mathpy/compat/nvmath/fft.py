@@ -6,14 +6,15 @@ Semantics are nvmath-python 1.0's where they differ from mathpy's own API:
   after the operand, and unnormalised in both directions (``ifft(fft(x))`` is ``x`` times the transform size);
   ``irfft`` returns ``2 * (m - 1)`` or, with ``FFTOptions(last_axis_parity="odd")``, ``2 * m - 1`` points along the
   last axis; ``fft``/``ifft`` take complex operands only (ValueError), ``rfft`` real ones (RuntimeError);
-- ``FFT`` plans once (``plan()`` again is a no-op), ``execute(direction=...)``, ``reset_operand(operand)`` (None is a
-  ValueError, another package a TypeError), ``release_operand()``, ``get_input_layout()`` / ``get_output_layout()``;
+- ``FFT`` plans once (``plan()`` again is a no-op), ``execute(direction=, stream=, release_workspace=)``,
+  ``reset_operand(operand, stream=)`` (None is a ValueError, another package a TypeError), ``release_operand()``,
+  ``get_input_layout()`` / ``get_output_layout()``, ``create_key`` / ``get_key``, ``estimate_workspace_size(key)``;
 - ``prolog=`` / ``epilog=``: a :class:`DeviceCallable` or its dict (``{"ltoir": bytes or pointer, "size": ...,
   "data": device pointer}``), LTO-IR from :func:`compile_prolog` / :func:`compile_epilog`; mathpy's own forms (a
   Python function, :class:`mathpy.fft.Callback`) are accepted too and also run on the CPU;
-- ``FFTOptions`` is nvmath's mutable dataclass (``fft_type``, ``inplace``, ``last_axis_parity``, ``result_layout``,
-  ``logger``, ``blocking``, ``allocator``); ``execution=`` takes ``ExecutionCPU`` / ``ExecutionCUDA``, "cpu"/"cuda" or
-  a dict.
+- ``FFTOptions`` is nvmath's mutable dataclass (``fft_type``, ``inplace``, ``last_axis_parity``, ``result_layout``
+  "optimized" by default, ``logger``, ``blocking``, ``allocator``); ``execution=`` takes ``ExecutionCPU`` /
+  ``ExecutionCUDA``, "cpu"/"cuda" or a dict.
 
 Each call is translated into mathpy's API: the functions call mathpy's stateless transforms (with their plan cache,
 so a repeated call costs microseconds), :class:`FFT` wraps a :class:`mathpy.fft.FFT`.
@@ -30,7 +31,6 @@ so a repeated call costs microseconds), :class:`FFT` wraps a :class:`mathpy.fft.
 
 import ctypes
 import dataclasses
-import enum
 import logging
 import operator
 
@@ -38,23 +38,20 @@ from ... import fft as _mp
 from ..._errors import InvalidPlanStateError, UnsupportedLayoutError
 from ..._execution import ExecutionCPU, ExecutionCUDA
 from ..._memory import check_allocator
+from ...host.fft._plan import make_engine
 from ._common import check_or_create_options, dtype_name, object_logger, operand_package
 
 __all__ = ["FFTDirection", "FFTOptions", "DeviceCallable", "ExecutionCUDA", "ExecutionCPU", "compile_prolog",
-           "compile_epilog", "FFT", "fft", "ifft", "rfft", "irfft", "UnsupportedLayoutError"]
+           "compile_epilog", "FFT", "fft", "ifft", "rfft", "irfft", "UnsupportedLayoutError",
+           "estimate_workspace_size"]
+
+FFTDirection = _mp.FFTDirection
 
 #: nvmath's name for the error of a freed FFT (mathpy's InvalidPlanStateError).
 InvalidFFTState = InvalidPlanStateError
 
 _REAL = ("float16", "float32", "float64")
 _COMPLEX = ("complex32", "complex64", "complex128")
-
-
-class FFTDirection(enum.IntEnum):
-    """The direction of a transform: FORWARD (-1) or INVERSE (+1)."""
-
-    FORWARD = -1
-    INVERSE = 1
 
 
 def _direction(value):
@@ -186,16 +183,17 @@ def _check_axes(shape, axes):
     return axes
 
 
-def _native_options(options, fft_type=None, *, stateful=False):
-    """mathpy's FFTOptions for nvmath's; None when the stateless call needs none (mathpy's stateless fast path:
-    mathpy's functions set the FFT type and parity themselves)."""
-    if options is None or (not stateful and not options.inplace and options.blocking == "auto" and
-                           options.allocator is None):
-        return None
-    if options.allocator is not None:
-        raise NotImplementedError("FFTOptions.allocator: mathpy's FFT does not take a memory manager yet")
-    return _mp.FFTOptions(fft_type=fft_type or options.fft_type, inplace=options.inplace,
-                          last_axis_parity=options.last_axis_parity, blocking=options.blocking)
+_OPTIMIZED = _mp.FFTOptions(result_layout="optimized")  # nvmath's defaults in mathpy's terms
+
+
+def _native_options(options):
+    """mathpy's FFTOptions for nvmath's (for None: its defaults with nvmath's "optimized" result layout); the
+    stateless functions set the FFT type and parity themselves."""
+    if options is None:
+        return _OPTIMIZED
+    return _mp.FFTOptions(fft_type=options.fft_type, inplace=options.inplace,
+                          last_axis_parity=options.last_axis_parity, blocking=options.blocking,
+                          result_layout=options.result_layout, logger=options.logger, allocator=options.allocator)
 
 
 def _shape(operand):
@@ -270,7 +268,7 @@ def irfft(operand, /, *, axes=None, options=None, execution=None, prolog=None, e
                          f"{shape} and axes = {axes}. To fix this, provide 'last_axis_parity' = 'odd' to the FFT "
                          f"options.")
     return _mp.irfftn(operand, s=(-1,) * (len(axes) - 1) + (n,), axes=axes, norm="forward",
-                      options=_native_options(options, "C2R"), execution=execution,
+                      options=_native_options(options), execution=execution,
                       prolog=_callback(prolog, "prolog"), epilog=_callback(epilog, "epilog"), stream=stream)
 
 
@@ -286,8 +284,8 @@ class FFT:
         if name not in _REAL + _COMPLEX:
             raise ValueError(f"Unsupported dtype '{name}' for FFT.")
         self.options, self.logger = options, object_logger(options.logger)
-        self._fft = _mp.FFT(operand, axes=axes, options=_native_options(options, stateful=True),
-                            execution=execution, stream=stream)
+        self._fft = _mp.FFT(operand, axes=axes, options=_native_options(options), execution=execution,
+                            stream=stream)
         self.package = operand_package(operand)
         self.operand_data_type = name
         self._planned = self._released = self._freed = False
@@ -318,7 +316,7 @@ class FFT:
             return
         if direction is not None:
             self._check_direction(direction)
-        self._fft.plan(prolog=_callback(prolog, "prolog"), epilog=_callback(epilog, "epilog"))
+        self._fft.plan(prolog=_callback(prolog, "prolog"), epilog=_callback(epilog, "epilog"), stream=stream)
         self._planned = True
         self.logger.info("The FFT has been planned.")
 
@@ -328,12 +326,9 @@ class FFT:
         if self._released:
             raise RuntimeError("Execution cannot be performed after the operand has been released. Use "
                                "reset_operand() to provide a new operand before performing the execution.")
-        if release_workspace and self.execution_space == "cuda":
-            raise NotImplementedError("execute(release_workspace=True): mathpy's FFT keeps its workspace with the "
-                                      "plan")
         if direction is not None:
             direction = int(self._check_direction(direction))
-        return self._fft.execute(direction=direction, stream=stream)
+        return self._fft.execute(direction=direction, stream=stream, release_workspace=release_workspace)
 
     def reset_operand(self, operand, *, stream=None):
         """Use a new operand of the same package, device, dtype and layout from the next :meth:`execute` on."""
@@ -347,13 +342,30 @@ class FFT:
 
     def reset_operand_unchecked(self, operand, *, stream=None):
         """:meth:`reset_operand` (mathpy checks the operand either way: the check costs microseconds)."""
-        self._fft.reset_operand(operand)
+        self._fft.reset_operand(operand, stream=stream)
         self._released = False
 
     def release_operand(self):
         """Drop the reference to the operand (execute() needs a reset_operand() first)."""
         self._check_valid()
-        raise NotImplementedError("release_operand(): mathpy's FFT cannot drop its operand yet")
+        self._fft.reset_operand()
+        self._released = True
+
+    def get_key(self, *, prolog=None, epilog=None):
+        """The hashable key of this FFT's problem with the given callbacks (see :meth:`create_key`)."""
+        self._check_valid()
+        if not self._planned:
+            raise RuntimeError("Returning the key cannot be performed before plan() has been called.")
+        return self._fft.get_key(_callback(prolog, "prolog"), _callback(epilog, "epilog"))
+
+    @staticmethod
+    def create_key(operand, *, axes=None, options=None, execution=None, prolog=None, epilog=None):
+        """A hashable key of the FFT problem of ``operand`` (its metadata only): FFTs with equal keys can share a
+        plan, for caches of one's own. For use within one process."""
+        options = check_or_create_options(FFTOptions, options, "FFT options")
+        axes = _check_axes(_shape(operand), axes)
+        return _mp.FFT.create_key(operand, axes=axes, options=_native_options(options), execution=execution,
+                                  prolog=_callback(prolog, "prolog"), epilog=_callback(epilog, "epilog"))
 
     def free(self):
         """Release the plan and its workspace; idempotent."""
@@ -379,3 +391,20 @@ class FFT:
 
     def __repr__(self):
         return f"<nvmath-compatible {self._fft!r}>"
+
+
+def estimate_workspace_size(key, *, technique="default", handle=None):
+    """The workspace bytes a plan of ``key`` (from :meth:`FFT.create_key`) needs: 0 on the CPU; on the GPU mathpy
+    plans it and reads the size cuFFT reports (both techniques: the size is exact)."""
+    if technique not in ("default", "refined"):
+        raise ValueError(f"technique must be 'default' or 'refined', got {technique!r}.")
+    if not isinstance(key, tuple) or len(key) < 4 or key[0] != "FFT":
+        raise ValueError(f"The key must be a tuple as returned by FFT.create_key(). Got {key!r}.")
+    transform, execution = key[1], key[2]
+    if isinstance(execution, ExecutionCPU):
+        return 0
+    engine = make_engine(transform, execution, None, None, None)
+    try:
+        return int(engine.workspace_bytes)
+    finally:
+        engine.free()

@@ -12,12 +12,12 @@
 array([5., 5., 5., 5.], dtype=float32)
 """
 
-from ._algorithm import Algorithm
+from ._algorithm import Algorithm, AlgorithmCapabilities
 from ._matmul import Matmul, matmul
 from ._options import (MatmulComputeType, MatmulEpilog, MatmulEpilogPreferences, MatmulInnerShape,
                        MatmulNumericalImplFlags, MatmulOptions, MatmulPlanPreferences, MatmulQuantizationScales,
                        MatmulReductionScheme, matrix_qualifiers_dtype)
 
-__all__ = ["Algorithm", "Matmul", "matmul", "MatmulComputeType", "MatmulEpilog", "MatmulEpilogPreferences",
-           "MatmulInnerShape", "MatmulNumericalImplFlags", "MatmulOptions", "MatmulPlanPreferences",
+__all__ = ["Algorithm", "AlgorithmCapabilities", "Matmul", "matmul", "MatmulComputeType", "MatmulEpilog",
+           "MatmulEpilogPreferences", "MatmulInnerShape", "MatmulNumericalImplFlags", "MatmulOptions", "MatmulPlanPreferences",
            "MatmulQuantizationScales", "MatmulReductionScheme", "matrix_qualifiers_dtype"]

@@ -4,56 +4,109 @@ nvmath-python's rules, where mathpy's own API differs: ``a`` and ``b`` positiona
 at least 2-D; ``beta`` required with ``c`` (and ignored, with a warning, without it); with ``c`` and no
 ``result_type`` the result has ``c``'s dtype; host operands run on the GPU ``options.device_id`` (on the CPU engine
 when the machine has no GPU); float8 operands need ``quantization_scales``; ``plan()`` returns a tuple of
-:class:`Algorithm`; ``autotune(iterations=10, prune=None)`` returns None; ``reset_operands`` is keyword-only and a
-package change is a TypeError.
+:class:`Algorithm`; ``autotune(iterations=10, prune=None)`` returns None; ``reset_operands`` is keyword-only, needs
+at least one argument, and a package change is a TypeError.
 """
 
+import numpy as np
+
 from ..... import _cuda
-from .....bindings._types import CudaDataType, cuda_data_type, to_dtype
-from .....bindings.cublaslt import MatmulComputeType
 from ..... import matmul as _native_matmul
+from .....bindings._types import cuda_data_type, to_dtype
 from .....host.matmul import Matmul as _NativeMatmul
 from .....host.matmul import MatmulOptions as _NativeOptions
 from .....host.matmul import MatmulPlanPreferences as _NativePreferences
 from ..._common import check_or_create_options, dtype_name, object_logger, operand_package
 from ._algorithm import Algorithm
-from ._options import (MatmulNumericalImplFlags, MatmulOptions, MatmulPlanPreferences, MatmulQuantizationScales,
-                       MatmulReductionScheme, matrix_qualifiers_dtype, memory_limit_bytes)
+from ._options import (MatmulOptions, MatmulPlanPreferences, MatmulQuantizationScales, matrix_qualifiers_dtype,
+                       memory_limit_bytes)
 
 __all__ = ["Matmul", "matmul"]
 
 _FLOAT8 = ("float8_e4m3fn", "float8_e5m2")
 _SUPPORTED = (*_FLOAT8, "bfloat16", "float16", "float32", "float64", "complex64", "complex128")
-_C = CudaDataType
-#: nvmath's default compute type for a scale type, as mathpy's compute type names.
-_COMPUTE_FOR_SCALE = {_C.CUDA_R_16F: "16F", _C.CUDA_R_16BF: "32F", _C.CUDA_R_32F: "32F", _C.CUDA_C_32F: "32F",
-                      _C.CUDA_R_64F: "64F", _C.CUDA_C_64F: "64F"}
-_COMPUTE_NAMES = ("16F", "32F", "32F_FAST_TF32", "32F_FAST_16F", "32F_FAST_16BF", "64F")
 
 
-def _compute_name(compute_type):
-    name = MatmulComputeType(compute_type).name.removeprefix("COMPUTE_")
-    if name not in _COMPUTE_NAMES:
-        raise ValueError(f"Unsupported compute type. The compute type '{compute_type!r}' is not supported by "
-                         f"mathpy's matmul; supported are {['COMPUTE_' + n for n in _COMPUTE_NAMES]}")
-    return name
+class _Call:
+    """One nvmath call translated into mathpy's terms: the operands (qualifiers applied), alpha and beta, mathpy's
+    options, the execution space and the quantization scales."""
+
+    def __init__(self, a, b, c, alpha, beta, qualifiers, quantization_scales, options, logger):
+        a_name, b_name = dtype_name(a), dtype_name(b)
+        c_name = None if c is None else dtype_name(c)
+        for operand, name in (("A", a_name), ("B", b_name), ("C", c_name)):
+            if name is not None and name not in _SUPPORTED:
+                raise ValueError(f"The dtype of operand {operand} ({name}) is not supported.")
+        if (a_name != b_name and not (a_name in _FLOAT8 and b_name in _FLOAT8)) or a_name == b_name == "float8_e5m2":
+            raise ValueError(f"Unsupported combination of dtypes for operands A {a_name} and B {b_name}.")
+        if c is not None and len(c.shape) < 2:
+            raise ValueError("In order to avoid broadcasting behavior ambiguity, `c` must be at least 2-D. Use a "
+                             "singleton dimension to convert your input array to 2-D.")
+        if c is not None and beta is None:
+            raise ValueError("A value for beta must be provided if operand C is provided.")
+        if c is None and beta is not None:
+            logger.warning(f"Matmul: The provided beta value {beta} is ignored since operand C is not specified.")
+            beta = None
+        if c is None and options.inplace:
+            raise ValueError("The operation cannot be inplace if operand C is not provided.")
+        self.a, self.b = _qualified(a, b, qualifiers)
+        self.c, self.alpha, self.beta = c, 1 if alpha is None else alpha, beta
+        float8 = a_name in _FLOAT8
+        result = options.result_type
+        if result is None and c_name is not None and c_name != a_name:
+            result = cuda_data_type(c_name)  # nvmath: the result takes C's dtype
+        d_float8 = (result is None and float8) or (result is not None and to_dtype(result).name in _FLOAT8)
+        self.scales = _scales(quantization_scales, float8, d_float8, logger)
+        self.options = _native_options(options.compute_type, options.scale_type, result, options.blocking,
+                                       bool(options.fast_accumulation), options.inplace, options.result_amax,
+                                       options.block_scaling, options.sm_count_target, options.logger,
+                                       options.allocator)
+        on_host = str(getattr(a, "device", "cpu")) == "cpu"
+        self.execution = None
+        if on_host:  # nvmath runs host operands on a GPU
+            self.execution = {"name": "cuda", "device_id": options.device_id} if _cuda.is_available() else "cpu"
+        self.max_workspace = None
+        if options.memory_limit != r"80%":  # nvmath's bound on the workspace; mathpy's default (32 MiB) otherwise
+            device_bytes = _device_memory(options.device_id) if _cuda.is_available() else None
+            self.max_workspace = memory_limit_bytes(options.memory_limit, device_bytes)
+
+    def preferences(self, preferences):
+        """mathpy's MatmulPlanPreferences for nvmath's (None stays None when nothing differs from mathpy's)."""
+        if preferences is None and self.max_workspace is None:
+            return None
+        p = check_or_create_options(MatmulPlanPreferences, preferences, "Matrix multiplication plan preferences")
+        if p.epilog.aux_type is not None or p.epilog.aux_amax:
+            raise NotImplementedError("MatmulEpilogPreferences aux_type / aux_amax (float8 epilog auxiliary "
+                                      "outputs): not available in mathpy's matmul")
+        masks = {"reduction_scheme_mask": None if p.reduction_scheme_mask == 7 else int(p.reduction_scheme_mask),
+                 "numerical_impl_mask": None if p.numerical_impl_mask == (1 << 64) - 1 else
+                 int(p.numerical_impl_mask), "max_waves_count": float(p.max_waves_count or 0)}
+        workspace = {} if self.max_workspace is None else {"max_workspace_bytes": self.max_workspace}
+        return _NativePreferences(limit=p.limit, **masks, **workspace)
 
 
-def _check_dtypes(a_name, b_name, c_name):
-    for operand, name in (("A", a_name), ("B", b_name), ("C", c_name)):
-        if name is not None and name not in _SUPPORTED:
-            raise ValueError(f"The dtype of operand {operand} ({name}) is not supported.")
-    if (a_name != b_name and not (a_name in _FLOAT8 and b_name in _FLOAT8)) or a_name == b_name == "float8_e5m2":
-        raise ValueError(f"Unsupported combination of dtypes for operands A {a_name} and B {b_name}.")
+_native = {}  # nvmath's option values -> mathpy's MatmulOptions (made once: the stateless calls key on them)
 
 
-def _float8_scales(scales, d_is_float8, has_c, logger, float8):
-    """(a_scale, b_scale, d_scale) for mathpy from nvmath's quantization_scales (numbers only)."""
+def _native_options(*values):
+    found = _native.get(values)
+    if found is None:
+        names = ("compute_type", "scale_type", "result_type", "blocking", "fast_accumulation", "inplace",
+                 "result_amax", "block_scaling", "sm_count_target", "logger", "allocator")
+        found = _NativeOptions(**dict(zip(names, values)))
+        if len(_native) > 256:
+            _native.clear()
+        _native[values] = found
+    return found
+
+
+def _scales(scales, float8, d_float8, logger):
+    """nvmath's quantization_scales checked by its rules, as mathpy's ``{"a": ..., "b": ..., "d": ...}``."""
     if not float8:
         if scales is not None:
             logger.warning("Matmul: The provided scales are ignored, since they are only applicable to "
                            "narrow-precision (FP8 and lower) operations.")
-        return None, None, None
+        return None
     if scales is None:
         raise ValueError("Scales are required for narrow-precision (FP8 and lower) operations. Please set "
                          "`quantization_scales` argument.")
@@ -61,23 +114,40 @@ def _float8_scales(scales, d_is_float8, has_c, logger, float8):
     if scales.c is not None:
         raise ValueError("Quantization scaling is not supported for C when it is not a narrow-precision (FP8 and "
                          "lower) type.")
-    if scales.d is not None and not d_is_float8:
+    if scales.d is not None and not d_float8:
         raise ValueError("Quantization scaling is not supported for D when it is not a narrow-precision (FP8 and "
                          "lower) type.")
-    for name in ("a", "b", "d") if d_is_float8 else ("a", "b"):
-        value = getattr(scales, name)
-        if value is None:
+    for name in ("a", "b", "d") if d_float8 else ("a", "b"):
+        if getattr(scales, name) is None:
             raise ValueError(f"Scale for {name.upper()} is not specified")
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise NotImplementedError(f"quantization_scales.{name} given as a tensor: mathpy takes float8 scales as "
-                                      f"numbers")
-    return scales.a, scales.b, scales.d
+    return {name: getattr(scales, name) for name in ("a", "b", "d") if getattr(scales, name) is not None}
+
+
+def _qualified(a, b, qualifiers):
+    """``a`` and ``b`` with nvmath's is_conjugate qualifiers applied (a conjugated copy in the operand's package)."""
+    if qualifiers is None:
+        return a, b
+    qualifiers = np.asarray(qualifiers)
+    if qualifiers.dtype != matrix_qualifiers_dtype or qualifiers.shape != (3,):
+        raise ValueError("The qualifiers must be specified as a NumPy array of length 3 corresponding to the "
+                         "operands A, B, and C of type 'matrix_qualifiers_dtype'.")
+    if qualifiers[2]["is_conjugate"]:
+        raise ValueError("The conjugate flag is currently not supported for operand C.")
+    return tuple(_conjugated(x) if q and "complex" in dtype_name(x) else x
+                 for q, x in ((qualifiers[0]["is_conjugate"], a), (qualifiers[1]["is_conjugate"], b)))
 
 
 def _conjugated(operand):
-    """``operand``'s complex conjugate in its own package (nvmath's is_conjugate qualifier)."""
     conjugate = operand.conj()
     return conjugate.resolve_conj() if hasattr(conjugate, "resolve_conj") else conjugate
+
+
+def _device_memory(device_id):
+    from cuda.bindings import runtime
+    from ..... import _runtime
+    with _runtime.device_scope(device_id):
+        status, free, total = runtime.cudaMemGetInfo()
+    return int(total)
 
 
 class Matmul:
@@ -86,81 +156,15 @@ class Matmul:
     def __init__(self, a, b, /, c=None, *, alpha=None, beta=None, qualifiers=None, quantization_scales=None,
                  options=None, stream=None):
         options = check_or_create_options(MatmulOptions, options, "Matrix multiplication options")
-        if c is None and options.inplace:
-            raise ValueError("The operation cannot be inplace if operand C is not provided.")
         self.options, self.logger = options, object_logger(options.logger)
-        a_name, b_name = dtype_name(a), dtype_name(b)
-        c_name = None if c is None else dtype_name(c)
-        _check_dtypes(a_name, b_name, c_name)
-        if c is not None and len(c.shape) < 2:
-            raise ValueError("In order to avoid broadcasting behavior ambiguity, `c` must be at least 2-D. Use a "
-                             "singleton dimension to convert your input array to 2-D.")
-        if c is not None and beta is None:
-            raise ValueError("A value for beta must be provided if operand C is provided.")
-        if c is None and beta is not None:
-            self.logger.warning(f"Matmul: The provided beta value {beta} is ignored since operand C is not "
-                                f"specified.")
-            beta = None
-        a, b = self._qualified(a, b, qualifiers)
-        for name in ("inplace", "result_amax", "allocator"):
-            if getattr(options, name):
-                raise NotImplementedError(f"MatmulOptions.{name}: not available in mathpy's matmul yet")
-        if options.block_scaling:
-            raise NotImplementedError("MatmulOptions.block_scaling (MXFP8) needs a Blackwell GPU (compute capability "
-                                      ">= 10.0) and is not implemented by mathpy's matmul")
-        if options.sm_count_target:
-            raise NotImplementedError("MatmulOptions.sm_count_target: not available in mathpy's matmul yet")
-
-        float8 = a_name in _FLOAT8
-        if options.result_type is not None:
-            result = to_dtype(options.result_type)
-        elif c_name is not None and c_name != a_name:
-            result = to_dtype(cuda_data_type(c_name))  # nvmath: the result takes C's dtype
-        else:
-            result = None
-        d_is_float8 = (result is None and float8) or (result is not None and result.name in _FLOAT8)
-        a_scale, b_scale, d_scale = _float8_scales(quantization_scales, d_is_float8, c is not None, self.logger,
-                                                   float8)
-        compute = None
-        if options.compute_type is not None:
-            compute = _compute_name(options.compute_type)
-        elif options.scale_type is not None:
-            compute = _COMPUTE_FOR_SCALE.get(CudaDataType(options.scale_type))
-            if compute is None:
-                raise ValueError(f"Unsupported scale type. The data type '{options.scale_type!r}' is currently not "
-                                 f"supported.")
-        native = _NativeOptions(compute_type=compute, result_type=result,
-                                scale_type=None if options.scale_type is None else to_dtype(options.scale_type),
-                                a_scale=a_scale, b_scale=b_scale, d_scale=d_scale, blocking=options.blocking,
-                                fast_accumulation=bool(options.fast_accumulation))
+        self._translated = t = _Call(a, b, c, alpha, beta, qualifiers, quantization_scales, options, self.logger)
         self.package = operand_package(a)
-        on_host = getattr(a, "device", None) is None or str(getattr(a, "device", "cpu")) == "cpu"
-        execution = None
-        if on_host and self.package in ("numpy", "torch"):  # nvmath runs host operands on a GPU
-            execution = {"name": "cuda", "device_id": options.device_id} if _cuda.is_available() else "cpu"
-        self._max_workspace = None
-        if options.memory_limit != r"80%":
-            device_bytes = _device_memory(options.device_id) if _cuda.is_available() else None
-            self._max_workspace = memory_limit_bytes(options.memory_limit, device_bytes)
-        self._mm = _NativeMatmul(a, b, c, alpha=1 if alpha is None else alpha, beta=beta, options=native,
-                                 execution=execution, stream=stream)
+        self.inplace = options.inplace
+        self._mm = _NativeMatmul(t.a, t.b, t.c, alpha=t.alpha, beta=t.beta, options=t.options,
+                                 execution=t.execution, stream=stream, quantization_scales=t.scales)
         self._algorithms = {}  # mathpy algorithm -> its Algorithm (the same object every time it is handed out)
         self._freed = False
         self.logger.info("The Matmul operation has been created.")
-
-    @staticmethod
-    def _qualified(a, b, qualifiers):
-        if qualifiers is None:
-            return a, b
-        qualifiers = __import__("numpy").asarray(qualifiers)
-        if qualifiers.dtype != matrix_qualifiers_dtype or qualifiers.shape != (3,):
-            raise ValueError("The qualifiers must be specified as a NumPy array of length 3 corresponding to the "
-                             "operands A, B, and C of type 'matrix_qualifiers_dtype'.")
-        if qualifiers[2]["is_conjugate"]:
-            raise ValueError("The conjugate flag is currently not supported for operand C.")
-        conj_a, conj_b = (bool(q) and "complex" in dtype_name(x) for q, x in
-                          ((qualifiers[0]["is_conjugate"], a), (qualifiers[1]["is_conjugate"], b)))
-        return (_conjugated(a) if conj_a else a), (_conjugated(b) if conj_b else b)
 
     def _wrap(self, natives):
         return tuple(self._algorithms.setdefault(n, Algorithm(n)) for n in natives)
@@ -173,61 +177,54 @@ class Matmul:
     def plan(self, *, preferences=None, algorithms=None, epilog=None, epilog_inputs=None, stream=None):
         """Plan the product (with an epilog and its inputs); returns the candidate algorithms, best first."""
         self._check_valid()
-        preferences = check_or_create_options(MatmulPlanPreferences, preferences,
-                                              "Matrix multiplication plan preferences")
-        if (preferences.reduction_scheme_mask != MatmulReductionScheme.MASK or preferences.max_waves_count or
-                preferences.numerical_impl_mask != MatmulNumericalImplFlags.ALL):
-            raise NotImplementedError("MatmulPlanPreferences reduction_scheme_mask / max_waves_count / "
-                                      "numerical_impl_mask: mathpy plans with cuBLASLt's defaults")
-        if preferences.epilog.aux_type is not None or preferences.epilog.aux_amax:
-            raise NotImplementedError("MatmulEpilogPreferences aux_type / aux_amax: not available in mathpy's "
-                                      "matmul yet")
         if epilog is None and epilog_inputs:
             self.logger.warning(f"Matmul: The provided epilog inputs {epilog_inputs.keys()} are ignored since an "
                                 f"epilog is not specified.")
             epilog_inputs = None
         if epilog_inputs and "aux_quantization_scale" in epilog_inputs:
-            raise NotImplementedError("epilog input 'aux_quantization_scale' (float8 epilog aux): not available in "
-                                      "mathpy's matmul yet")
-        native = _NativePreferences(limit=preferences.limit,
-                                    **({} if self._max_workspace is None else
-                                       {"max_workspace_bytes": self._max_workspace}))
+            raise NotImplementedError("epilog input 'aux_quantization_scale' (float8 epilog auxiliary output): not "
+                                      "available in mathpy's matmul")
         chosen = None if algorithms is None else [alg.native for alg in algorithms]
-        natives = self._mm.plan(epilog=epilog, epilog_inputs=epilog_inputs, preferences=native, algorithms=chosen)
+        natives = self._mm.plan(epilog=epilog, epilog_inputs=epilog_inputs,
+                                preferences=self._translated.preferences(preferences), algorithms=chosen,
+                                stream=stream)
         self.logger.info("The plan found %d suitable algorithms.", len(natives))
         return self._wrap(natives)
 
     def autotune(self, iterations=10, prune=None, release_workspace=False, stream=None):
-        """Time the candidates on the current operands and order them fastest first."""
+        """Time the candidates on the current operands and order them fastest first (keep the ``prune`` fastest)."""
         self._check_valid()
-        if prune is not None:
-            raise NotImplementedError("autotune(prune=...): not available in mathpy's matmul yet")
-        timings = self._mm.autotune(iterations)
+        timings = self._mm.autotune(iterations, prune, release_workspace=release_workspace)
         self.logger.info("Autotuning: %s", timings)
 
     def execute(self, *, algorithm=None, release_workspace=False, stream=None):
-        """Compute the product; returns the result, or ``(result, aux)`` when the epilog has outputs."""
+        """Compute the product; returns the result, or ``(result, aux)`` when the epilog has outputs or
+        ``result_amax`` was asked for."""
         self._check_valid()
-        if algorithm is not None:
-            raise NotImplementedError("execute(algorithm=...): not available in mathpy's matmul yet")
-        return self._mm.execute(stream=stream)
+        return self._mm.execute(stream=stream, algorithm=None if algorithm is None else algorithm.native,
+                                release_workspace=release_workspace)
 
     def reset_operands(self, *, a=None, b=None, c=None, alpha=None, beta=None, quantization_scales=None,
                        epilog_inputs=None, stream=None):
         """Give new operands (same package, device, shapes, strides, dtypes) for the next :meth:`execute`."""
         self._check_valid()
-        given = {"a": a, "b": b, "c": c}
         if all(v is None for v in (a, b, c, alpha, beta, quantization_scales, epilog_inputs)):
             raise ValueError("reset_operands() needs at least one operand to reset.")
-        for name, value in given.items():
+        for value in (a, b, c):
             if value is not None and operand_package(value) != self.package:
                 raise TypeError(f"Library package mismatch: '{self.package}' => '{operand_package(value)}'")
-        if alpha is not None or beta is not None or quantization_scales is not None:
-            raise NotImplementedError("reset_operands(alpha=, beta=, quantization_scales=): not available in mathpy's "
-                                      "matmul yet")
-        self._mm.reset_operands(a=a, b=b, c=c, epilog_inputs=epilog_inputs)
+        if quantization_scales is not None:
+            scales = check_or_create_options(MatmulQuantizationScales, quantization_scales, "Scale factors")
+            quantization_scales = {n: getattr(scales, n) for n in "abd" if getattr(scales, n) is not None}
+        self._mm.reset_operands(a=a, b=b, c=c, epilog_inputs=epilog_inputs, alpha=alpha, beta=beta,
+                                quantization_scales=quantization_scales, stream=stream)
 
     reset_operands_unchecked = reset_operands
+
+    def release_operands(self):
+        """Drop the references to the operands; :meth:`reset_operands` must give them all again."""
+        self._check_valid()
+        self._mm.release_operands()
 
     def free(self):
         """Release the plan and its resources; idempotent."""
@@ -246,31 +243,24 @@ class Matmul:
             raise InvalidPlanStateError("The Matmul object cannot be used after resources are free'd")
 
 
-def _device_memory(device_id):
-    from cuda.bindings import runtime
-    status, free, total = runtime.cudaMemGetInfo()
-    return int(total)
-
-
 def matmul(a, b, /, c=None, *, alpha=None, beta=None, epilog=None, epilog_inputs=None, qualifiers=None,
            quantization_scales=None, options=None, preferences=None, algorithm=None, stream=None):
     """``epilog(alpha * a @ b + beta * c)`` with nvmath's rules (see :class:`Matmul`); returns the result, or
-    ``(result, aux)`` when the epilog has outputs. A call without options, preferences, qualifiers, scales or
-    algorithm goes straight to :func:`mathpy.matmul` (its plan cache makes a repeated call cheap)."""
-    plain = options is None and preferences is None and qualifiers is None and quantization_scales is None and \
-        algorithm is None
-    if plain and (c is None or beta is not None):
-        on_device = getattr(a, "device", None) is not None and str(getattr(a, "device", "cpu")) != "cpu"
-        same = c is None or dtype_name(c) == dtype_name(a)
-        names = dtype_name(a), dtype_name(b)
-        plain_dtypes = names[0] == names[1] and names[0] in _SUPPORTED[2:]  # not float8: scales are required
-        if on_device and same and plain_dtypes and (c is None or len(c.shape) >= 2):
-            if epilog is None and epilog_inputs:
-                epilog_inputs = None
-            return _native_matmul(a, b, c, alpha=1 if alpha is None else alpha, beta=beta, epilog=epilog,
-                                  epilog_inputs=epilog_inputs, stream=stream)
-    with Matmul(a, b, c, alpha=alpha, beta=beta, qualifiers=qualifiers, quantization_scales=quantization_scales,
-                options=options, stream=stream) as mm:
-        mm.plan(preferences=preferences, epilog=epilog, epilog_inputs=epilog_inputs, stream=stream,
-                algorithms=None if algorithm is None else [algorithm])
-        return mm.execute(stream=stream)
+    ``(result, aux)`` when there are auxiliary outputs. Goes through :func:`mathpy.matmul` (its plan cache and
+    prepared calls make a repeated call cheap), or a stateful plan when ``algorithm`` is given."""
+    if algorithm is not None:
+        with Matmul(a, b, c, alpha=alpha, beta=beta, qualifiers=qualifiers, quantization_scales=quantization_scales,
+                    options=options, stream=stream) as mm:
+            mm.plan(preferences=preferences, epilog=epilog, epilog_inputs=epilog_inputs, stream=stream,
+                    algorithms=[algorithm])
+            return mm.execute(stream=stream)
+    options = check_or_create_options(MatmulOptions, options, "Matrix multiplication options")
+    logger = object_logger(options.logger)
+    t = _Call(a, b, c, alpha, beta, qualifiers, quantization_scales, options, logger)
+    if epilog is None and epilog_inputs:
+        logger.warning(f"Matmul: The provided epilog inputs {epilog_inputs.keys()} are ignored since an epilog is not "
+                       f"specified.")
+        epilog_inputs = None
+    return _native_matmul(t.a, t.b, t.c, alpha=t.alpha, beta=t.beta, epilog=epilog, epilog_inputs=epilog_inputs,
+                          options=t.options, preferences=t.preferences(preferences), execution=t.execution,
+                          stream=stream, quantization_scales=t.scales)

@@ -109,7 +109,12 @@ class MatmulOptions:
         memory_limit_bytes(self.memory_limit, None)  # checks the form
         if self.blocking not in (True, "auto"):
             raise ValueError("The value specified for blocking must be either True or 'auto'.")
-        check_allocator(self.allocator, "MatmulOptions.allocator")
+        if self.allocator is not None:
+            try:
+                check_allocator(self.allocator, "MatmulOptions.allocator")
+            except TypeError:
+                raise TypeError("The allocator must be an object of type that fulfills the BaseCUDAMemoryManager "
+                                "protocol.") from None
 
 
 @dataclasses.dataclass
