@@ -211,12 +211,6 @@ def _():
                   "nvmath.fft.fft(operand, axes, options, execution, prolog, epilog, stream)", m)
 
 
-@difference("nvmath-result-layout")
-def _():
-    m = outcome(lambda: mathpy.fft.FFTOptions(result_layout="natural"))
-    return expect(m.startswith("raises TypeError"), "FFTOptions(result_layout='optimized' | 'natural')", m)
-
-
 @difference("nvmath-layout-accessors")
 def _():
     has_methods = hasattr(mathpy.fft.FFT, "get_input_layout")
