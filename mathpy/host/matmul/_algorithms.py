@@ -14,11 +14,14 @@ pays this (a few ms) once per cached plan. The engine's ``autotune_first_execute
 :func:`single_kernel_first` moves the first candidate that runs as one kernel (no split-K) to the front.
 """
 
+import contextlib
+
 from ..._log import logger
 from ...bindings import cublaslt as lt
 from ...bindings._cublaslt_tables import CLUSTER_SHAPE_IDS, CLUSTER_SHAPES, STAGE_IDS, STAGES, TILE_IDS, TILES
 
-__all__ = ["CublasLtAlgorithm", "Candidates", "needs_autotune", "single_kernel_first", "HOST_BOUND_FLOPS"]
+__all__ = ["CublasLtAlgorithm", "Candidates", "needs_autotune", "single_kernel_first", "HOST_BOUND_FLOPS", "using",
+           "adopt", "release_workspace"]
 
 
 def needs_autotune(m, n, k, batch, candidates):
@@ -198,3 +201,31 @@ class Candidates(list):
     def reverse(self):
         super().reverse()
         self._changed()
+
+
+# The optional parts of the engine protocol, for any engine (the CPU's and the fused ones have one way of running).
+
+def using(engine, algorithm):
+    """The engine's context for executes with ``algorithm`` (one of its candidates)."""
+    if algorithm is None:
+        return contextlib.nullcontext()
+    using = getattr(engine, "using", None)
+    if using is not None:
+        return using(algorithm)
+    if algorithm not in engine.algorithms:
+        raise ValueError(f"the algorithm {algorithm!r} is not one of this plan's candidates "
+                         f"{list(engine.algorithms)!r}")
+    return contextlib.nullcontext()
+
+
+def adopt(engine, algorithms):
+    """``algorithms`` as the engine's candidates (an engine that cannot check new ones keeps its own)."""
+    adopt = getattr(engine, "adopt", None)
+    return adopt(algorithms) if adopt is not None else [alg for alg in algorithms if alg in engine.algorithms]
+
+
+def release_workspace(engine):
+    """Have the engine give its workspace back (engines without one have nothing to do)."""
+    release = getattr(engine, "release_workspace", None)
+    if release is not None:
+        release()

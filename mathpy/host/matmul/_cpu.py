@@ -11,7 +11,6 @@ Array arguments of :meth:`CPUEngine.execute` are NumPy views made by the API fro
 (batch, gelu_aux_rows(M), N)``. Batch strides of inputs may be 0.
 """
 
-import contextlib
 import time
 
 import ml_dtypes
@@ -137,19 +136,6 @@ class CPUEngine:
         if p.compute_type == "16F":
             x = x.astype(F16)
         _store(x, d)
-
-    def using(self, algorithm):
-        """The engine protocol's algorithm choice for a block of executes: there is one."""
-        if algorithm not in self.algorithms:
-            raise ValueError(f"the algorithm {algorithm!r} is not one of this plan's candidates {self.algorithms!r}")
-        return contextlib.nullcontext()
-
-    def adopt(self, algorithms):
-        """The given algorithms that are this engine's (its one)."""
-        return [alg for alg in algorithms if alg in self.algorithms]
-
-    def release_workspace(self):
-        """Nothing to give back: the CPU engine has no workspace."""
 
     def free(self):
         """Nothing to release (the engine protocol's free())."""

@@ -32,7 +32,7 @@ from ._layouts import Staged, batch_stride, strided_view
 from ._options import BF16, F16, FLOAT8_DTYPES
 from ._problem import MatrixLayout
 
-__all__ = ["HANDLERS", "output_layouts", "SCALE_NAMES"]
+__all__ = ["HANDLERS", "output_layouts", "SCALE_NAMES", "scale_items", "split_scales"]
 
 
 def _lt():
@@ -296,3 +296,35 @@ def output_layouts(spec, m, n, batch, d_dtype, amax=False):
     amax when ``amax``."""
     names = (*spec.outputs, "result_amax") if amax else spec.outputs
     return tuple((name, HANDLERS[name].layout(m, n, batch, d_dtype)) for name in names)
+
+
+_SCALE_KEYS = {"a": "a_scale", "b": "b_scale", "c": "c_scale", "d": "d_scale"}
+
+
+def scale_items(scales):
+    """``{"a_scale": value, ...}`` of ``quantization_scales`` given as a dict or an object with a, b, c, d."""
+    if isinstance(scales, dict):
+        items = scales
+    else:
+        items = {key: getattr(scales, key) for key in _SCALE_KEYS if hasattr(scales, key)}
+    unknown = sorted(set(items) - set(_SCALE_KEYS))
+    if unknown:
+        raise ValueError(f"quantization_scales: unknown keys {unknown}; allowed are {sorted(_SCALE_KEYS)}")
+    return {_SCALE_KEYS[key]: value for key, value in items.items() if value is not None}
+
+
+def split_scales(scales, options):
+    """``(options with the scales given as numbers, {name: array} of those given as arrays)``."""
+    if scales is None:
+        return options, {}
+    numbers, tensors = {}, {}
+    for name, value in scale_items(scales).items():
+        if name == "c_scale":
+            raise ValueError("a scale for c applies to float8 c only, and c is never float8 (16-bit or float32)")
+        if isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool):
+            if getattr(options, name) is not None:
+                raise ValueError(f"{name} is given twice: in options and in quantization_scales")
+            numbers[name] = float(value)
+        else:
+            tensors[name] = value
+    return (dataclasses.replace(options, **numbers) if numbers else options), tensors

@@ -27,7 +27,7 @@ from ._epilog import MatmulEpilog
 from ._problem import MatrixLayout
 
 __all__ = ["Staged", "Product", "matrix_strides", "batch_stride", "stage_matrix", "stage_a", "stage_b", "c_in_d_order",
-           "result_layout", "expand_c", "bring", "engine_view", "drop_vector_axes"]
+           "result_layout", "expand_c", "bring", "engine_view", "drop_vector_axes", "check_inplace", "inplace_layout"]
 
 
 class Product(typing.NamedTuple):
@@ -253,3 +253,29 @@ def drop_vector_axes(d, vector_a, vector_b, numpy_scalar):
     if vector_b:
         return d[..., 0]
     return d
+
+
+def check_inplace(c_op, result_shape, d_dtype):
+    """In place, c is the result: it must be given, have the result's shape and dtype, and be writable."""
+    if c_op is None:
+        raise ValueError("MatmulOptions(inplace=True) writes the result into c: pass c")
+    if tuple(c_op.shape) != tuple(result_shape):
+        raise ValueError(f"in place, c must have the result's shape {tuple(result_shape)} (it cannot be broadcast); "
+                         f"c has shape {tuple(c_op.shape)}")
+    if c_op.dtype != d_dtype:
+        raise TypeError(f"in place, c must have the result's dtype {d_dtype.name}; c is {c_op.dtype.name} (set "
+                        f"MatmulOptions.result_type={c_op.dtype.name!r} if that is the result you want)")
+    if c_op.package == "numpy" and not c_op.tensor.flags.writeable:
+        raise ValueError("in place, c must be writable; it is a read-only NumPy array")
+
+
+def inplace_layout(c_given, epilog):
+    """D's layout in place: C's own (ValueError when it cannot hold D: broadcast batches, or a row-major C with an
+    epilog that needs a column-major result)."""
+    layout = c_given.layout
+    if layout.batch > 1 and layout.batch_stride == 0:
+        raise ValueError("in place, c cannot repeat one matrix over the batch (a batch stride of 0)")
+    if epilog not in (None, *ANY_ORDER_EPILOGS) and not layout.is_col_major:
+        raise ValueError(f"in place with epilog {epilog.name}, c must be column-major in its last two axes (the "
+                         f"epilog needs a column-major result): e.g. np.asfortranarray(c) or c.mT.contiguous().mT")
+    return layout

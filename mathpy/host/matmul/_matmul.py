@@ -23,7 +23,6 @@ array([[ 6., 15.],
        [13., 49.]], dtype=float32)
 """
 
-import contextlib
 import dataclasses
 import math
 import weakref
@@ -39,10 +38,12 @@ from ..._plan_cache import PlanCache, PlanKey
 from ..._streams import stream_pointer
 from ._call import Finish, MatmulCall, holder_for
 from ._epilog import EPILOG_INPUT_NAMES, as_epilog, epilog_spec
-from ._epilog_operands import HANDLERS, output_layouts
+from . import _algorithms
+from ._epilog_operands import HANDLERS, output_layouts, scale_items, split_scales
 from ._fused import FusedEpilog, check_fused_problem, fused_epilog
-from ._layouts import ANY_ORDER_EPILOGS, Product, c_in_d_order, expand_c, result_layout, stage_a, stage_b, stage_matrix
-from ._options import FLOAT8_DTYPES, MatmulOptions, MatmulPlanPreferences, resolve_types
+from ._layouts import (Product, c_in_d_order, check_inplace, expand_c, inplace_layout, result_layout, stage_a, stage_b,
+                       stage_matrix)
+from ._options import FLOAT8_DTYPES, MatmulOptions, MatmulPlanPreferences, refuse_block_scaling, resolve_types
 from ._problem import MatmulProblem, row_major
 
 __all__ = ["Matmul", "matmul_plan_cache", "make_engine"]
@@ -97,7 +98,7 @@ class Matmul:
         self._engine = self._release = self._call = None
         self._cache, self._released = None, False
         options = check_or_create_options(MatmulOptions, options, "options")
-        options, self._scale_tensors = _split_scales(quantization_scales, options)
+        options, self._scale_tensors = split_scales(quantization_scales, options)
         self._logger = options.logger or logger
         ops = _operands.wrap_operands({"a": a, "b": b, "c": c})
         self._grad = _torch_route.grad_names(a=a, b=b, c=c)  # no backward here: execute refuses in grad mode
@@ -126,7 +127,7 @@ class Matmul:
             raise ValueError(f"beta = {beta!r} needs an operand c; pass c or leave beta at 0")
         beta = _check_scalar(beta, "beta", scale_type)
         if options.inplace:
-            _check_inplace(c_op, result_shape, d_dtype)
+            check_inplace(c_op, result_shape, d_dtype)
         if c_op is not None and tuple(c_op.shape) != result_shape:
             try:
                 ok = np.broadcast_shapes(c_op.shape, result_shape) == result_shape
@@ -140,7 +141,7 @@ class Matmul:
         if on_gpu:
             _cuda.require_device(execution.device_id)  # first: before a GPU array package is looked for
         if options.block_scaling:
-            _refuse_block_scaling(a_op.dtype, execution if on_gpu else None)
+            refuse_block_scaling(a_op.dtype, execution if on_gpu else None)
         if on_gpu and m * n * k * math.prod(batch_shape) == 0:
             execution, on_gpu = ExecutionCPU(), False  # empty problems: nothing for cuBLASLt to do
         moves = (a_op.device_id is None) == on_gpu or (on_gpu and a_op.device_id != execution.device_id)
@@ -243,7 +244,7 @@ class Matmul:
 
         p = self._product
         if self._options.inplace:
-            d_layout = _inplace_layout(self._c_given, epilog)
+            d_layout = inplace_layout(self._c_given, epilog)
         else:
             d_layout = result_layout(epilog, d_dtype, self._staged["a"], self._staged["b"], self._c_given, p)
         if fused is not None:  # the fused engines write row-major results
@@ -283,7 +284,7 @@ class Matmul:
                 self._engine = create()[0]
                 self._release = weakref.finalize(self, self._engine.free)
             if algorithms is not None:
-                chosen = self._engine.adopt(algorithms) if self._cache is None else []
+                chosen = _algorithms.adopt(self._engine, algorithms) if self._cache is None else []
                 if not chosen:
                     raise ValueError(f"plan(algorithms=...): none of the given algorithms {list(algorithms)!r} is "
                                      f"a candidate for this problem; the candidates are "
@@ -333,7 +334,7 @@ class Matmul:
         if prune is not None and len(self._engine.algorithms) > prune:
             self._engine.algorithms[:] = [alg for alg, _ in timings][:prune]
         if release_workspace and self._cache is None:
-            self._engine.release_workspace()
+            _algorithms.release_workspace(self._engine)
         self._logger.debug("Matmul autotune: %s", timings)
         return timings
 
@@ -356,10 +357,10 @@ class Matmul:
             stream = self._stream
         if algorithm is None and not release_workspace:
             return call.execute(stream)
-        with self._engine.using(algorithm) if algorithm is not None else contextlib.nullcontext():
+        with _algorithms.using(self._engine, algorithm):
             result = call.execute(stream)
         if release_workspace and self._cache is None:
-            self._engine.release_workspace()
+            _algorithms.release_workspace(self._engine)
         return result
 
     def reset_operands(self, a=None, b=None, c=None, epilog_inputs=None, *, alpha=None, beta=None,
@@ -374,8 +375,8 @@ class Matmul:
             self._stream = stream_pointer(stream, self._holder.name, self._device_id)
         if quantization_scales is not None:
             self._check_planned("reset_operands(quantization_scales=...)")
-            _, tensors = _split_scales(quantization_scales, MatmulOptions())
-            numbers = sorted(set(_scale_items(quantization_scales)) - set(tensors))
+            _, tensors = split_scales(quantization_scales, MatmulOptions())
+            numbers = sorted(set(scale_items(quantization_scales)) - set(tensors))
             unknown = sorted(set(tensors) - set(self._scale_tensors))
             if numbers or unknown:
                 raise ValueError(f"reset_operands: only scales given as tensors can be reset (to tensors); "
@@ -525,78 +526,6 @@ class Matmul:
                         self._c_object if self._options.inplace else None)
         self._call = MatmulCall(self._problem, self._engine, staged, self._holder, self._device_id, self._alpha,
                                 self._beta, finish, self._cache_key)
-
-
-_SCALE_KEYS = {"a": "a_scale", "b": "b_scale", "c": "c_scale", "d": "d_scale"}
-
-
-def _scale_items(scales):
-    """``{"a_scale": value, ...}`` of ``quantization_scales`` given as a dict or an object with a, b, c, d."""
-    if isinstance(scales, dict):
-        items = scales
-    else:
-        items = {key: getattr(scales, key) for key in _SCALE_KEYS if hasattr(scales, key)}
-    unknown = sorted(set(items) - set(_SCALE_KEYS))
-    if unknown:
-        raise ValueError(f"quantization_scales: unknown keys {unknown}; allowed are {sorted(_SCALE_KEYS)}")
-    return {_SCALE_KEYS[key]: value for key, value in items.items() if value is not None}
-
-
-def _split_scales(scales, options):
-    """``(options with the scales given as numbers, {name: array} of those given as arrays)``."""
-    if scales is None:
-        return options, {}
-    numbers, tensors = {}, {}
-    for name, value in _scale_items(scales).items():
-        if name == "c_scale":
-            raise ValueError("a scale for c applies to float8 c only, and c is never float8 (16-bit or float32)")
-        if isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool):
-            if getattr(options, name) is not None:
-                raise ValueError(f"{name} is given twice: in options and in quantization_scales")
-            numbers[name] = float(value)
-        else:
-            tensors[name] = value
-    return (dataclasses.replace(options, **numbers) if numbers else options), tensors
-
-
-def _check_inplace(c_op, result_shape, d_dtype):
-    """In place, c is the result: it must be given, have the result's shape and dtype, and be writable."""
-    if c_op is None:
-        raise ValueError("MatmulOptions(inplace=True) writes the result into c: pass c")
-    if tuple(c_op.shape) != tuple(result_shape):
-        raise ValueError(f"in place, c must have the result's shape {tuple(result_shape)} (it cannot be broadcast); "
-                         f"c has shape {tuple(c_op.shape)}")
-    if c_op.dtype != d_dtype:
-        raise TypeError(f"in place, c must have the result's dtype {d_dtype.name}; c is {c_op.dtype.name} (set "
-                        f"MatmulOptions.result_type={c_op.dtype.name!r} if that is the result you want)")
-    if c_op.package == "numpy" and not c_op.tensor.flags.writeable:
-        raise ValueError("in place, c must be writable; it is a read-only NumPy array")
-
-
-def _inplace_layout(c_given, epilog):
-    """D's layout in place: C's own (ValueError when it cannot hold D: broadcast batches, or a row-major C with an
-    epilog that needs a column-major result)."""
-    layout = c_given.layout
-    if layout.batch > 1 and layout.batch_stride == 0:
-        raise ValueError("in place, c cannot repeat one matrix over the batch (a batch stride of 0)")
-    if epilog not in (None, *ANY_ORDER_EPILOGS) and not layout.is_col_major:
-        raise ValueError(f"in place with epilog {epilog.name}, c must be column-major in its last two axes (the "
-                         f"epilog needs a column-major result): e.g. np.asfortranarray(c) or c.mT.contiguous().mT")
-    return layout
-
-
-def _refuse_block_scaling(dtype, execution):
-    """MXFP8 block scaling: Blackwell only, and not implemented here."""
-    if dtype not in FLOAT8_DTYPES:
-        raise ValueError(f"block_scaling applies to float8 operands; the operands are {dtype.name}")
-    if execution is not None:
-        cc = tuple(_cuda.compute_capability(execution.device_id))
-        if cc < (10, 0):
-            raise ValueError(f"MXFP8 block scaling (block_scaling=True) needs a Blackwell GPU (compute capability >= "
-                             f"10.0); device {execution.device_id} has compute capability {cc[0]}.{cc[1]}. Use "
-                             f"per-tensor float8 scales instead")
-    raise NotImplementedError("MXFP8 block scaling (block_scaling=True) runs only on Blackwell GPUs and mathpy does "
-                              "not implement it; use per-tensor float8 scales")
 
 
 def _released_operand(op):

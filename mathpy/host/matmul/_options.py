@@ -38,12 +38,13 @@ import logging
 import ml_dtypes
 import numpy as np
 
+from ... import _cuda
 from ..._memory import check_allocator
 from ...bindings._types import CudaDataType, to_dtype
 from ...bindings.cublaslt import MatmulComputeType
 
-__all__ = ["MatmulOptions", "MatmulPlanPreferences", "resolve_types", "SUPPORTED_DTYPES", "FLOAT8_DTYPES",
-           "COMPUTE_TYPES"]
+__all__ = ["MatmulOptions", "MatmulPlanPreferences", "resolve_types", "refuse_block_scaling", "SUPPORTED_DTYPES",
+           "FLOAT8_DTYPES", "COMPUTE_TYPES"]
 
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 C64, C128 = np.dtype(np.complex64), np.dtype(np.complex128)
@@ -237,3 +238,17 @@ def resolve_types(a_dtype, b_dtype, c_dtype, options):
     if options.result_amax and result not in FLOAT8_DTYPES:
         raise ValueError(f"result_amax applies to float8 results only; the result is {result.name}")
     return result, compute, scale
+
+
+def refuse_block_scaling(dtype, execution):
+    """MXFP8 block scaling: Blackwell only, and not implemented here."""
+    if dtype not in FLOAT8_DTYPES:
+        raise ValueError(f"block_scaling applies to float8 operands; the operands are {dtype.name}")
+    if execution is not None:
+        cc = tuple(_cuda.compute_capability(execution.device_id))
+        if cc < (10, 0):
+            raise ValueError(f"MXFP8 block scaling (block_scaling=True) needs a Blackwell GPU (compute capability >= "
+                             f"10.0); device {execution.device_id} has compute capability {cc[0]}.{cc[1]}. Use "
+                             f"per-tensor float8 scales instead")
+    raise NotImplementedError("MXFP8 block scaling (block_scaling=True) runs only on Blackwell GPUs and mathpy does "
+                              "not implement it; use per-tensor float8 scales")
