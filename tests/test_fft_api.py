@@ -149,7 +149,7 @@ def test_finalizer_frees_engine():
     (lambda x: mfft.fft(x, norm="sideways"), ValueError, "norm"),
     (lambda x: mfft.hfft(x, norm=""), ValueError, "Invalid norm value ''"),
     (lambda x: mfft.ihfft(x.real.copy(), norm="sideways"), ValueError, "Invalid norm value 'sideways'"),
-    (lambda x: mfft.fft(x.real.astype(np.float16)), TypeError, "half precision"),
+    (lambda x: mfft.FFT(x.real.astype(np.float16)), TypeError, "half precision"),
     (lambda x: mfft.fft(np.array([["a"]])), TypeError, "not supported"),
     (lambda x: mfft.rfft(x), TypeError, "real"),
     (lambda x: mfft.fft(x, out=np.zeros((3, 3), np.complex64)), ValueError, "shape"),

@@ -144,3 +144,13 @@ def test_per_object_logger_and_workspace_control(xp):
         FFTOptions(result_layout="dense")
     with pytest.raises(TypeError, match="memalloc"):
         FFTOptions(allocator=object())
+
+
+def test_float16_is_computed_in_single_precision_as_numpy_does(xp):
+    x = np.random.default_rng(5).standard_normal((4, 16)).astype(np.float16)
+    for name in ("fft", "rfft", "fftn", "rfftn"):
+        got, want = getattr(mathpy.fft, name)(xp.asarray(x)), getattr(np.fft, name)(x)
+        assert xp.to_numpy(got).dtype == want.dtype == np.complex64
+        np.testing.assert_allclose(xp.to_numpy(got), want, rtol=1e-5, atol=1e-4)
+    spectrum = np.fft.rfft(x.astype(np.float32)).astype(np.complex64)
+    assert xp.to_numpy(mathpy.fft.irfft(xp.asarray(spectrum))).dtype == np.float32

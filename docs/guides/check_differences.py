@@ -78,12 +78,6 @@ def _():
     return expect(n.startswith("returns") and m.startswith("raises TypeError"), n, m)
 
 
-@difference("fft-float16")
-def _():
-    n, m = both(lambda xp: xp.fft(np.ones(4, np.float16)))
-    return expect("complex64" in n and m.startswith("raises TypeError"), n, m)
-
-
 @difference("fft-repeated-axes")
 def _():
     n, m = both(lambda xp: xp.fftn(np.ones((4, 4)), axes=(0, 0)))

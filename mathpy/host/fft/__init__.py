@@ -17,8 +17,9 @@ Public as :mod:`mathpy.fft`:
 Conventions:
 
 - Results have NumPy 2's dtypes and come back in the caller's package and on its device; ``execution=`` may run a
-  transform elsewhere (data is moved both ways). Half precision is GPU-only (and needs complex32 support, not yet
-  there); repeated axes in ``axes`` are rejected (NumPy allows them).
+  transform elsewhere (data is moved both ways). float16 operands are computed in single precision (complex64
+  results), as NumPy does; half-precision cuFFT plans (complex32 results) are not available yet, so the stateful
+  :class:`FFT` refuses float16; repeated axes in ``axes`` are rejected (NumPy allows them).
 - :class:`FFT` is unnormalised (like cuFFT); the stateless functions apply ``norm=`` after the epilog, so callbacks
   always see the unnormalised transform.
 - Callback offsets index :attr:`FFT.input_layout` (prolog) and :attr:`FFT.output_layout` (epilog), identical on the

@@ -57,9 +57,8 @@ def _promoted(dtype, complex_result):
         if not complex_result:
             raise TypeError(f"a real-input FFT needs a real operand, not {dtype}")
         return dtype if dtype in (np.complex64, np.complex128) else np.dtype(np.complex128)
-    if dtype == np.float16:
-        raise TypeError("half precision (float16) FFTs are not available on this path: they run only on the GPU, and "
-                        "mathpy's operand layer has no complex32 yet; convert to float32")
+    if dtype in (np.float16, np.float32):  # float16 is computed in single precision, as NumPy does
+        return np.dtype(np.complex64) if complex_result else np.dtype(np.float32)
     if dtype == np.float32:
         return np.dtype(np.complex64) if complex_result else dtype
     if dtype.kind in "biuf":
