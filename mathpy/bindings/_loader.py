@@ -91,6 +91,28 @@ class Library:
             self._resolved[function] = c_function
         return c_function
 
+    def unchecked(self, function):
+        """A separate ctypes function object for ``function`` (same symbol and argtypes) that returns the raw int
+        status without an errcheck: for hot paths, which test the status inline and raise with :meth:`check` (an
+        errcheck is one more Python call per C call)."""
+        restype, argtypes, *alternatives = self._table[function]
+        cdll = self.cdll
+        for symbol in (function, *alternatives):  # the same symbol choice as the checked binding
+            try:
+                c_function = cdll[symbol]  # indexing makes a new function object; the checked one is untouched
+                break
+            except AttributeError:
+                continue
+        else:
+            raise AttributeError(f"{self._name} exports none of {[function, *alternatives]}")
+        c_function.argtypes, c_function.restype = argtypes, ctypes.c_int
+        return c_function
+
+    def check(self, function, status):
+        """Raise the CUDALibraryError of a non-zero ``status`` returned by ``function`` (see :meth:`unchecked`)."""
+        if status:
+            raise CUDALibraryError(self._name, function, status, self.status_name(status))
+
     def status_name(self, status):
         return _status_name(self._name, self._status_names, status)
 

@@ -107,21 +107,9 @@ def set_jit_callback(handle, symbol, ltoir_buffer, size, callback_type, caller_i
 def unchecked(function):
     """A separate ctypes function object for ``function`` returning the raw int status (no errcheck): for hot paths
     that check the status inline with :func:`check`."""
-    restype, argtypes, *alternatives = _TABLE[function]
-    for symbol in (function, *alternatives):  # the same symbol choice as the checked binding
-        try:
-            c_function = lib.cdll[symbol]  # indexing makes a new function object; the checked one is untouched
-            break
-        except AttributeError:
-            continue
-    else:
-        raise AttributeError(f"cufft exports none of {[function, *alternatives]}")
-    c_function.argtypes, c_function.restype = argtypes, c_int
-    return c_function
+    return lib.unchecked(function)
 
 
 def check(function, status):
     """Raise the CUDALibraryError of ``status`` (for the hot path, which calls an unchecked function)."""
-    if status:
-        from .._errors import CUDALibraryError
-        raise CUDALibraryError("cufft", function, status, lib.status_name(status))
+    lib.check(function, status)

@@ -9,7 +9,9 @@ Both the stateful :meth:`mathpy.fft.FFT.execute` and the stateless functions' pr
   runs the engine, scales, synchronises when asked, and brings the result to the caller (``out=``, or its package
   and device);
 - :meth:`FFTCall.execute_direct` is the same for the common GPU case in which nothing is staged or copied back
-  (``problem.direct``): it takes the operand's device address and returns the new result array.
+  (``problem.direct``): it takes the operand's device address and returns the new result array. Its output is
+  allocated by a maker resolved once per stream (with ``stream=None``, the holder package's current stream at each
+  call: one C call to find it, one to allocate).
 
 Engines are executed under their own lock: cuFFT's stream and work area are per plan, and one plan serves every
 stream (see :mod:`._cufft`).
@@ -31,7 +33,7 @@ class FFTCall:
     ``cache_key`` is the engine's key in a plan cache (what the stateless functions borrow it under)."""
 
     __slots__ = ("problem", "engine", "callbacks", "cache_key", "holder", "_lock", "_run", "_out_shape", "_out_dtype",
-                 "_out_order", "_scale_type", "_device_id", "_pointer", "_makers")
+                 "_out_order", "_scale_type", "_device_id", "_pointer", "_current_stream", "_makers")
 
     def __init__(self, problem, engine, callbacks=(), cache_key=None):
         self.problem, self.engine, self.callbacks, self.cache_key = problem, engine, tuple(callbacks), cache_key
@@ -44,17 +46,20 @@ class FFTCall:
         order = problem.out_order
         self._out_order = None if order == tuple(range(len(order))) else order
         self._scale_type, self._device_id = problem.scale_type, problem.device_id
-        self._pointer = self.holder.pointer
-        self._makers = {}  # stream -> the output's allocation on it, resolved once
+        self._pointer, self._current_stream = self.holder.pointer, self.holder.current_stream
+        self._makers = {}  # stream (None: the current one) -> the output's allocation on it, resolved once
 
     # --- the direct GPU case ---------------------------------------------------------------------------------------
-    def execute_direct(self, x_ptr, direction, stream, scale=None):
+    def execute_direct(self, x_ptr, direction, stream=None, scale=None):
         """Transform the device data at ``x_ptr`` (laid out as ``problem.transform.input_strides``) on raw
-        ``stream``; returns the new output array (of the holder package, on the device)."""
+        ``stream`` (None: the holder package's current stream); returns the new output array (of the holder
+        package, on the device)."""
         make = self._makers.get(stream)
         if make is None:
             make = self._maker(stream)
         result = make()
+        if stream is None:
+            stream = self._current_stream(self._device_id)
         with self._lock:
             self._run(x_ptr, self._pointer(result), direction, stream)
         if scale is not None:

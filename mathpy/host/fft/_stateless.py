@@ -69,7 +69,7 @@ def reuse(name, params, a, out, prolog, epilog, options, execution, stream):
     epi = None if epilog is None else _callback_facts(epilog)
     if pro is MISSED or epi is MISSED:
         return None, None
-    key = (name, params, package.name, facts, pro, epi, options, execution, _execution.scoped_execution())
+    key = (name, params, package, facts, pro, epi, options, execution, _execution.scoped_execution())
     try:
         found = _calls.get(key)
     except TypeError:  # an unhashable argument: the full path judges it
@@ -88,12 +88,13 @@ def reuse(name, params, a, out, prolog, epilog, options, execution, stream):
     try:
         if entry.plan is not call.engine:  # planned again since (by another call): bind to the cached engine
             call = found.call = FFTCall(call.problem, entry.plan, call.callbacks, call.cache_key)
+        if call.problem.direct:  # on the current (or given) stream, the operand read in place
+            return call.execute_direct(pointer, found.direction, stream if stream is None else stream_handle(stream),
+                                       found.scale), None
         p = call.problem
-        if p.on_gpu:
-            stream = call.holder.current_stream(p.device_id) if stream is None else stream_handle(stream)
-            if p.direct:
-                return call.execute_direct(pointer, found.direction, stream, found.scale), None
-        return call.execute(_operands.wrap_operand(a), found.direction, stream, found.scale), None
+        handle = (call.holder.current_stream(p.device_id) if stream is None else stream_handle(stream)) \
+            if p.on_gpu else None
+        return call.execute(_operands.wrap_operand(a), found.direction, handle, found.scale), None
     finally:
         plan_cache.release(entry)
 

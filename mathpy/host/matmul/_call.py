@@ -11,6 +11,7 @@ The engine runs under its lock when it has one (a cached engine may be shared by
 """
 
 import contextlib
+import types
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from ._layouts import bring, drop_vector_axes, engine_view
 __all__ = ["MatmulCall", "Finish"]
 
 _NO_LOCK = contextlib.nullcontext()
+_NONE = types.MappingProxyType({})  # no epilog outputs (read-only: shared by every call)
 
 
 class Finish:
@@ -100,25 +102,33 @@ class MatmulCall:
         del keep  # copies were read by the queued work: the pool frees them in stream order
         return self._finish(d, outputs, queue, stream)
 
-    def execute_pointers(self, a, b, c, inputs, stream):
+    def execute_pointers(self, a, b, c, inputs, stream=None):
         """:meth:`execute` for a ``direct`` call on other operands of the same facts, given by device address (``c``
-        None without C; ``inputs``: epilog input addresses by name)."""
+        None without C; ``inputs``: epilog input addresses by name), on raw ``stream`` (None: the holder package's
+        current stream)."""
         makers = self._makers.get(stream)
         if makers is None:
             makers = self._new_makers(stream)
-        pointer = self.holder.pointer
-        d = makers[0]()
-        outputs, out_args = {}, {}
-        for name, make in makers[1]:
-            outputs[name] = tensor = make()
-            out_args[name] = pointer(tensor)
+        if stream is None:
+            stream = self.holder.current_stream(self.device_id)
+        make_d, make_outputs = makers
+        d = make_d()
+        if make_outputs:
+            pointer = self.holder.pointer
+            outputs, out_args = {}, {}
+            for name, make in make_outputs:
+                outputs[name] = tensor = make()
+                out_args[name] = pointer(tensor)
+        else:
+            outputs = out_args = _NONE
         with self._lock:
-            self.engine.execute(a, b, c, pointer(d), inputs, out_args, self.alpha, self.beta, stream)
+            self.engine.execute(a, b, c, self.holder.pointer(d), inputs, out_args, self.alpha, self.beta, stream)
         if self._bare:  # nothing to drop, move or wait for
             return d
         return self._finish(d, outputs, self.holder.on(self.device_id, stream), stream)
 
     def _new_makers(self, stream):
+        """(make D, ((name, make output), ...)) on ``stream`` (None: the current one at each call)."""
         if len(self._makers) > 64:  # streams come and go
             self._makers.clear()
         queue = self.holder.on(self.device_id, stream)

@@ -21,9 +21,8 @@ gives it back until the next execute.
 **BGRADA / BGRADB** have kernels only for op(A) = N and op(B) = T respectively (cuBLASLt 13.1 on an H200, every real
 dtype); the matmul API copies A or B into those layouts.
 
-**The hot path.** :meth:`~CublasLtEngine.execute` calls the cached ``cublasLtMatmul`` function object with a prebuilt
-argument list of plain ints; per call it only writes the operand pointers and the stream into that list and rewrites
-alpha/beta when they change.
+**The hot path.** :meth:`~CublasLtEngine.execute` writes the operand pointers and the stream (alpha/beta when they
+change) into a prebuilt argument list of plain ints and calls ``cublasLtMatmul`` unchecked (status tested inline).
 """
 
 import contextlib
@@ -300,7 +299,7 @@ class CublasLtEngine:
         self._algo = lt.MatmulAlgo()
         self._args = [self._handle, desc, self._alpha_buffer.ctypes.data, 0, la, 0, lb,
                       self._beta_buffer.ctypes.data, 0, lc, 0, ld, ctypes.addressof(self._algo), 0, 0, 0]
-        self._matmul = lt.library.cublasLtMatmul
+        self._matmul = lt.library.unchecked("cublasLtMatmul")  # its status is tested inline (see _launch)
         self._switch_device = _cuda.device_count() > 1
         self.workspace_bytes, self._workspace_pointer, self._released = 0, 0, False
         self._use(self.algorithms[0])
@@ -429,9 +428,17 @@ class CublasLtEngine:
             self._ensure_workspace(self.workspace_bytes)
         if self._switch_device:
             with _runtime.device_scope(self.device_id):
-                self._matmul(*args)
+                self._launch(args)
         else:
-            self._matmul(*args)
+            status = self._matmul(*args)  # _launch, inlined: this is the hot path
+            if status:
+                lt.library.check("cublasLtMatmul", status)
+
+    def _launch(self, args):
+        """cublasLtMatmul on the argument list; a failed status raises CUDALibraryError."""
+        status = self._matmul(*args)
+        if status:
+            lt.library.check("cublasLtMatmul", status)
 
     def release_workspace(self):
         """Give the workspace back now (after the work queued on the home stream, for a caller's memory manager);
@@ -483,7 +490,7 @@ class CublasLtEngine:
             self._resources.foreign_streams.add(stream)
         try:
             with _runtime.device_scope(self.device_id) if self._switch_device else contextlib.nullcontext():
-                self._matmul(*args)
+                self._launch(args)
         finally:
             args[13] = self._workspace_pointer
             if scratch is not None:
@@ -514,7 +521,7 @@ class CublasLtEngine:
         self._autotune_pending = False
         args = self._args
         try:
-            self._time_candidates(lambda: self._matmul(*args), stream, iterations=None, rounds=2, pool=self._pool)
+            self._time_candidates(lambda: self._launch(args), stream, iterations=None, rounds=2, pool=self._pool)
         except Exception as e:
             logger.warning("cuBLASLt self-autotune failed (%s); using the heuristic's first choice", e)
             self._use(self.algorithms[0])
@@ -530,7 +537,7 @@ class CublasLtEngine:
         self._autotune_pending = False
         self.execute(**operands, stream=stream)  # sets pointers, scalars, alignment
         args = self._args
-        return self._time_candidates(lambda: self._matmul(*args), stream, iterations, rounds=3)
+        return self._time_candidates(lambda: self._launch(args), stream, iterations, rounds=3)
 
     def _time_candidates(self, run, stream, iterations, rounds, pool=None):
         candidates = list(pool or self.algorithms)

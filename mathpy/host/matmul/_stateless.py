@@ -8,6 +8,8 @@ other argument. A later call with the same key borrows the engine (a cache hit) 
 addresses, on the current (or given) stream: plans do not depend on streams.
 """
 
+import types
+
 from ... import _execution, _packages, _torch_route
 from ..._streams import stream_handle
 from ._matmul import Matmul, matmul_plan_cache
@@ -27,7 +29,7 @@ def matmul(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None,
     copy reuses the prepared call of the first one (see the module docstring)."""
     if _torch_route.wanted(a, b, c, epilog_inputs):  # autograd / torch.compile: mathpy.torch
         return _torch_route.matmul(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution, stream)
-    key, pointers = (None, None) if quantization_scales is not None else \
+    key, addresses = (None, None) if quantization_scales is not None else \
         _call_key(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution)
     if key is not None:
         try:
@@ -40,8 +42,7 @@ def matmul(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None,
                 try:
                     if entry.plan is not call.engine:  # planned again since: bind to the cached engine
                         call = _calls[key] = call.rebind(entry.plan, call.cache_key)
-                    stream = call.holder.current_stream(call.device_id) if stream is None else stream_handle(stream)
-                    return call.execute_pointers(*pointers, stream)
+                    return call.execute_pointers(*addresses, stream if stream is None else stream_handle(stream))
                 finally:
                     matmul_plan_cache.release(entry)
             _calls.pop(key, None)  # evicted: plan again
@@ -69,42 +70,38 @@ def forget():
     _calls.clear()
 
 
-def _facts(obj):
-    """(key facts, address) of an array of a package with device arrays, or None (the memo does not apply: only
-    calls on device operands that need no copy are remembered)."""
-    package = _packages.interface_of(obj)
-    if package is None or not package.device_arrays:
-        return None
-    facts, pointer = package.facts(obj)
-    return (package.name, facts), pointer
+_NO_INPUTS = types.MappingProxyType({})
 
 
 def _call_key(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution):
-    """``(key, (a, b, c, epilog input) addresses)``, or ``(None, None)`` when the call cannot reuse a prepared call."""
-    fa, fb = _facts(a), _facts(b)
-    if fa is None or fb is None:
+    """``(key, (a, b, c, epilog input) addresses)``, or ``(None, None)`` when the call cannot reuse a prepared call:
+    only calls whose operands are all device arrays of one package, read where they lie, are remembered."""
+    package = _packages.interface_of(a)
+    if package is None or not package.device_arrays or _packages.interface_of(b) is not package:
         return None, None
-    fc = None
+    facts_a, address_a = package.facts(a)
+    facts_b, address_b = package.facts(b)
+    facts_c = address_c = None
     if c is not None:
-        fc = _facts(c)
-        if fc is None:
+        if _packages.interface_of(c) is not package:
             return None, None
-    inputs, pointers = None, {}
+        facts_c, address_c = package.facts(c)
+    inputs, addresses = None, _NO_INPUTS
     if epilog_inputs:
         if type(epilog_inputs) is not dict:
             return None, None
-        inputs = []
+        inputs, addresses = [], {}
         for name in sorted(epilog_inputs):
-            facts = _facts(epilog_inputs[name])
-            if facts is None:
+            value = epilog_inputs[name]
+            if _packages.interface_of(value) is not package:
                 return None, None
-            inputs.append((name, facts[0]))
-            pointers[name] = facts[1]
+            facts, addresses[name] = package.facts(value)
+            inputs.append((name, facts))
         inputs = tuple(inputs)
     if type(options) is dict:
         options = tuple(sorted(options.items()))
     if type(preferences) is dict:
         preferences = tuple(sorted(preferences.items()))
-    key = (fa[0], fb[0], None if fc is None else fc[0], type(alpha), alpha, type(beta), beta, epilog, inputs, options,
+    key = (package, facts_a, facts_b, facts_c, inputs, type(alpha), alpha, type(beta), beta, epilog, options,
            preferences, execution, _execution.scoped_execution())
-    return key, (fa[1], fb[1], None if fc is None else fc[1], pointers)
+    return key, (address_a, address_b, address_c, addresses)
