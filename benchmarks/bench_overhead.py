@@ -1,7 +1,8 @@
 """Host overhead of mathpy's calls, the plan caches under many streams, and the shape of one call, in one process.
 
-    python benchmarks/bench_overhead.py                          # everything (GPU: about 1-2 minutes)
+    python benchmarks/bench_overhead.py                          # everything (GPU: about one minute)
     python benchmarks/bench_overhead.py --mathpy-path /tmp/old   # the same against another mathpy tree
+    python benchmarks/bench_overhead.py --dry-run                # no GPU: mathpy's GPU paths on stub libraries
     python benchmarks/bench_overhead.py --hops --sizes           # CPU-only parts: call hops and module sizes
 
 ``--mathpy-path DIR`` puts DIR first on ``sys.path`` before mathpy is imported, so one GPU session can measure two
@@ -10,20 +11,35 @@ trees (before/after) with the same script; only mathpy's public API is used. Tab
 
 What it measures (GPU; torch and CuPy as peers):
 
-1. Host microseconds per asynchronous call: ``reps`` calls in a row with no synchronisation per call, then one
-   synchronisation; the median of ``rounds`` rounds (the GPU work of these problems is a few microseconds, so the
-   figure is the host's cost per call). Rows: ``FFT.execute`` and stateless ``fft`` (8 x 1024 complex64) against
-   ``torch.fft.fft``; stateless ``fft(x, epilog=Callback(f, data=filt))`` (64 x 1024 complex64) against the plain
-   stateless call and CuPy's unfused ``fft(x) * filt``; ``Matmul.execute`` and stateless ``matmul`` (128^3 float16)
-   against ``torch.matmul`` and CuPy's ``@``.
-2. Time per call of a 64 x 8192 x 8192 bfloat16 product (stateless, planned, torch), measured the same way (the
-   product takes about 35 us of GPU time, so a host slower than that shows).
+1. Per call, for small problems whose GPU work takes a few microseconds, three figures (medians over rounds; in each
+   round every row of a table runs once, in turn, so that drift of the machine touches all rows alike):
+
+   - **host**: the wall time to issue ``reps`` calls in a row, per call, without waiting for the GPU (``reps`` is
+     small enough that CUDA's launch queue never fills and blocks the host);
+   - **GPU**: the GPU time of the same calls run back to back: the stream is held by a spin kernel
+     (``torch.cuda._sleep``) while the host queues them, then CUDA events time the queued calls alone;
+   - **async**: issue ``reps`` calls, then one synchronisation, per call: the larger of the two above, which is what
+     a program sees (the figure earlier runs of this script reported).
+
+   Rows: ``FFT.execute`` and stateless ``fft`` (8 x 1024 complex64) against ``torch.fft.fft`` and CuPy; stateless
+   ``fft(x, epilog=Callback(f, data=filt))`` (64 x 1024 complex64) against the plain stateless call and CuPy's
+   unfused ``fft(x) * filt``; ``Matmul.execute`` and stateless ``matmul`` (128^3 float16) against ``torch.matmul``
+   and CuPy's ``@``. Two floors per API show what no Python layer can remove: the engine alone (the planned cuFFT /
+   cuBLASLt call of the same plan into a preallocated output: the library's own host time plus one ctypes call) and
+   the result allocation alone (``torch.empty``).
+2. Time per call of a 64 x 8192 x 8192 bfloat16 product (stateless, planned, torch): GPU-bound (about 35 us of GPU
+   time), so a host slower than that would show.
 3. The multi-stream cache program: 16 threads, each on its own torch stream, call stateless ``fft`` on 4 sizes with
    and without a callback with user data; the FFT plan cache's hits, misses and evictions over those calls, and
    whether every result matched torch's.
 4. ``--hops``: the mathpy functions (module:function) one warm stateless ``fft`` and one warm ``matmul`` call go
-   through, recorded with ``sys.setprofile`` (device arrays on a GPU, NumPy arrays on the CPU).
+   through, recorded with ``sys.setprofile`` (device arrays on a GPU or with ``--dry-run``, NumPy arrays otherwise).
 5. ``--sizes``: lines per module of the imported mathpy, with the 600-line limit (800 for device code generators).
+
+``--dry-run`` (no GPU needed, a C compiler is): the mathpy rows and floors of table 1, host column only, measured as
+thread CPU time (the minimum over rounds: robust on a shared machine), with mathpy's GPU code paths running on stub
+CUDA libraries and torch CPU tensors posing as device arrays (``benchmarks/_dry_run.py``), then the hops of those
+paths. Its figures rank code paths; they are not GPU predictions (no kernel launch, no CUDA allocator).
 """
 
 import argparse
@@ -40,16 +56,15 @@ def parse():
     parser.add_argument("--mathpy-path", help="import mathpy from this directory (put first on sys.path)")
     parser.add_argument("--hops", action="store_true", help="print the hops of one stateless fft and matmul call")
     parser.add_argument("--sizes", action="store_true", help="print the module size table")
-    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--dry-run", action="store_true", help="no GPU: host cost of the GPU paths on stub libraries")
+    parser.add_argument("--quick", action="store_true", help="fewer rounds")
     parser.add_argument("--json", help="also write the tables to this file")
     return parser.parse_args()
 
 
 ARGS = parse()
-if ARGS.mathpy_path:
-    sys.path.insert(0, os.path.abspath(ARGS.mathpy_path))
-else:
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.abspath(ARGS.mathpy_path) if ARGS.mathpy_path else os.path.dirname(HERE))
 
 import numpy as np  # noqa: E402
 
@@ -60,6 +75,7 @@ import mathpy  # noqa: E402
 import mathpy.fft as mfft  # noqa: E402
 
 TABLES = {}
+REPS = 100  # calls per timing: well below CUDA's launch queue depth (about a thousand launches)
 
 
 def table(title, header, rows):
@@ -71,68 +87,196 @@ def table(title, header, rows):
     TABLES[title] = {"header": header, "rows": [[str(c) for c in row] for row in rows]}
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# timing
-
-
-def per_call_us(fn, sync, reps, rounds):
-    """Median over ``rounds`` of (wall time of ``reps`` asynchronous calls, then one sync) / reps, in us."""
-    for _ in range(max(reps // 10, 20)):
-        fn()
-    sync()
-    results = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        sync()
-        results.append((time.perf_counter() - start) / reps * 1e6)
-    return statistics.median(results)
+def us(value):
+    return "-" if value is None else f"{value:.2f}"
 
 
 def filter_epilog(data_out, offset, value, user_info, unused):
     data_out[offset] = value * user_info[offset]
 
 
-def overheads(reps, rounds):
-    import cupy as cp
-    import torch
+# ---------------------------------------------------------------------------------------------------------------------
+# timing
 
-    sync = torch.cuda.synchronize
-    rows = []
-    x = torch.randn(8, 1024, dtype=torch.complex64, device="cuda")
+
+class GPUClock:
+    """Host, GPU and async time per call on one CUDA stream (torch's current one, which mathpy and CuPy use too)."""
+
+    def __init__(self):
+        import torch
+        self.torch, self.sync = torch, torch.cuda.synchronize
+        self.events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        self.sleep = getattr(torch.cuda, "_sleep", None)
+        if self.sleep is not None:  # calibrate the spin kernel: cycles per microsecond of GPU time
+            begin, end = self.events
+            self.sleep(1000)
+            begin.record()
+            self.sleep(10_000_000)
+            end.record()
+            end.synchronize()
+            self.cycles_per_us = 10_000_000 / (begin.elapsed_time(end) * 1e3)
+
+    def round(self, fn, reps):
+        """``(host us, async us, GPU us)`` per call, one round each."""
+        self.sync()
+        start = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        issued = time.perf_counter()
+        self.sync()
+        done = time.perf_counter()
+        host, sync = (issued - start) / reps * 1e6, (done - start) / reps * 1e6
+        gpu = None
+        if self.sleep is not None:
+            begin, end = self.events
+            # hold the stream for three times the host's issue time (at least 5 ms), so all calls queue behind it
+            self.sleep(int(max(5e3, 3 * host * reps) * self.cycles_per_us))
+            begin.record()
+            for _ in range(reps):
+                fn()
+            end.record()
+            end.synchronize()
+            gpu = begin.elapsed_time(end) * 1e3 / reps
+        return host, sync, gpu
+
+
+class CPUClock:
+    """Thread CPU time per call (the dry run: no GPU to wait for; CPU time ignores the machine's other load)."""
+
+    def round(self, fn, reps):
+        start = time.thread_time_ns()
+        for _ in range(reps):
+            fn()
+        return (time.thread_time_ns() - start) / reps / 1e3, None, None
+
+
+def measure(clock, rows, rounds, reps=REPS):
+    """``{name: (host, async, GPU)}`` for ``rows`` (name, fn), rounds interleaved in a rotating order; medians on a
+    GPU, minima of thread CPU time in a dry run. A row whose function is None is left out."""
+    rows = [(name, fn) for name, fn in rows if fn is not None]
+    for _, fn in rows:  # warm: plans, caches, memos, allocator pools
+        for _ in range(20):
+            fn()
+    samples = {name: [] for name, _ in rows}
+    for r in range(rounds):
+        for name, fn in rows[r % len(rows):] + rows[:r % len(rows)]:
+            samples[name].append(clock.round(fn, reps))
+    pick = min if isinstance(clock, CPUClock) else statistics.median
+    result = {}
+    for name, values in samples.items():
+        columns = list(zip(*values))
+        result[name] = tuple(None if column[0] is None else pick(column) for column in columns)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 1. small calls
+
+
+def engine_floor_fft(plan, x, torch):
+    """The FFT's own engine on a preallocated output (None for a tree without prepared calls)."""
+    call = getattr(plan, "prepared_call", None)
+    if call is None:
+        return None
+    out = torch.empty_like(x)
+    x_ptr, out_ptr, execute = x.data_ptr(), out.data_ptr(), call.engine.execute
+    stream = current_stream(torch)
+    return lambda: execute(x_ptr, out_ptr, -1, stream)
+
+
+def engine_floor_matmul(mm, a, b, torch):
+    """The Matmul's own engine on a preallocated D (None for a tree without prepared calls)."""
+    call = getattr(mm, "prepared_call", None)
+    if call is None:
+        return None
+    d = torch.empty_like(a)  # any buffer of D's size: the engine takes its address
+    args, execute = (a.data_ptr(), b.data_ptr(), None, d.data_ptr(), {}, {}), call.engine.execute
+    stream, alpha, beta = current_stream(torch), call.alpha, call.beta
+    return lambda: execute(*args, alpha, beta, stream)
+
+
+def current_stream(torch):
+    if not torch.cuda.is_available():
+        return 0  # the dry run: the stub libraries take any stream
+    return torch.cuda.current_stream().cuda_stream
+
+
+def small_calls(clock, rounds, device, peers):
+    """Table 1 (``peers``: whether torch and CuPy run too; not in a dry run)."""
+    import torch
+    cp = None
+    if peers:
+        try:
+            import cupy as cp
+        except ImportError:
+            pass
+    gpu = device == "cuda"
+    results = []
+
+    x = torch.randn(8, 1024, dtype=torch.complex64, device=device)
     plan = mfft.FFT(x, axes=[1])
     plan.plan()
-    rows.append(("FFT.execute, 8x1024 c64", per_call_us(plan.execute, sync, reps, rounds)))
-    rows.append(("fft stateless, 8x1024 c64", per_call_us(lambda: mfft.fft(x), sync, reps, rounds)))
-    rows.append(("torch.fft.fft, 8x1024 c64", per_call_us(lambda: torch.fft.fft(x), sync, reps, rounds)))
-    plan.free()
+    xc = cp.asarray(x) if cp is not None else None
+    results.append(("8 x 1024 complex64 FFT", measure(clock, [
+        ("FFT.execute", plan.execute),
+        ("fft stateless", lambda: mfft.fft(x)),
+        ("torch.fft.fft", (lambda: torch.fft.fft(x)) if peers else None),
+        ("CuPy fft", (lambda: cp.fft.fft(xc)) if xc is not None else None),
+        ("floor: cuFFT alone (the plan's engine, output preallocated)", engine_floor_fft(plan, x, torch)),
+        ("floor: the allocation alone (torch.empty_like)", lambda: torch.empty_like(x)),
+    ], rounds)))
 
-    y = torch.randn(64, 1024, dtype=torch.complex64, device="cuda")
-    filt = torch.randn(64, 1024, dtype=torch.complex64, device="cuda")
-    got = mfft.fft(y, epilog=mfft.Callback(filter_epilog, data=filt))  # compiles the callback once
-    assert torch.allclose(got, torch.fft.fft(y) * filt, rtol=1e-3, atol=1e-3 * 64), "the fused callback is wrong"
-    cb = per_call_us(lambda: mfft.fft(y, epilog=mfft.Callback(filter_epilog, data=filt)), sync, reps, rounds)
-    plain = per_call_us(lambda: mfft.fft(y), sync, reps, rounds)
-    yc, fc = cp.asarray(y), cp.asarray(filt)
-    rows.append(("fft stateless + Callback(data=filt), 64x1024 c64", cb))
-    rows.append(("fft stateless, 64x1024 c64", plain))
-    rows.append(("CuPy fft(x) * filt, 64x1024 c64", per_call_us(lambda: cp.fft.fft(yc) * fc, sync, reps, rounds)))
-    rows.append(("ratio callback / plain stateless", cb / plain))
+    y = torch.randn(64, 1024, dtype=torch.complex64, device=device)
+    filt = torch.randn(64, 1024, dtype=torch.complex64, device=device)
+    if gpu:
+        got = mfft.fft(y, epilog=mfft.Callback(filter_epilog, data=filt))  # compiles the callback once
+        assert torch.allclose(got, torch.fft.fft(y) * filt, rtol=1e-3, atol=1e-3 * 64), "the fused callback is wrong"
+    yc, fc = (cp.asarray(y), cp.asarray(filt)) if cp is not None else (None, None)
+    callback = measure(clock, [
+        ("fft stateless + Callback(data=filt)", lambda: mfft.fft(y, epilog=mfft.Callback(filter_epilog, data=filt))),
+        ("fft stateless", lambda: mfft.fft(y)),
+        ("CuPy fft(x) * filt", (lambda: cp.fft.fft(yc) * fc) if yc is not None else None),
+    ], rounds)
+    results.append(("64 x 1024 complex64 FFT with a fused filter", callback))
 
-    a = torch.randn(128, 128, dtype=torch.float16, device="cuda")
-    b = torch.randn(128, 128, dtype=torch.float16, device="cuda")
+    a = torch.randn(128, 128, dtype=torch.float16, device=device)
+    b = torch.randn(128, 128, dtype=torch.float16, device=device)
     mm = mathpy.Matmul(a, b)
     mm.plan()
-    rows.append(("Matmul.execute, 128^3 fp16", per_call_us(mm.execute, sync, reps, rounds)))
-    rows.append(("matmul stateless, 128^3 fp16", per_call_us(lambda: mathpy.matmul(a, b), sync, reps, rounds)))
-    rows.append(("torch.matmul, 128^3 fp16", per_call_us(lambda: torch.matmul(a, b), sync, reps, rounds)))
-    ac, bc = cp.asarray(a), cp.asarray(b)
-    rows.append(("CuPy a @ b, 128^3 fp16", per_call_us(lambda: ac @ bc, sync, reps, rounds)))
+    ac, bc = (cp.asarray(a), cp.asarray(b)) if cp is not None else (None, None)
+    results.append(("128^3 float16 matmul", measure(clock, [
+        ("Matmul.execute", mm.execute),
+        ("matmul stateless", lambda: mathpy.matmul(a, b)),
+        ("torch.matmul", (lambda: torch.matmul(a, b)) if peers else None),
+        ("CuPy a @ b", (lambda: ac @ bc) if ac is not None else None),
+        ("floor: cuBLASLt alone (the plan's engine, D preallocated)", engine_floor_matmul(mm, a, b, torch)),
+        ("floor: the allocation alone (torch.empty_like)", lambda: torch.empty_like(a)),
+    ], rounds)))
+    plan.free()
     mm.free()
-    table("Host us per asynchronous call (median of rounds)", ["call", "us"],
-          [(name, f"{value:.2f}") for name, value in rows])
 
+    if isinstance(clock, CPUClock):
+        rows = [(group, name, us(host)) for group, found in results for name, (host, _, _) in found.items()]
+        table("Host us per call of mathpy's GPU paths, dry run (thread CPU time, minimum of rounds)",
+              ["problem", "call", "host us"], rows)
+    else:
+        rows = [(group, name, us(host), us(gpu), us(sync)) for group, found in results
+                for name, (host, sync, gpu) in found.items()]
+        table(f"Microseconds per call: host (issue {REPS} calls), GPU (the same calls queued), async (issue + one "
+              f"synchronisation); medians of {rounds} interleaved rounds", ["problem", "call", "host", "GPU", "async"],
+              rows)
+    column, what = (0, "host us") if isinstance(clock, CPUClock) else (1, "async us")
+    cb, plain = callback["fft stateless + Callback(data=filt)"][column], callback["fft stateless"][column]
+    table(f"Stateless fft with a fused callback against the plain stateless call, 64 x 1024 ({what})",
+          ["callback", "plain", "ratio"], [(us(cb), us(plain), f"{cb / plain:.2f}")])
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 2. a GPU-bound product
+
+
+def big_product(clock, rounds):
+    import torch
     big_a = torch.randn(64, 8192, dtype=torch.bfloat16, device="cuda")
     big_b = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
     planned = mathpy.Matmul(big_a, big_b)
@@ -141,11 +285,17 @@ def overheads(reps, rounds):
     for result in (planned.execute(), mathpy.matmul(big_a, big_b)):
         error = float((result.float() - ref).abs().max() / ref.abs().max())
         assert error < 2e-2, f"64x8192x8192 bf16 relative error {error}"
-    big = [("matmul stateless", lambda: mathpy.matmul(big_a, big_b)), ("Matmul.execute", planned.execute),
-           ("torch.matmul", lambda: torch.matmul(big_a, big_b))]
-    table("64 x 8192 x 8192 bf16, ms per call (asynchronous calls, median of rounds)", ["call", "ms"],
-          [(name, f"{per_call_us(fn, sync, max(reps // 10, 50), rounds) / 1e3:.4f}") for name, fn in big])
+    found = measure(clock, [("matmul stateless", lambda: mathpy.matmul(big_a, big_b)),
+                            ("Matmul.execute", planned.execute), ("torch.matmul", lambda: torch.matmul(big_a, big_b))],
+                    rounds, reps=50)
+    table("64 x 8192 x 8192 bf16, ms per call (medians of interleaved rounds)", ["call", "async ms", "GPU ms"],
+          [(name, f"{sync / 1e3:.4f}", "-" if gpu is None else f"{gpu / 1e3:.4f}")
+           for name, (_, sync, gpu) in found.items()])
     planned.free()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 3. many streams
 
 
 def many_streams(iterations):
@@ -192,20 +342,22 @@ def many_streams(iterations):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# hops and sizes (CPU or GPU)
+# 4, 5. hops and sizes
 
 
-def hops():
+def hops(device):
+    """``device``: "cuda" (a GPU, or the dry run's posing tensors) or None (NumPy arrays on the CPU)."""
     package_dir = os.path.dirname(os.path.abspath(mathpy.__file__))
     root = os.path.dirname(package_dir)
-    gpu = mathpy.cuda_is_available()
-    if gpu:
+    if device is not None:
         import torch
-        x = torch.randn(8, 1024, dtype=torch.complex64, device="cuda")
-        a = torch.randn(128, 128, dtype=torch.float16, device="cuda")
+        x = torch.randn(8, 1024, dtype=torch.complex64, device=device)
+        a = torch.randn(128, 128, dtype=torch.float16, device=device)
+        where = "device arrays" if torch.cuda.is_available() else "device arrays (dry run)"
     else:
         x = (np.random.default_rng(0).standard_normal((8, 1024)) + 0j).astype(np.complex64)
         a = np.random.default_rng(1).standard_normal((128, 128)).astype(np.float32)
+        where = "NumPy arrays (no GPU here)"
 
     def trace(fn):
         fn()
@@ -225,7 +377,6 @@ def hops():
             sys.setprofile(None)
         return seen
 
-    where = "device arrays" if gpu else "NumPy arrays (no GPU here)"
     for title, fn in ((f"stateless fft, 8x1024 c64, {where}", lambda: mfft.fft(x)),
                       (f"stateless matmul, 128^3, {where}", lambda: mathpy.matmul(a, a))):
         seen = trace(fn)
@@ -254,18 +405,28 @@ def sizes():
 
 def main():
     print(f"mathpy {getattr(mathpy, '__version__', '?')} from {os.path.dirname(mathpy.__file__)}")
-    if ARGS.sizes:
-        sizes()
-    if ARGS.hops:
-        hops()
-    if not (ARGS.sizes or ARGS.hops):
-        if not mathpy.cuda_is_available():
-            sys.exit("bench_overhead needs a CUDA GPU for the timings (use --hops / --sizes on the CPU)")
-        reps, rounds = (500, 3) if ARGS.quick else (2000, 5)
-        overheads(reps, rounds)
-        many_streams(3 if ARGS.quick else 13)
-        hops()
-        sizes()
+    rounds = 11 if ARGS.quick else 41
+    if ARGS.dry_run:
+        sys.path.insert(0, HERE)
+        from _dry_run import fake_device
+        with fake_device():
+            small_calls(CPUClock(), rounds, "cpu", peers=False)
+            hops("cpu")
+    else:
+        if ARGS.sizes:
+            sizes()
+        if ARGS.hops:
+            hops("cuda" if mathpy.cuda_is_available() else None)
+        if not (ARGS.sizes or ARGS.hops):
+            if not mathpy.cuda_is_available():
+                sys.exit("bench_overhead needs a CUDA GPU for the timings (use --dry-run, --hops or --sizes on the "
+                         "CPU)")
+            clock = GPUClock()
+            small_calls(clock, rounds, "cuda", peers=True)
+            big_product(clock, 11 if ARGS.quick else 21)
+            many_streams(3 if ARGS.quick else 13)
+            hops("cuda")
+            sizes()
     if ARGS.json:
         with open(ARGS.json, "w") as f:
             json.dump(TABLES, f, indent=1)

@@ -252,6 +252,28 @@ class TestLibraries:
         with pytest.raises(CUDALibraryError, match=r"NVJITLINK_ERROR_INTERNAL \(6\): nvJitLink nvJitLinkCreate failed"):
             _check("nvJitLink", {6: "NVJITLINK_ERROR_INTERNAL"}, "nvJitLinkCreate", 6, None, ())
 
+    def test_unchecked_function_returns_the_status_and_check_names_it(self):
+        """The hot paths' form of a declared function: the same symbol and argtypes, the raw status back (no
+        errcheck), and one check that raises as the checked binding does."""
+        import ctypes
+        lib = Library("nvJitLink", {1: "NVJITLINK_ERROR_UNRECOGNIZED_OPTION"}, extra="cu13")
+        argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint32, ctypes.POINTER(ctypes.c_char_p)]
+        lib.declare({"nvJitLinkCreate": (STATUS, argtypes)})
+        try:
+            create = lib.unchecked("nvJitLinkCreate")
+        except LibraryNotFoundError:
+            pytest.skip("nvJitLink is not installed")
+        assert create.argtypes == argtypes and create.restype is ctypes.c_int and create is not lib.nvJitLinkCreate
+        handle, options = ctypes.c_void_p(), (ctypes.c_char_p * 1)(b"-no-such-option")
+        status = create(ctypes.byref(handle), 1, options)
+        assert status == 1  # returned, not raised
+        lib.check("nvJitLinkCreate", 0)
+        with pytest.raises(CUDALibraryError, match=r"NVJITLINK_ERROR_UNRECOGNIZED_OPTION \(1\): nvJitLink "
+                                                   r"nvJitLinkCreate failed"):
+            lib.check("nvJitLinkCreate", status)
+        with pytest.raises(CUDALibraryError, match="NVJITLINK_ERROR_UNRECOGNIZED_OPTION"):
+            lib.nvJitLinkCreate(ctypes.byref(handle), 1, options)  # the checked binding agrees
+
     def test_missing_library_says_what_to_install(self):
         lib = Library("cufft_does_not_exist", {}, extra="cu13")
         lib.declare({"cufftCreate": (STATUS, [])})

@@ -331,3 +331,39 @@ def test_stateful_direct_call(fake_gpu):
         mm.plan()
         assert not mm.prepared_call.direct
         np.testing.assert_allclose(mm.execute().numpy(), a[:, ::2] @ b[::2], rtol=1e-12)
+
+
+class AllocationsByStream(PosingTorch):
+    """PosingTorch that records the stream each result allocation is ordered on."""
+
+    def __init__(self):
+        super().__init__()
+        self.allocated_on = []
+
+    def _maker(self, device_id, stream, shape, dtype, order, zero):
+        make = super()._maker(device_id, stream, shape, dtype, order, zero)
+
+        def recorded():
+            self.allocated_on.append(self.current if stream is None else stream)
+            return make()
+        return recorded
+
+
+def test_remembered_call_follows_the_current_stream(fake_gpu):
+    """A remembered stateless call reads the current stream at each call: its result is allocated in that stream's
+    order and the engine runs on it (an epilog output too), without planning again; stream= wins over it."""
+    package = AllocationsByStream()
+    a, b = RNG.standard_normal((6, 5)), RNG.standard_normal((5, 4))
+    with _packages.use(package, device_package_name="torch"):
+        ta, tb = t(a), t(b)
+        matmul(ta, tb, epilog="relu_aux")
+        engine = PointerEngine.instances[-1]
+        for stream in (8, 9, 8):
+            with package.stream_scope(0, stream):
+                d, aux = matmul(ta, tb, epilog="relu_aux")
+            assert package.allocated_on[-2:] == [stream, stream] and engine.streams[-1] == stream
+            np.testing.assert_allclose(d.numpy(), np.maximum(a @ b, 0), rtol=1e-12)
+        with package.stream_scope(0, 8):
+            matmul(ta, tb, epilog="relu_aux", stream=11)
+        assert package.allocated_on[-2:] == [11, 11] and engine.streams[-1] == 11
+        assert len(PointerEngine.instances) == 1 and _stateless.remembered() == 1

@@ -70,7 +70,8 @@ class MatmulCall:
             else:
                 order = None
             self._outputs.append((name, layout, shape, order, zero))
-        self._makers = {}  # stream -> (make D, ((name, make output), ...)): allocations resolved once per stream
+        self._makers = {}  # stream (None: the current one) -> (make D, ((name, make output), ...)), made once
+        self._pointer, self._current_stream = holder.pointer, holder.current_stream
         f = finish
         self._bare = not self._outputs and not (f.vector_a or f.vector_b) and f.like is None and not f.blocking \
             and not self.inplace
@@ -110,11 +111,11 @@ class MatmulCall:
         if makers is None:
             makers = self._new_makers(stream)
         if stream is None:
-            stream = self.holder.current_stream(self.device_id)
+            stream = self._current_stream(self.device_id)
         make_d, make_outputs = makers
         d = make_d()
         if make_outputs:
-            pointer = self.holder.pointer
+            pointer = self._pointer
             outputs, out_args = {}, {}
             for name, make in make_outputs:
                 outputs[name] = tensor = make()
@@ -122,7 +123,7 @@ class MatmulCall:
         else:
             outputs = out_args = _NONE
         with self._lock:
-            self.engine.execute(a, b, c, self.holder.pointer(d), inputs, out_args, self.alpha, self.beta, stream)
+            self.engine.execute(a, b, c, self._pointer(d), inputs, out_args, self.alpha, self.beta, stream)
         if self._bare:  # nothing to drop, move or wait for
             return d
         return self._finish(d, outputs, self.holder.on(self.device_id, stream), stream)
