@@ -55,7 +55,8 @@ int cublasLtMatrixLayoutCreate(void **l, int t, unsigned long long r, unsigned l
     { *l = (void *)next_handle++; return 0; }
 int cublasLtMatrixLayoutDestroy(void *l) { return 0; }
 int cublasLtMatrixLayoutSetAttribute(void *l, int a, const void *b, size_t n) { return 0; }
-int cublasLtMatrixLayoutGetAttribute(void *l, int a, void *b, size_t n, size_t *w) { memset(b, 0, n); *w = n; return 0; }
+int cublasLtMatrixLayoutGetAttribute(void *l, int a, void *b, size_t n, size_t *w)
+    { memset(b, 0, n); *w = n; return 0; }
 int cublasLtMatmulPreferenceCreate(void **p) { *p = (void *)next_handle++; return 0; }
 int cublasLtMatmulPreferenceDestroy(void *p) { return 0; }
 int cublasLtMatmulPreferenceSetAttribute(void *p, int a, const void *b, size_t n) { return 0; }
