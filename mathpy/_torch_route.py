@@ -23,28 +23,37 @@ __all__ = ["wanted", "fft", "matmul", "grad_names", "refuse"]
 
 _modules = sys.modules
 
+# (tensor base type, torch.is_grad_enabled, torch.compiler.is_compiling) once torch is imported: every stateless call
+# asks, and the attribute chains were a third of the check's cost. The same function objects are called, so dynamo
+# still recognises is_compiling while it traces.
+_hooks = []
+
 
 def wanted(*arrays):
     """Whether this call belongs to :mod:`mathpy.torch`. ``arrays``: the call's operands and the arguments that may
     carry tensors (a dict's values and a :class:`~mathpy.fft.Callback`'s ``data`` are looked into); None entries are
     skipped."""
-    torch = _modules.get("torch")
-    if torch is None:
-        return False
-    tensor_base, tensors = torch._C.TensorBase, False  # every tensor type; a C type, faster to test than Tensor
+    if not _hooks:
+        torch = _modules.get("torch")
+        if torch is None:
+            return False
+        # TensorBase: every tensor type; a C type, faster to test than Tensor
+        _hooks[:] = [torch._C.TensorBase, torch.is_grad_enabled, torch.compiler.is_compiling]
+    tensor_base, grad_enabled, compiling = _hooks
+    tensors = False
     for x in arrays:
         if x is None:
             continue
         if isinstance(x, tensor_base):
-            if x.requires_grad and torch.is_grad_enabled():
+            if x.requires_grad and grad_enabled():
                 return True
             tensors = True
         elif type(x) is dict or "data" in type(x).__dict__.get("__slots__", ()):
-            for t in _tensors(x, torch):
-                if t.requires_grad and torch.is_grad_enabled():
+            for t in _tensors(x, _modules["torch"]):
+                if t.requires_grad and grad_enabled():
                     return True
                 tensors = True
-    return tensors and torch.compiler.is_compiling()
+    return tensors and compiling()
 
 
 def _has_user_data(x):
