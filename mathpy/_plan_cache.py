@@ -24,6 +24,8 @@ CacheInfo(plans=1, bytes=60, hits=0, misses=2, evictions=1, max_plans=2, max_byt
 >>> entry.plan.n, cache.acquire("a") # a miss without a way to create: None
 (2, None)
 >>> cache.release(entry)
+>>> cache.touch("b").n, cache.touch("a")  # a hit without a borrow (see touch), and a miss
+(2, None)
 """
 
 import collections
@@ -148,6 +150,20 @@ class PlanCache:
         done.set()
         _free_all(idle)
         return entry
+
+    def touch(self, key):
+        """A hit without a borrow, for the stateless calls' prepared calls: the plan cached under ``key`` (None on a
+        miss), counted as a hit and made the most recently used, under one lock instead of :meth:`acquire` and
+        :meth:`release`'s two. Nothing keeps the plan from being evicted and freed by another thread afterwards, so
+        only a caller that runs it under the plan's own lock (which the plan's ``free()`` takes) and plans again
+        when it finds it freed there may use this."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            self._entries.move_to_end(key)
+            self._hits += 1
+            return entry.plan
 
     def release(self, entry):
         """Give back a plan from :meth:`acquire` (freed now if it was evicted meanwhile and nobody else holds it)."""

@@ -332,3 +332,34 @@ def test_executor_is_one_call_and_falls_back(fake):
     engine.free()
     with pytest.raises(InvalidPlanStateError):
         run(1024, 2048, -1, 6)
+
+
+def test_free_inside_an_execute_waits_for_it_and_a_freed_plan_never_runs(fake):
+    """A free() that runs inside an execute on the same thread (a finalizer run by the workspace allocation, say)
+    destroys the plan when that execute ends, not under it; afterwards the executor's one-call path does not run the
+    freed plan (InvalidPlanStateError: the stateless calls then plan again)."""
+    engine = make(C2C, stream=0)
+    run = engine.executor()
+    with engine.lock:
+        run(1024, 2048, -1, 0)                      # the home stream: the executor's one-call path is ready for it
+    allocate = fake.memory._empty
+
+    def allocate_and_free(*args):
+        engine.free()
+        assert "cufftDestroy" not in names(fake.calls)  # not under the execute that is allocating
+        return allocate(*args)
+    fake.memory._empty = allocate_and_free
+    fake.calls.clear()
+    with engine.lock:
+        run(1024, 2048, -1, 5)                      # another stream: a workspace is allocated inside the execute
+    assert names(fake.calls)[-2:] == ["cufftXtExec", "cufftDestroy"] and engine.freed
+    fake.memory._empty = allocate
+    other = make(C2C, stream=0)
+    run = other.executor()
+    with other.lock:
+        run(1024, 2048, -1, 0)                      # ready on the home stream: the next call would be one cufftXtExec
+    other.free()                                    # (an eviction on another thread)
+    fake.calls.clear()
+    with other.lock, pytest.raises(InvalidPlanStateError):
+        run(1024, 2048, -1, 0)
+    assert fake.calls == []

@@ -21,6 +21,7 @@ import mathpy
 import mathpy.fft as mfft
 from _fake_gpu import host_view, pretend_a_gpu
 from mathpy import _engines, _packages
+from mathpy._errors import InvalidPlanStateError
 from mathpy.host.fft import _cpu, _stateless
 
 from _fft_reference import rand
@@ -167,6 +168,7 @@ class FakeCUFFTEngine:
                 if cb.data is not None:
                     assert cb.data.package == "cupy" and cb.data_ptr == cb.data.data_ptr
         self.transform, self.stream, self.freed, self.calls = transform, allocator.stream, False, []
+        self.lock = threading.RLock()  # as CUFFTEngine's: the API executes under it, free() takes it
         self.workspace_bytes = 1024
         self.overwrites_input = transform.fft_type == "C2R"
         self._cpu = _cpu.CPUEngine(transform, execution=mathpy.ExecutionCPU(), prolog=_host(prolog),
@@ -175,7 +177,8 @@ class FakeCUFFTEngine:
 
     def execute(self, input_ptr, output_ptr, direction, stream):
         assert isinstance(input_ptr, int) and isinstance(output_ptr, int) and isinstance(stream, int)
-        assert not self.freed
+        if self.freed:  # as CUFFTEngine: an eviction on another thread freed it after the caller found it
+            raise InvalidPlanStateError("this fake cuFFT plan was freed")
         t = self.transform
         self.calls.append((input_ptr, output_ptr, direction, stream))
         x = host_view(input_ptr, t.input_dtype, t.input_shape, t.input_strides)
@@ -187,7 +190,8 @@ class FakeCUFFTEngine:
             x[...] = 0  # as cuFFT's C2R may: the API must have handed over a scratch copy
 
     def free(self):
-        self.freed = True
+        with self.lock:
+            self.freed = True
 
 
 def _host(bound):
@@ -397,6 +401,53 @@ def test_stateless_prepared_calls(fake_gpu):
         assert len(engine.calls) == calls and len(FakeCUFFTEngine.instances) == 3
     finally:
         mfft.set_plan_cache_size(max_bytes=1 << 30)
+
+
+class _LockThatLetsAnEvictionIn:
+    """An engine lock that, once armed, first lets another thread clear the plan cache (evicting and freeing every
+    engine): what may happen between a prepared call's cache lookup and its execution."""
+
+    armed = False
+
+    def __init__(self):
+        self._lock = threading.RLock()
+
+    def __enter__(self):
+        if _LockThatLetsAnEvictionIn.armed:
+            _LockThatLetsAnEvictionIn.armed = False
+            evict = threading.Thread(target=mfft.plan_cache_clear)
+            evict.start()
+            evict.join()
+        return self._lock.__enter__()
+
+    def __exit__(self, *exc):
+        return self._lock.__exit__(*exc)
+
+
+class RacedEngine(FakeCUFFTEngine):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lock = _LockThatLetsAnEvictionIn()
+
+
+def test_stateless_hit_on_an_engine_freed_meanwhile_plans_again(fake_gpu):
+    """A prepared call on device memory finds its engine with one cache lookup and runs it under the engine's lock;
+    when another thread evicted and freed the engine in between, the call plans again and its result is right."""
+    x = rand((8, 64))
+    device_x = fake_gpu.array(x)
+    with _engines.use("fft", "cuda", RacedEngine):
+        mfft.fft(device_x)
+        before = mfft.plan_cache_info()
+        for _ in range(2):
+            np.testing.assert_allclose(np.asarray(mfft.fft(device_x)), np.fft.fft(x), atol=1e-3)
+        assert mfft.plan_cache_info().hits - before.hits == 2 and len(FakeCUFFTEngine.instances) == 1
+        first = FakeCUFFTEngine.instances[0]
+        _LockThatLetsAnEvictionIn.armed = True
+        np.testing.assert_allclose(np.asarray(mfft.fft(device_x)), np.fft.fft(x), atol=1e-3)
+        assert first.freed and len(FakeCUFFTEngine.instances) == 2 and not _LockThatLetsAnEvictionIn.armed
+        assert len(first.calls) == 3  # it never ran freed
+        np.testing.assert_allclose(np.asarray(mfft.fft(device_x)), np.fft.fft(x), atol=1e-3)
+        assert len(FakeCUFFTEngine.instances) == 2 and len(FakeCUFFTEngine.instances[1].calls) == 2
 
 
 SCALE = np.complex64(2)

@@ -232,6 +232,19 @@ class TestPlanCache:
         cache.clear()
         assert all(p.is_freed for p in created)
 
+    def test_touch_is_a_hit_that_keeps_the_plan_recent_without_borrowing_it(self):
+        cache = PlanCache("t", max_plans=2, max_bytes=100)
+        plans = {key: _Plan() for key in "abc"}
+        for key in "ab":
+            cache.release(cache.acquire(key, lambda: (plans[key], 1)))
+        assert cache.touch("a") is plans["a"] and cache.touch("z") is None
+        cache.release(cache.acquire("c", lambda: (plans["c"], 1)))  # evicts the least recent: "b", not "a"
+        assert cache.keys() == ["a", "c"] and plans["b"].is_freed and not plans["a"].is_freed
+        assert cache.info().hits == 1
+        cache.touch("a")
+        cache.clear()  # a touch is no borrow: the plan is freed with the cache (its user holds the plan's lock)
+        assert plans["a"].is_freed and cache.touch("a") is None
+
     def test_bad_bounds(self):
         with pytest.raises(ValueError, match="max_plans must be a non-negative int, not -1"):
             PlanCache("t", max_plans=-1)

@@ -14,7 +14,8 @@ Both the stateful :meth:`mathpy.fft.FFT.execute` and the stateless functions' pr
   call: one C call to find it, one to allocate).
 
 Engines are executed under their own lock: cuFFT's stream and work area are per plan, and one plan serves every
-stream (see :mod:`._cufft`).
+stream (see :mod:`._cufft`). An engine's ``free()`` takes that lock too, and an execution that finds the engine freed
+raises InvalidPlanStateError (``locked``: the engine has such a lock).
 """
 
 import contextlib
@@ -32,14 +33,15 @@ class FFTCall:
     """``problem`` executed by ``engine``; the bound callbacks are kept for as long as the call may run, and
     ``cache_key`` is the engine's key in a plan cache (what the stateless functions borrow it under)."""
 
-    __slots__ = ("problem", "engine", "callbacks", "cache_key", "holder", "_lock", "_run", "_out_shape", "_out_dtype",
-                 "_out_order", "_scale_type", "_device_id", "_pointer", "_current_stream", "_makers")
+    __slots__ = ("problem", "engine", "callbacks", "cache_key", "holder", "locked", "_lock", "_run", "_out_shape",
+                 "_out_dtype", "_out_order", "_scale_type", "_device_id", "_pointer", "_current_stream", "_makers")
 
     def __init__(self, problem, engine, callbacks=(), cache_key=None):
         self.problem, self.engine, self.callbacks, self.cache_key = problem, engine, tuple(callbacks), cache_key
         t = problem.transform
         self.holder = _packages.get(problem.holder)
-        self._lock = getattr(engine, "lock", None) or _NO_LOCK
+        lock = getattr(engine, "lock", None)
+        self.locked, self._lock = lock is not None, lock or _NO_LOCK
         executor = getattr(engine, "executor", None)
         self._run = executor() if executor is not None else engine.execute
         self._out_shape, self._out_dtype = t.output_shape, t.output_dtype

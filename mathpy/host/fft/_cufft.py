@@ -18,8 +18,11 @@ stream)`` calls ``cufftSetStream`` when the stream changed, and on a stream othe
 workspace of its own from the same package's pool in that stream's order (and ``cufftSetWorkArea``s it), so that
 executes on two streams never share scratch memory; on the home stream it uses the plan's workspace. cuFFT reads the
 stream and work area when it launches, so setting them and executing must not interleave between threads: callers
-hold :attr:`CUFFTEngine.lock` (the API does). A plan without workspace (most small transforms) costs one ctypes call
-per execute on any stream. Batch axes that one plan cannot fold into a single distance (only without callbacks) are
+hold :attr:`CUFFTEngine.lock` (the API does). ``free()`` takes the lock too, so a plan is never destroyed under an
+execute (one that a finalizer requests inside an execute on the same thread waits for its end), and an execute on a
+freed plan raises InvalidPlanStateError: the stateless calls' prepared calls rely on this instead of borrowing the
+plan from the cache at every call. A plan without workspace (most small transforms) costs one ctypes call per execute
+on any stream. Batch axes that one plan cannot fold into a single distance (only without callbacks) are
 covered by a short loop of executes at precomputed pointer offsets.
 
 Rules the engine enforces (errors are raised before anything is allocated):
@@ -128,6 +131,7 @@ class CUFFTEngine:
         self._source = WorkspaceSource(allocator, memory, device_id)
         self.lock = threading.RLock()  # the API serialises executes on it; free() takes it too (re-entrant: a
         # garbage-collected FFT may return its borrowed engine, and the cache free it, inside an execute on this thread)
+        self._busy, self._free_pending = 0, False  # an execute under way on the lock's thread; a free() it deferred
         parts = _split(transform)
         if parts is not None:
             self._init_parts(transform, parts, execution, device_id, prolog, epilog, allocator, memory)
@@ -199,7 +203,13 @@ class CUFFTEngine:
         def run(input_ptr, output_ptr, direction, stream):
             if stream != self._ready or (input_ptr | output_ptr) & align:
                 return execute(input_ptr, output_ptr, direction, stream)
-            status = exec_function(handle, input_ptr, output_ptr, direction)
+            self._busy += 1  # ctypes allocates the call's argument tuple: a finalizer may run there (see free)
+            try:
+                status = exec_function(handle, input_ptr, output_ptr, direction)
+            finally:
+                self._busy -= 1
+                if self._free_pending and not self._busy:
+                    self._free()
             if status:
                 cufft.check("cufftXtExec", status)
         return run
@@ -208,6 +218,15 @@ class CUFFTEngine:
         handle = self._handle
         if handle is None:
             raise InvalidPlanStateError("this cuFFT plan was freed; create a new one")
+        self._busy += 1  # allocations below may run a finalizer that frees this plan: free() waits until we are done
+        try:
+            self._execute_live(handle, input_ptr, output_ptr, direction, stream)
+        finally:
+            self._busy -= 1
+            if self._free_pending and not self._busy:
+                self._free()
+
+    def _execute_live(self, handle, input_ptr, output_ptr, direction, stream):
         if (input_ptr | output_ptr) & self._align:
             return self._execute_misaligned(input_ptr, output_ptr, direction, stream)
         if stream != self._stream:
@@ -320,14 +339,19 @@ class CUFFTEngine:
 
     def free(self):
         """Destroy the cuFFT handle and drop the workspace now. Idempotent. Waits for an execute running on another
-        thread under :attr:`lock`."""
+        thread under :attr:`lock`; called from inside an execute on this thread (a finalizer that ran there), it
+        frees when that execute ends. An execute on a freed plan raises InvalidPlanStateError."""
         with self.lock:
+            if self._busy:
+                self._free_pending = True
+                return
             self._free()
 
     def _free(self):
         if self._handle is None:
             return
         self._handle = None
+        self._ready = None  # the executor's one-call path runs only on a live plan
         self._callbacks = None  # the user data: an evicted plan may stay referenced, it must not hold the data
         if self._parts is not None:
             for part in self._parts:

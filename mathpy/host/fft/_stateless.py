@@ -1,14 +1,19 @@
 """The stateless functions' prepared calls: a repeated call with the same argument facts runs the
-:class:`~._call.FFTCall` of the first one, with its engine borrowed from the plan cache.
+:class:`~._call.FFTCall` of the first one, with its engine from the plan cache.
 
 The first call of a kind goes through :func:`mathpy.host.fft._functions` in full (NumPy's argument rules, promotion,
 padding, a :class:`~._plan.FFT` planned with an engine from :data:`~._plan.plan_cache`) and, when the call is one
 plan on the operand as it is (no promotion, padding or cropping, no ``out=``), leaves its prepared call here under a
 key made of cheap facts: the function and its parameters, the operand's package, shape, strides, dtype and device,
 the callbacks (function objects, user data by address or scalar value), the options and the execution space. A later
-call with the same key borrows the engine (a cache hit), checks that the callbacks' compiled code is still valid
-(:class:`mathpy.jit._cache.Snapshot`: a rebound global means a new compile and a new plan) and runs the call on the
-new operand's address, on the current (or given) stream: plans do not depend on streams.
+call with the same key checks that the callbacks' compiled code is still valid (:class:`mathpy.jit._cache.Snapshot`:
+a rebound global means a new compile and a new plan), finds the engine in the plan cache (a cache hit) and runs the
+call on the new operand's address, on the current (or given) stream: plans do not depend on streams.
+
+A call that is one engine call on device memory (``problem.direct``) runs under the engine's lock, which the
+engine's ``free()`` takes too: it looks the engine up with :meth:`~mathpy._plan_cache.PlanCache.touch` (one lock)
+and plans again if an eviction on another thread freed it in between. Other calls (staging copies, the CPU) borrow
+the engine for the whole call (:meth:`~mathpy._plan_cache.PlanCache.acquire` / ``release``).
 """
 
 import types
@@ -16,6 +21,7 @@ import types
 import numpy as np
 
 from ... import _execution, _packages, _operands
+from ..._errors import InvalidPlanStateError
 from ..._streams import stream_handle
 from ._callback import Callback
 from ._call import FFTCall
@@ -81,16 +87,26 @@ def reuse(name, params, a, out, prolog, epilog, options, execution, stream):
             _calls.pop(key, None)
             return None, key
     call = found.call
-    entry = plan_cache.acquire(call.cache_key)
+    if call.problem.direct and call.locked:  # one engine call, under the engine's lock: no borrow needed
+        engine = plan_cache.touch(call.cache_key)
+        if engine is None:  # evicted: plan again
+            _calls.pop(key, None)
+            return None, key
+        if engine is not call.engine:  # planned again since (by another call): bind to the cached engine
+            call = found.call = FFTCall(call.problem, engine, call.callbacks, call.cache_key)
+        try:
+            return call.execute_direct(pointer, found.direction, stream if stream is None else stream_handle(stream),
+                                       found.scale), None
+        except InvalidPlanStateError:  # evicted and freed by another thread since touch(): plan again
+            _calls.pop(key, None)
+            return None, key
+    entry = plan_cache.acquire(call.cache_key)  # staging, copies and the CPU run around the engine call: borrowed
     if entry is None:  # evicted: plan again
         _calls.pop(key, None)
         return None, key
     try:
         if entry.plan is not call.engine:  # planned again since (by another call): bind to the cached engine
             call = found.call = FFTCall(call.problem, entry.plan, call.callbacks, call.cache_key)
-        if call.problem.direct:  # on the current (or given) stream, the operand read in place
-            return call.execute_direct(pointer, found.direction, stream if stream is None else stream_handle(stream),
-                                       found.scale), None
         p = call.problem
         handle = (call.holder.current_stream(p.device_id) if stream is None else stream_handle(stream)) \
             if p.on_gpu else None
