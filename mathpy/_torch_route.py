@@ -48,8 +48,15 @@ def wanted(*arrays):
             if x.requires_grad and grad_enabled():
                 return True
             tensors = True
-        elif type(x) is dict or "data" in type(x).__dict__.get("__slots__", ()):
-            for t in _tensors(x, _modules["torch"]):
+            continue
+        if type(x) is dict:
+            inner = x.values()
+        elif "data" in type(x).__dict__.get("__slots__", ()):  # a callback with user data (_has_user_data)
+            inner = (x.data,)
+        else:
+            continue
+        for t in inner:  # (isinstance against the C base type: torch.Tensor's own check runs Python code)
+            if isinstance(t, tensor_base):
                 if t.requires_grad and grad_enabled():
                     return True
                 tensors = True
