@@ -108,6 +108,9 @@ def reuse(name, params, a, out, prolog, epilog, options, execution, stream):
         if entry.plan is not call.engine:  # planned again since (by another call): bind to the cached engine
             call = found.call = FFTCall(call.problem, entry.plan, call.callbacks, call.cache_key)
         p = call.problem
+        if p.direct:  # an engine without a lock (a plug-in)
+            return call.execute_direct(pointer, found.direction, stream if stream is None else stream_handle(stream),
+                                       found.scale), None
         handle = (call.holder.current_stream(p.device_id) if stream is None else stream_handle(stream)) \
             if p.on_gpu else None
         return call.execute(_operands.wrap_operand(a), found.direction, handle, found.scale), None
