@@ -13,7 +13,8 @@ the real cuFFT and cuBLASLt engines. Only three things are stand-ins:
   and stream synchronisation (:mod:`mathpy._runtime`: nothing to switch, nothing to wait for).
 
 So a figure here is mathpy's own host cost plus a CPU allocation, without the kernel launch (about 2-4 us on an H200
-for these small problems) and without CUDA's allocator: a ranking of code paths, not a GPU prediction.
+for these small problems) and without CUDA's allocator: a ranking of code paths, not a GPU prediction. Use it in a
+process of its own: library functions resolved inside the block stay bound to the stub library.
 """
 
 import contextlib
