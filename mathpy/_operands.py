@@ -86,11 +86,18 @@ def wrap_operand(obj, name="operand"):
     try:
         array = np.asarray(obj)
     except Exception as e:
-        raise TypeError(f"{name} of type {type(obj).__name__} is not an array mathpy understands (NumPy, CuPy, torch, "
-                        f"__dlpack__, __cuda_array_interface__)") from e
-    if array.dtype == object:
-        raise TypeError(f"{name} of type {type(obj).__name__} is not a numeric array")
+        raise TypeError(_not_an_array(name, obj)) from e
+    if array.dtype.kind in _NOT_NUMERIC:  # None, strings, dicts...: NumPy makes a 0-d object or string array of them
+        raise TypeError(_not_an_array(name, obj))
     return _wrap(_packages.get("numpy"), array)
+
+
+_NOT_NUMERIC = "OSUVMm"  # object, bytes, str, void, datetime, timedelta
+
+
+def _not_an_array(name, obj):
+    return (f"{name}: expected an array, got {type(obj).__name__} (mathpy takes NumPy, CuPy and torch arrays, "
+            f"sequences of numbers, and objects with __dlpack__ or __cuda_array_interface__)")
 
 
 def wrap_operands(named):

@@ -140,27 +140,29 @@ def test_finalizer_frees_engine():
 # --- bad input ---------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("call, error, match", [
-    (lambda x: mfft.fft(x, axis=2), ValueError, "out of range"),
-    (lambda x: mfft.fftn(x, axes=(0, -3)), ValueError, "out of range"),
+    (lambda x: mfft.fft(x, axis=2), IndexError, "axis 2 is out of bounds for array of dimension 2"),
+    (lambda x: mfft.fftn(x, axes=(0, -3)), ValueError, "axis -3 is out of bounds"),
     (lambda x: mfft.fft(x, n=0), ValueError, "Invalid number"),
     (lambda x: mfft.fft(x, n=-3), ValueError, "Invalid number"),
-    (lambda x: mfft.fftn(x, s=(4, 0)), ValueError, "Invalid number"),
-    (lambda x: mfft.fftn(x, s=(4,), axes=(0, 1)), ValueError, "same length"),
+    (lambda x: mfft.fftn(x, s=(4, 0), axes=(0, 1)), ValueError, "Invalid number"),
+    (lambda x: mfft.fftn(x, s=(4,), axes=(0, 1)), ValueError, "Shape and axes have different lengths"),
     (lambda x: mfft.fft(x, norm="sideways"), ValueError, "norm"),
-    (lambda x: mfft.hfft(x, norm=""), ValueError, "Invalid norm value ''"),
-    (lambda x: mfft.ihfft(x.real.copy(), norm="sideways"), ValueError, "Invalid norm value 'sideways'"),
-    (lambda x: mfft.FFT(x.real.astype(np.float16)), TypeError, "half precision"),
+    (lambda x: mfft.hfft(x, norm=""), ValueError, "Invalid norm value ;"),
+    (lambda x: mfft.ihfft(x.real.copy(), norm="sideways"), ValueError, "Invalid norm value sideways"),
+    (lambda x: mfft.fft(None), TypeError, "a: expected an array, got NoneType"),
     (lambda x: mfft.fft(np.array([["a"]])), TypeError, "not supported"),
     (lambda x: mfft.rfft(x), TypeError, "real"),
-    (lambda x: mfft.fft(x, out=np.zeros((3, 3), np.complex64)), ValueError, "shape"),
-    (lambda x: mfft.fft(x, out=np.zeros((4, 8), np.float32)), TypeError, "dtype"),
+    (lambda x: mfft.fft(x, out=np.zeros((3, 3), np.complex64)), ValueError, "output array has wrong shape"),
+    (lambda x: mfft.fft(x, out=np.zeros((4, 8), np.float32)), TypeError, "Cannot cast ufunc 'fft' output"),
+    (lambda x: mfft.fft(x, out=[0] * 8), TypeError, "return arrays must be of ArrayType"),
     (lambda x: mfft.fft(x, execution="gpu"), ValueError, "not supported"),
     (lambda x: mfft.fft(x, options={"bogus": 1}), ValueError, "unknown field"),
     (lambda x: mfft.FFT(x, options={"fft_type": "R2C"}), ValueError, "real operand"),
     (lambda x: mfft.FFT(x.real.copy(), options={"fft_type": "C2C"}), ValueError, "complex operand"),
     (lambda x: mfft.FFT(x.real.astype(np.int32)), TypeError, "promote"),
+    (lambda x: mfft.FFT(x.real.astype(np.float16)), TypeError, "half precision"),
     (lambda x: mfft.FFT(x, axes=(0, 0)), ValueError, "repeat"),
-    (lambda x: mfft.fftfreq(0), ValueError, "positive"),
+    (lambda x: mfft.fftfreq(-1), ValueError, "negative dimensions"),
 ])
 def test_bad_input(call, error, match):
     x = rand((4, 8))
@@ -285,7 +287,7 @@ def test_scipy_backend_positional_arguments():
 
 def test_fftfreq_device():
     np.testing.assert_allclose(mfft.fftfreq(4, device="cpu"), np.fft.fftfreq(4))
-    with pytest.raises(ValueError, match="device"):
+    with pytest.raises(ValueError, match='Device not understood. Only "cpu" is allowed'):
         mfft.fftfreq(4, device="cuda")
 
 

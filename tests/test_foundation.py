@@ -77,9 +77,11 @@ class TestOperands:
         op = wrap_operand(Capsule(np.arange(4.0)))
         assert op.package == "numpy" and op.shape == (4,)
 
-    def test_unsupported_objects_are_named(self):
-        with pytest.raises(TypeError, match="object.*not a numeric array"):
-            wrap_operand(object())
+    @pytest.mark.parametrize("value, kind", [(object(), "object"), (None, "NoneType"), ("abc", "str"),
+                                             ({"a": 1}, "dict")])
+    def test_non_arrays_are_named(self, value, kind):
+        with pytest.raises(TypeError, match=f"^x: expected an array, got {kind} "):
+            wrap_operand(value, "x")
 
     def test_mixed_packages_are_an_error(self):
         torch = pytest.importorskip("torch")

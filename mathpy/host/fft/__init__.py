@@ -16,10 +16,11 @@ Public as :mod:`mathpy.fft`:
 
 Conventions:
 
-- Results have NumPy 2's dtypes and come back in the caller's package and on its device; ``execution=`` may run a
-  transform elsewhere (data is moved both ways). float16 operands are computed in single precision (complex64
-  results), as NumPy does; half-precision cuFFT plans (complex32 results) are not available yet, so the stateful
-  :class:`FFT` refuses float16; repeated axes in ``axes`` are rejected (NumPy allows them).
+- The stateless functions follow numpy.fft (NumPy 2): its dtypes (float16 input is computed in single precision,
+  integers and bools in double, long double in long double on the CPU; cuFFT has no long double, so the GPU refuses
+  it with a TypeError), repeated axes, ``s`` with -1 or None, its errors and DeprecationWarnings. Results come back
+  in the caller's package and on its device; ``execution=`` may run a transform elsewhere (data is moved both ways).
+  Half-precision cuFFT plans (complex32 results) are not available yet, so the stateful :class:`FFT` refuses float16.
 - :class:`FFT` is unnormalised (like cuFFT); the stateless functions apply ``norm=`` after the epilog, so callbacks
   always see the unnormalised transform.
 - Callback offsets index :attr:`FFT.input_layout` (prolog) and :attr:`FFT.output_layout` (epilog), identical on the

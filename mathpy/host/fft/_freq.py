@@ -12,8 +12,6 @@ array([0. , 0.2, 0.4])
 array([3, 4, 0, 1, 2])
 """
 
-import operator
-
 import numpy as np
 
 from ... import _operands
@@ -21,22 +19,15 @@ from ... import _operands
 __all__ = ["fftfreq", "rfftfreq", "fftshift", "ifftshift"]
 
 
-def _check_n(n):
-    try:
-        n = operator.index(n)
-    except TypeError:
-        raise TypeError(f"n must be an integer, not {type(n).__name__}") from None
-    if n <= 0:
-        raise ValueError(f"n must be a positive integer, not {n}")
-    return n
-
-
-def _like(result, like, device):
-    if device not in (None, "cpu"):
-        raise ValueError(f"device {device!r} is not supported; NumPy results live on 'cpu' (use like= for a GPU array)")
+def _like(result, like):
     if like is None:
         return result
     return _operands.as_package(result, _operands.wrap_operand(like, "like"))
+
+
+def _device(device):
+    """NumPy 2's ``device=`` argument ("cpu" or None), passed on only when given (NumPy 1.x has no such argument)."""
+    return {} if device is None else {"device": device}
 
 
 def fftfreq(n, d=1.0, *, device=None, like=None):
@@ -44,12 +35,12 @@ def fftfreq(n, d=1.0, *, device=None, like=None):
 
     ``like``: an array whose package and device the result takes (default: a NumPy array); ``device``: NumPy 2's
     argument, None or "cpu"."""
-    return _like(np.fft.fftfreq(_check_n(n), d), like, device)
+    return _like(np.fft.fftfreq(n, d, **_device(device)), like)
 
 
 def rfftfreq(n, d=1.0, *, device=None, like=None):
     """The non-negative sample frequencies of an ``n``-point real FFT (as ``numpy.fft.rfftfreq``)."""
-    return _like(np.fft.rfftfreq(_check_n(n), d), like, device)
+    return _like(np.fft.rfftfreq(n, d, **_device(device)), like)
 
 
 def _shift(x, axes, inverse):

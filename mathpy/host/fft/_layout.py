@@ -50,7 +50,9 @@ __all__ = ["FFT_TYPES", "MAX_LOOPED_EXECUTES", "Transform", "CufftParams", "cuff
 
 FFT_TYPES = ("C2C", "R2C", "C2R")
 MAX_LOOPED_EXECUTES = 64  # at most this many executes per call over batch axes one plan cannot fold
-_PRECISIONS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+_PRECISIONS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.longdouble))
+_COMPLEX = {np.dtype(np.float16): None, np.dtype(np.float32): np.dtype(np.complex64),
+            np.dtype(np.float64): np.dtype(np.complex128), np.dtype(np.longdouble): np.dtype(np.clongdouble)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +62,8 @@ class Transform:
     the C2R output, complex otherwise). All axes are non-negative and at most 3 per Transform (the API decomposes more
     axes into several Transforms).
 
-    fft_type: "C2C" | "R2C" | "C2R". precision: the real precision, float16 (GPU only), float32 or float64.
+    fft_type: "C2C" | "R2C" | "C2R". precision: the real precision, float16 (GPU only), float32, float64 or long
+    double (CPU only).
     input_strides: the layout prolog offsets refer to; output_strides: the layout epilog offsets refer to.
     axes: transform axes in order; for R2C/C2R the LAST one is the halved axis (output / input extent n//2+1).
     The input and output may alias (in-place) only when the API allocated/validated it so.
@@ -80,7 +83,7 @@ class Transform:
             raise ValueError(f"fft_type {self.fft_type!r} is not one of {FFT_TYPES}")
         precision = np.dtype(self.precision)
         if precision not in _PRECISIONS:
-            raise ValueError(f"precision {precision} is not one of float16, float32, float64")
+            raise ValueError(f"precision {precision} is not one of float16, float32, float64, longdouble")
         set_(self, "precision", precision)
         for name in ("input_shape", "input_strides", "output_shape", "output_strides", "axes"):
             set_(self, name, tuple(int(v) for v in getattr(self, name)))
@@ -133,7 +136,7 @@ _fields_of_transform = operator.attrgetter(*(f.name for f in dataclasses.fields(
 
 def _complex(precision):
     """The complex dtype of real ``precision``; None for float16 (NumPy has no complex half; cuFFT's is 2 x float16)."""
-    return {2: None, 4: np.dtype(np.complex64), 8: np.dtype(np.complex128)}[precision.itemsize]
+    return _COMPLEX[precision]
 
 
 # --- one layout --------------------------------------------------------------------------------------------------

@@ -27,8 +27,11 @@ from . import _layout
 __all__ = ["FFTProblem", "fft_problem", "normalize_axes", "resolve_type", "DIRECTIONS"]
 
 DIRECTIONS = {"forward": -1, "inverse": 1, -1: -1, 1: 1}  # FFTDirection members are equal to (and hash as) -1 / 1
-_REAL = {np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)}
-_COMPLEX = {np.dtype(np.complex64): np.dtype(np.float32), np.dtype(np.complex128): np.dtype(np.float64)}
+_REAL = {np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.longdouble)}
+_COMPLEX = {np.dtype(np.complex64): np.dtype(np.float32), np.dtype(np.complex128): np.dtype(np.float64),
+            np.dtype(np.clongdouble): np.dtype(np.longdouble)}
+#: long double where it is wider than double (it is double itself on some platforms): CPU only
+_LONG_DOUBLE = np.dtype(np.longdouble) if np.finfo(np.longdouble).nmant > 52 else None
 
 
 def resolve_type(dtype, fft_type):
@@ -44,7 +47,8 @@ def resolve_type(dtype, fft_type):
             raise ValueError(f"fft_type 'R2C' needs a real operand (float32/float64), not {dtype}")
         return chosen, _COMPLEX[dtype]
     raise TypeError(f"the FFT operand has dtype {dtype}; supported are float32, float64, complex64, complex128 (and "
-                    f"float16 on the GPU). The stateless functions (mathpy.fft.fft, ...) promote integers.")
+                    f"long double on the CPU). The stateless functions (mathpy.fft.fft, ...) promote integers and "
+                    f"float16.")
 
 
 def normalize_axes(axes, ndim):
@@ -149,6 +153,9 @@ class FFTProblem:
             if not op.on_host and op.device_id != execution.device_id:
                 raise ValueError(f"the operand lives on cuda:{op.device_id} but execution asks for "
                                  f"cuda:{execution.device_id}; move the operand or change execution")
+        if on_gpu and precision == _LONG_DOUBLE:
+            raise TypeError(f"{op.dtype} FFTs run only on the CPU (cuFFT has no long double); use execution='cpu', "
+                            f"or convert the operand to float64/complex128 to run it on the GPU")
         if precision == np.float16:
             if not on_gpu:
                 raise TypeError("half precision FFTs (float16) run only on the GPU (execution='cuda'); use float32 "

@@ -50,6 +50,15 @@ def __ua_function__(method, args, kwargs):
         from ... import _operands
         if _operands.wrap_operand(args[0]).on_host:
             kwargs["execution"] = ExecutionCPU(num_threads=workers)
+    if name.endswith("n"):  # SciPy's s without axes means the last len(s) axes, without NumPy 2's deprecation
+        positional = dict(zip(("s", "axes", "norm"), args[1:]))
+        if set(positional) & set(kwargs):
+            return NotImplemented
+        kwargs.update(positional)
+        args = args[:1]
+        s = kwargs.get("s")
+        if s is not None and kwargs.get("axes") is None:
+            kwargs["axes"] = tuple(range(-(1 if isinstance(s, int) else len(s)), 0))
     try:
         return getattr(_functions, name)(*args, **kwargs)
     except TypeError:
