@@ -163,3 +163,42 @@ def test_window_needs_contiguous_trailing_layout():
     with pytest.raises(ValueError, match="C-contiguous over them"):
         with mfft.FFT(x, axes=[1]) as f:
             f.plan(prolog=mfft.Callback(window_prolog, data=np.ones(32, np.float32)))
+
+
+# --- user data and transforms callbacks cannot take: refused at plan time, with mathpy's message ----------------------
+
+@pytest.mark.parametrize("data, allowed", [
+    (np.ones(1, "datetime64[s]"), r"datetime64\[s\]"),
+    (np.ones(1, np.longdouble), "float128|float96|longdouble"),
+    (np.ones(1, mathpy._dtypes.BFLOAT16), "bfloat16"),
+])
+def test_unsupported_user_data_is_refused_when_planning(data, allowed):
+    if np.dtype(data.dtype) == np.float64:
+        pytest.skip("long double is double on this platform")
+    with mfft.FFT(rand((2, 8))) as f:
+        with pytest.raises(TypeError, match=f"user data of epilog scale_epilog .* has dtype ({allowed}); allowed are "
+                                            f"bool, int8"):
+            f.plan(epilog=mfft.Callback(scale_epilog, data=data))
+        assert f.prepared_call is None  # nothing planned
+
+
+def test_float16_user_data_on_the_cpu_is_never_a_bare_numba_error():
+    """numba's CPU target has no float16: user data of that dtype is either read as float32 (the same values) or
+    refused when planning with mathpy's CallbackCompileError naming the dtype; never numba's bare
+    NotImplementedError, never at execute time."""
+    x = rand((2, 8))
+    with mfft.FFT(x) as f:
+        try:
+            f.plan(epilog=mfft.Callback(scale_epilog, data=np.float16(0.5)))
+        except mathpy.CallbackCompileError as error:
+            assert "float16" in str(error) and "scale_epilog" in str(error)
+            return
+        np.testing.assert_allclose(f.execute(), np.fft.fft(x) * 0.5, atol=1e-4)
+
+
+def test_long_double_transforms_take_no_callbacks():
+    x = np.ones((2, 8), np.clongdouble)
+    if x.dtype == np.complex128:
+        pytest.skip("long double is double on this platform")
+    with pytest.raises(TypeError, match="complex256.*long double.*float64/complex128 to use callbacks"):
+        mfft.fft(x, epilog=scale_epilog)

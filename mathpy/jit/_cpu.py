@@ -87,6 +87,11 @@ def _run(kind, py, loop_args):
     except numba.core.errors.TypingError as e:
         raise CallbackCompileError(f"cannot compile {kind} callback {describe_function(py)} for the CPU:\n"
                                    f"{str(e).strip()}") from e
+    except NotImplementedError as e:  # numba's CPU target lacks a type of the arguments (it names only the type)
+        dtypes = ", ".join(sorted({str(getattr(arg, "dtype", "")) for arg in loop_args[1:]} - {""}))
+        raise CallbackCompileError(f"cannot compile {kind} callback {describe_function(py)} for the CPU: numba's CPU "
+                                   f"target does not support {e} (arrays of {dtypes}); pass user data of another "
+                                   f"dtype (float32 for float16), or run it on the GPU") from e
     elapsed = time.perf_counter() - start
     if elapsed > 0.05:
         logger.debug("mathpy.jit: CPU %s %s ran (compile included) in %.1f ms", kind, describe_function(py),

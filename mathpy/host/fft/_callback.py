@@ -217,6 +217,10 @@ def bind_callback(callback, kind, fft_type, precision, layout_shape, layout_stri
         return None
     from ... import jit
     element = element_dtype_for(kind, fft_type, precision)
+    if element not in jit.ELEMENT_DTYPES:
+        raise TypeError(f"{kind} callbacks run on transforms of {', '.join(jit.ELEMENT_DTYPES)} elements; this "
+                        f"transform's elements are {element} (long double): convert the operand to float64/"
+                        f"complex128 to use callbacks")
     function = callback.function
     on_gpu = not isinstance(execution, ExecutionCPU)
     if isinstance(function, (bytes, bytearray, memoryview)):

@@ -100,6 +100,9 @@ class Matmul:
         options = check_or_create_options(MatmulOptions, options, "options")
         options, self._scale_tensors = split_scales(quantization_scales, options)
         self._logger = options.logger or logger
+        for name, value in (("a", a), ("b", b)):
+            if value is None:  # wrap_operands takes None for "no operand" (c)
+                _operands.wrap_operand(value, name)  # TypeError: "a: expected an array, got NoneType"
         ops = _operands.wrap_operands({"a": a, "b": b, "c": c})
         self._grad = _torch_route.grad_names(a=a, b=b, c=c)  # no backward here: execute refuses in grad mode
         a_op, b_op, c_op = ops["a"], ops["b"], ops["c"]
@@ -225,16 +228,20 @@ class Matmul:
         if not isinstance(given, dict):
             raise TypeError(f"epilog_inputs must be a dict, not {type(given).__name__}")
         wanted = ("data",) if fused is not None else spec.inputs
-        missing = [name for name in spec.inputs if given.get(name) is None]
-        unknown = sorted(set(given) - set(wanted))
-        if missing:
-            raise ValueError(f"epilog {spec.name} needs epilog_inputs {list(spec.inputs)}; missing {missing}")
-        if unknown:
+        missing = [name for name in spec.inputs if name not in given]
+        unknown = sorted(set(given) - set(wanted), key=str)
+        if unknown:  # first: a misspelled name is also a missing one, and the misspelling is what to fix
             allowed = list(wanted) or "none"
             name = fused.where if fused is not None else "None" if epilog is None else spec.name
-            raise ValueError(f"epilog_inputs {unknown} do not apply to epilog {name}; it takes {allowed} (known "
-                             f"inputs: {list(EPILOG_INPUT_NAMES)}, or 'data' for a Python epilog)")
-        inputs = {name: self._stage_input(name, given[name], spec) for name in wanted if given.get(name) is not None}
+            raise ValueError(f"epilog_inputs {unknown} are not inputs of epilog {name}: it takes {allowed}"
+                             + (f" (missing {missing})" if missing else "")
+                             + f"; the inputs of all epilogs are {list(EPILOG_INPUT_NAMES)}, and 'data' of a "
+                               f"Python epilog")
+        if missing:
+            raise ValueError(f"epilog {spec.name} needs epilog_inputs {list(spec.inputs)}; missing {missing}")
+        # a required input given as None is named ("bias: expected an array"); a Python epilog's data is optional
+        inputs = {name: self._stage_input(name, given[name], spec) for name in wanted
+                  if name in given and not (fused is not None and given[name] is None)}
         inputs.update({name: self._stage_input(name, value, spec) for name, value in self._scale_tensors.items()})
         bgrad = spec.bgrad if self._on_gpu and spec.bgrad in ("a", "b") else None
         if bgrad != self._product.bgrad:  # BGRADA/BGRADB need their own A/B layouts
