@@ -121,7 +121,7 @@ def matmul_tables(gemm, overhead):
     """``gemm``: row dicts of bench_matmul.bench_gemm; ``overhead``: {call: us}."""
     headers = ["M x N x K", "dtype", "**mathpy** ms (TFLOP/s)", "torch ms (TFLOP/s)", "nvmath ms (TFLOP/s)",
                "torch / mathpy", "nvmath / mathpy", "RELU_BIAS: **mathpy** ms", "nvmath ms", "torch relu(addmm) ms",
-               "nvmath / mathpy", "torch / mathpy", "engine, row-major D ms"]
+               "nvmath / mathpy", "torch / mathpy", "**mathpy** F order ms (TFLOP/s)", "torch / mathpy F order"]
 
     def with_tflops(r, lib):
         return f"{r[f'{lib}_ms']:.3f} ({r[f'{lib}_tflops']:.0f})" if f"{lib}_ms" in r else "-"
@@ -134,11 +134,15 @@ def matmul_tables(gemm, overhead):
                       ms(r.get("nvmath_relu_bias_ms")), ms(r.get("torch_relu_bias_ms")),
                       ratio(r.get("nvmath_relu_bias_ms"), r["mathpy_relu_bias_ms"]),
                       ratio(r.get("torch_relu_bias_ms"), r["mathpy_relu_bias_ms"]),
-                      ms(r.get("engine_row_major_d_ms"))])
+                      f"**{with_tflops(r, 'mathpy_f')}**" if "mathpy_f_ms" in r else "-",
+                      ratio(r.get("torch_ms"), r.get("mathpy_f_ms"))])
     return "\n".join([
         table(headers, cells), "",
-        "GPU time per call (ms), medians; RELU_BIAS is fused in cuBLASLt for mathpy and nvmath, torch runs "
-        "relu(addmm). " + RATIO_NOTE + " Target: >= 0.98 against the faster of torch and nvmath.", "",
+        "GPU time per call (ms), medians. The plain GEMM columns compare like for like: every result is C-ordered "
+        "(row-major), torch's and NumPy's layout and mathpy's default; the F order column is mathpy with "
+        "MatmulOptions(result_order=\"F\") (column-major, cuBLASLt's own order). RELU_BIAS is fused in cuBLASLt "
+        "for mathpy and nvmath (column-major results: the per-row bias convention), torch runs relu(addmm). "
+        + RATIO_NOTE + " Target: >= 0.98 against the faster of torch and nvmath.", "",
         table(["call, 128^3 fp16, async", "us per call"], [[name, f"{us:.1f}"] for name, us in overhead.items()]),
         "", "Host time per asynchronous call (median of 3 rounds of 2000 calls)."])
 

@@ -8,18 +8,18 @@ What it measures (random non-zero data, warm-up first, medians of several rounds
 1. GEMM throughput: 8192^3 bf16 and fp16, 4096^3 fp32, 16384 x 16384 x 256 bf16, 64 x 8192 x 8192 bf16. Each
    library runs a stateful, planned product (mathpy ``Matmul``, nvmath ``Matmul``, torch ``matmul(out=)``). Time is
    GPU time: CUDA events around ``reps`` calls queued behind a long sleep kernel, so the host's per-call cost cannot
-   hide in it. Ratios are peer time / mathpy time (target >= 0.98 against the faster of torch and nvmath). An extra
-   column times the cuBLASLt engine alone with a row-major result (the swapped NN form nvmath uses for row-major
-   operands). With no epilog the API stores D column-major (TT form) for 16-bit operands and row-major (NN form)
-   for float32 (see ``mathpy.host.matmul._problem``), so the column shows what the other choice would cost for
-   16-bit dtypes and times the API's own form for float32.
+   hide in it. Ratios are peer time / mathpy time (target >= 0.98 against the faster of torch and nvmath). Like for
+   like: every library returns the same result layout, C order (row-major) for the C-ordered operands, as torch and
+   NumPy do and as mathpy does by default (checked for each result). A second mathpy column times the same product
+   with ``MatmulOptions(result_order="F")``: a column-major result, cuBLASLt's own order (its TT form on row-major
+   operands), with its ratio to torch's C-order result.
 2. Fused RELU_BIAS (bias per row of the result): mathpy vs nvmath (both fused in cuBLASLt) vs torch ``relu(addmm)``.
 3. Host overhead of the stateful execute on 128^3 fp16: wall time per call over 2000 asynchronous calls (GPU time is
    ~3 us, so this is the Python + launch cost): mathpy ``Matmul.execute``, mathpy's engine alone, mathpy ``matmul()``
    stateless, nvmath ``Matmul.execute``, ``torch.matmul``.
 
 Writes benchmarks/results/bench_matmul.md (the table), .json and .png. Needs torch with CUDA; nvmath-python is used
-when importable. When ``mathpy.Matmul`` is not importable it falls back to the cuBLASLt engine directly.
+when importable.
 """
 
 import argparse
@@ -68,75 +68,13 @@ RESULTS = os.path.join(HERE, "results")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# mathpy, through the public API (or the engine when the API is missing)
+# mathpy, through the public API
+
+MpMatmul, MpEpilog, mp_matmul = mathpy.Matmul, mathpy.MatmulEpilog, mathpy.matmul
 
 
-def _mathpy_api():
-    if hasattr(mathpy, "Matmul") and hasattr(mathpy, "MatmulEpilog"):
-        return mathpy.Matmul, mathpy.MatmulEpilog, getattr(mathpy, "matmul", None)
-    try:
-        from mathpy.host.matmul import Matmul, MatmulEpilog, matmul
-        return Matmul, MatmulEpilog, matmul
-    except ImportError as e:
-        print(f"(mathpy.Matmul not importable ({e}); timing the cuBLASLt engine directly)")
-        return None, None, None
-
-
-MpMatmul, MpEpilog, mp_matmul = _mathpy_api()
-
-
-class EngineMatmul:
-    """The cuBLASLt engine behind a Matmul-like face (fallback when the API is absent): torch CUDA tensors, 2-D."""
-
-    def __init__(self, a, b, row_major_result=False):
-        self.a, self.b, self.row_major_result = a, b, row_major_result
-
-    def plan(self, epilog=None, epilog_inputs=None):
-        from mathpy._execution import ExecutionCUDA
-        from mathpy._operands import wrap_operand
-        from mathpy.host.matmul._cublaslt import CublasLtEngine
-        from mathpy.host.matmul._epilog import MatmulEpilog
-        from mathpy.host.matmul._options import MatmulOptions, resolve_types
-        from mathpy.host.matmul._problem import MatmulProblem, MatrixLayout, col_major, row_major
-
-        a, b = wrap_operand(self.a), wrap_operand(self.b)
-        (m, k), n = a.shape, b.shape[1]
-        d_dtype, compute, scale = resolve_types(a.dtype, b.dtype, None, MatmulOptions())
-        inputs = ()
-        if epilog is not None:
-            epilog = MatmulEpilog[epilog] if isinstance(epilog, str) else MatmulEpilog(int(epilog))
-            self.bias = epilog_inputs["bias"].reshape(-1)
-            inputs = (("bias", MatrixLayout(m, 1, 1, m, 1, m, d_dtype)),)
-        problem = MatmulProblem(m, n, k, 1, (), MatrixLayout(m, k, a.strides[0], a.strides[1], 1, 0, a.dtype),
-                                MatrixLayout(k, n, b.strides[0], b.strides[1], 1, 0, b.dtype), None,
-                                (row_major if self.row_major_result else col_major)(m, n, 1, d_dtype), compute, scale,
-                                epilog, inputs, ())
-        from mathpy import _packages
-        self.engine = CublasLtEngine(problem, execution=ExecutionCUDA(self.a.device.index or 0),
-                                     allocator=_packages.get("torch").on(self.a.device.index or 0))
-        self.m, self.n = m, n
-        self.inputs = {"bias": self.bias.data_ptr()} if epilog is not None else {}
-        return self.engine.algorithms
-
-    def execute(self):
-        if self.row_major_result:
-            d = torch.empty((self.m, self.n), dtype=self.a.dtype, device=self.a.device)
-        else:
-            d = torch.empty((self.n, self.m), dtype=self.a.dtype, device=self.a.device).T
-        self.engine.execute(self.a.data_ptr(), self.b.data_ptr(), None, d.data_ptr(), self.inputs, {}, 1.0, 0.0,
-                            torch.cuda.current_stream().cuda_stream)
-        return d
-
-    def free(self):
-        self.engine.free()
-
-
-def mathpy_matmul(a, b):
-    return MpMatmul(a, b) if MpMatmul is not None else EngineMatmul(a, b)
-
-
-def mathpy_relu_bias():
-    return MpEpilog.RELU_BIAS if MpEpilog is not None else "RELU_BIAS"
+def mathpy_matmul(a, b, order=None):
+    return MpMatmul(a, b, options={"result_order": order})
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -175,7 +113,11 @@ def host_us(fn, reps=2000, rounds=3):
     return statistics.median(per_call)
 
 
-def check(name, got, ref, tol):
+def check(name, got, ref, tol, contiguous=True):
+    """``got`` equals torch's ``ref`` to ``tol`` and has its layout: C order (``contiguous``), or column-major."""
+    if contiguous != got.is_contiguous() or (not contiguous and not got.T.is_contiguous()):
+        raise AssertionError(f"{name}: result strides {got.stride()}, expected "
+                             f"{'C order as torch' if contiguous else 'column-major'}")
     got, ref = got.float(), ref.float()
     error = (got - ref).abs().max().item()
     scale = max(1.0, ref.abs().max().item())
@@ -211,24 +153,21 @@ def bench_gemm(quick):
         ref_relu = torch.relu(torch.addmm(bias, a, b))
         row["torch_relu_bias_ms"] = gpu_ms(lambda: torch.relu(torch.addmm(bias, a, b)), reps)
 
-        mm = mathpy_matmul(a, b)
+        mm = mathpy_matmul(a, b)  # the default: C order, as torch's result
         mm.plan()
         check(f"mathpy {row['shape']} {row['dtype']}", mm.execute(), ref, TOL[dtype])  # first call may self-autotune
         row["mathpy_ms"] = gpu_ms(mm.execute, reps)
         mm.free()
-        # The engine alone with a row-major result: cuBLASLt then runs the swapped (NN) form, as nvmath does for
-        # row-major operands without an epilog; the API chooses that form itself for float32 and the TT form
-        # (column-major result) for 16-bit dtypes.
-        rm = EngineMatmul(a, b, row_major_result=True)
-        rm.plan()
-        check(f"engine row-major D {row['shape']}", rm.execute(), ref, TOL[dtype])
-        row["engine_row_major_d_ms"] = gpu_ms(rm.execute, reps)
-        rm.free()
+        mf = mathpy_matmul(a, b, "F")  # column-major: cuBLASLt's TT form on these row-major operands
+        mf.plan()
+        check(f"mathpy F-order {row['shape']}", mf.execute(), ref, TOL[dtype], contiguous=False)
+        row["mathpy_f_ms"] = gpu_ms(mf.execute, reps)
+        mf.free()
         mme = mathpy_matmul(a, b)
-        mme.plan(epilog=mathpy_relu_bias(), epilog_inputs={"bias": bias})
-        result = mme.execute()
+        mme.plan(epilog=MpEpilog.RELU_BIAS, epilog_inputs={"bias": bias})
+        result = mme.execute()  # a per-row bias: column-major (cuBLASLt's convention), as nvmath's
         check(f"mathpy RELU_BIAS {row['shape']}", result[0] if isinstance(result, tuple) else result, ref_relu,
-              TOL[dtype])
+              TOL[dtype], contiguous=False)
         row["mathpy_relu_bias_ms"] = gpu_ms(mme.execute, reps)
         mme.free()
 
@@ -240,11 +179,11 @@ def bench_gemm(quick):
             nv.free()
             nve = NvMatmul(a, b)
             nve.plan(epilog=NvEpilog.RELU_BIAS, epilog_inputs={"bias": bias})
-            check(f"nvmath RELU_BIAS {row['shape']}", nve.execute(), ref_relu, TOL[dtype])
+            check(f"nvmath RELU_BIAS {row['shape']}", nve.execute(), ref_relu, TOL[dtype], contiguous=False)
             row["nvmath_relu_bias_ms"] = gpu_ms(nve.execute, reps)
             nve.free()
 
-        for lib in ("mathpy", "torch", "nvmath"):
+        for lib in ("mathpy", "mathpy_f", "torch", "nvmath"):
             if f"{lib}_ms" in row:
                 row[f"{lib}_tflops"] = flop / row[f"{lib}_ms"] / 1e9
         best = min(row["torch_ms"], row.get("nvmath_ms", float("inf")))
@@ -256,8 +195,7 @@ def bench_gemm(quick):
               f"({row['mathpy_tflops']:.0f} TF)  torch {row['torch_ms']:.3f}  nvmath "
               f"{row.get('nvmath_ms', float('nan')):.3f}  ratio {row['ratio']:.3f} | RELU_BIAS mathpy "
               f"{row['mathpy_relu_bias_ms']:.3f} nvmath {row.get('nvmath_relu_bias_ms', float('nan')):.3f} "
-              f"torch {row['torch_relu_bias_ms']:.3f} | engine, row-major D {row['engine_row_major_d_ms']:.3f}",
-              flush=True)
+              f"torch {row['torch_relu_bias_ms']:.3f} | mathpy F-order {row['mathpy_f_ms']:.3f}", flush=True)
         torch.cuda.empty_cache()
     return rows
 
@@ -271,14 +209,16 @@ def bench_overhead(quick):
     mm.plan()
     check("mathpy 128^3", mm.execute(), ref, TOL[torch.float16])
     rows["mathpy Matmul.execute"] = host_us(mm.execute, reps)
-    engine = getattr(mm, "_engine", None) or getattr(mm, "engine", None)
+    engine = mm.prepared_call.engine
     if engine is not None:  # the engine alone, with the operands' pointers precomputed
-        d = torch.empty((128, 128), dtype=torch.float16, device="cuda").T
+        d = torch.empty((128, 128), dtype=torch.float16, device="cuda")
+        if mm.prepared_call.problem.d.is_col_major:
+            d = d.T
         pa, pb, pd = a.data_ptr(), b.data_ptr(), d.data_ptr()
         stream = torch.cuda.current_stream().cuda_stream
         run = engine.execute
         rows["mathpy engine.execute"] = host_us(lambda: run(pa, pb, None, pd, {}, {}, 1.0, 0.0, stream), reps)
-        check("mathpy engine 128^3", d, ref, TOL[torch.float16])
+        check("mathpy engine 128^3", d, ref, TOL[torch.float16], contiguous=d.is_contiguous())
     mm.free()
     if mp_matmul is not None:
         check("mathpy matmul() 128^3", mp_matmul(a, b), ref, TOL[torch.float16])
@@ -309,12 +249,15 @@ def write(gemm, overhead, device):
         fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(17, 4.8), gridspec_kw={"width_ratios": [3, 2, 2]})
         labels = [f"{r['shape']}\n{r['dtype']}" for r in gemm]
         x = np.arange(len(gemm))
-        libs = [lib for lib in ("mathpy", "torch", "nvmath") if f"{lib}_tflops" in gemm[0]]
+        names = {"mathpy": "mathpy (C order)", "mathpy_f": "mathpy (F order)"}
+        libs = [lib for lib in ("mathpy", "mathpy_f", "torch", "nvmath") if f"{lib}_tflops" in gemm[0]]
+        width = 0.8 / len(libs)
         for i, lib in enumerate(libs):
-            ax1.bar(x + (i - (len(libs) - 1) / 2) * 0.27, [r[f"{lib}_tflops"] for r in gemm], 0.27, label=lib)
+            ax1.bar(x + (i - (len(libs) - 1) / 2) * width, [r[f"{lib}_tflops"] for r in gemm], width,
+                    label=names.get(lib, lib))
         ax1.set_xticks(x, labels, fontsize=7)
         ax1.set_ylabel("TFLOP/s")
-        ax1.set_title("GEMM throughput")
+        ax1.set_title("GEMM throughput (torch, nvmath: C order)")
         ax1.legend()
         fused = [("mathpy", "mathpy_relu_bias_ms"), ("nvmath", "nvmath_relu_bias_ms"),
                  ("torch relu(addmm)", "torch_relu_bias_ms")]
@@ -343,7 +286,7 @@ def main():
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     args = parser.parse_args()
     device = torch.cuda.get_device_name()
-    print(f"== {device}; mathpy {'API' if MpMatmul is not None else 'engine'}; torch {torch.__version__}; nvmath "
+    print(f"== {device}; mathpy {mathpy.__version__}; torch {torch.__version__}; nvmath "
           f"{nvmath.__version__ if nvmath is not None else '-'}")
     started = time.perf_counter()
     print("== GEMM (GPU time per call)")

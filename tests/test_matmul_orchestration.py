@@ -367,3 +367,72 @@ def test_remembered_call_follows_the_current_stream(fake_gpu):
             matmul(ta, tb, epilog="relu_aux", stream=11)
         assert package.allocated_on[-2:] == [11, 11] and engine.streams[-1] == 11
         assert len(PointerEngine.instances) == 1 and _stateless.remembered() == 1
+
+
+# --- integer products on the GPU path: cuBLASLt's int8 kernels, their TN form, int32 results cast back -------------
+
+def test_int8_goes_to_cuBLASLt_as_TN_with_an_int32_result_wrapped_back(fake_gpu):
+    a = RNG.integers(-128, 128, (2, 8, 12)).astype(np.int8)
+    b = np.asfortranarray(RNG.integers(-128, 128, (12, 4)).astype(np.int8))  # already column-major: no copy
+    c = RNG.integers(-128, 128, (2, 8, 4)).astype(np.int8)
+    with Matmul(t(a), t(b).T.contiguous().T, t(c), alpha=3, beta=-1) as mm:
+        mm.plan()
+        problem = mm.prepared_call.problem
+        assert problem.compute_type == "32I" and problem.scale_type == np.int32
+        assert problem.a.col_stride == 1 and problem.b.row_stride == 1  # cuBLASLt's "TN"
+        assert problem.a.dtype == problem.b.dtype == np.int8 and problem.d.dtype == problem.c.dtype == np.int32
+        assert problem.d.is_row_major  # C order for C-ordered a
+        got = mm.execute()
+    assert got.dtype == torch.int8 and got.is_contiguous()
+    expected = (3 * (a.astype(np.int32) @ b) - c.astype(np.int32)).astype(np.int8)  # NumPy's wrap-around
+    np.testing.assert_array_equal(got.numpy(), expected)
+
+
+def test_int8_with_an_int32_result_and_column_major_a(fake_gpu):
+    a = RNG.integers(-128, 128, (8, 12)).astype(np.int8)
+    ta = t(np.asfortranarray(a)).T.contiguous().T  # column-major: copied into the row-major A cuBLASLt takes
+    with Matmul(ta, t(RNG.integers(-5, 5, (12, 4)).astype(np.int8)), options={"result_type": "int32"}) as mm:
+        mm.plan()
+        problem = mm.prepared_call.problem
+        assert problem.a.col_stride == 1 and problem.d.dtype == np.int32
+        b = mm._staged["b"].op.tensor.numpy()
+        got = mm.execute()
+    assert got.dtype == torch.int32 and not got.is_contiguous()  # a's order (column-major)
+    np.testing.assert_array_equal(got.numpy(), a.astype(np.int32) @ b)
+
+
+def test_bool_goes_through_int8_and_comes_back_as_count_not_zero(fake_gpu):
+    a, b = RNG.integers(0, 2, (6, 8)).astype(bool), RNG.integers(0, 2, (8, 5)).astype(bool)
+    with Matmul(t(a), t(b)) as mm:
+        mm.plan()
+        problem = mm.prepared_call.problem
+        assert problem.a.dtype == np.int8 and problem.d.dtype == np.int32 and problem.compute_type == "32I"
+        got = mm.execute()
+    assert got.dtype == torch.bool
+    np.testing.assert_array_equal(got.numpy(), np.matmul(a, b))
+
+
+def test_mixed_dtypes_are_promoted_on_the_gpu_path(fake_gpu):
+    a, b = RNG.standard_normal((4, 6)).astype(np.float32), RNG.standard_normal((6, 3))
+    first = matmul(t(a), t(b))
+    again = matmul(t(a), t(b))  # not remembered (a copy is made): the full path again, same answer
+    assert first.dtype == torch.float64 and first.is_contiguous()
+    np.testing.assert_allclose(first.numpy(), a.astype(np.float64) @ b, rtol=1e-12)
+    np.testing.assert_array_equal(first.numpy(), again.numpy())
+
+
+def test_integers_other_than_int8_are_refused_before_any_work(fake_gpu):
+    before = matmul_plan_cache.info().misses
+    for dtype in (np.int16, np.int32, np.int64, np.uint8):
+        x = t(np.ones((4, 4), dtype))
+        with pytest.raises(TypeError, match="no exact GPU kernel"):
+            matmul(x, x)
+    assert matmul_plan_cache.info().misses == before
+
+
+def test_sixteen_bit_results_are_c_ordered_unless_asked(fake_gpu):
+    a, b = RNG.standard_normal((3, 8, 6)).astype(np.float16), RNG.standard_normal((6, 5)).astype(np.float16)
+    assert matmul(t(a), t(b)).is_contiguous()
+    f = matmul(t(a), t(b), options={"result_order": "F"})
+    assert f.stride() == (40, 1, 8)
+    np.testing.assert_array_equal(f.numpy(), matmul(t(a), t(b)).numpy())

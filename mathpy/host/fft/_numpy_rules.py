@@ -29,7 +29,8 @@ import numpy as np
 __all__ = ["AxisError", "MAX_AXES", "check_norm", "swap_norm", "check_n", "normalize_axis", "cook_nd", "stages",
            "stage_shape", "computation_dtype", "result_dtype", "scale", "check_out", "LONG_DOUBLE"]
 
-AxisError = np.exceptions.AxisError if hasattr(np, "exceptions") else np.AxisError  # both a ValueError and an IndexError
+#: NumPy's AxisError: both a ValueError and an IndexError
+AxisError = np.exceptions.AxisError if hasattr(np, "exceptions") else np.AxisError
 MAX_AXES = 3  # axes per plan (cuFFT's most); more are decomposed
 
 _NORMS = (None, "backward", "ortho", "forward")
@@ -37,14 +38,15 @@ _SWAP = {None: "forward", "backward": "forward", "ortho": "ortho", "forward": "b
 #: long double where it is wider than double (x86 Linux: 80-bit extended); elsewhere it is double itself.
 LONG_DOUBLE = (np.dtype(np.longdouble), np.dtype(np.clongdouble)) if np.finfo(np.longdouble).nmant > 52 else ()
 
-_S_WITH_NONE = ("Passing an array containing `None` values to `s` is deprecated in NumPy 2.0 and will raise an error in "
-                "a future version of NumPy. To use the default behaviour of the corresponding 1-D transform, pass the "
-                "value matching the default for its `n` parameter. To use the default behaviour for every axis, the "
-                "`s` argument can be omitted.")
-_S_WITHOUT_AXES = ("`axes` should not be `None` if `s` is not `None` (Deprecated in NumPy 2.0). In a future version of "
-                   "NumPy, this will raise an error and `s[i]` will correspond to the size along the transformed axis "
-                   "specified by `axes[i]`. To retain current behaviour, pass a sequence [0, ..., k-1] to `axes` for an "
-                   "array of dimension k.")
+# NumPy 2's wording of its two deprecations, so that filters written for NumPy's warnings match mathpy's
+_S_WITH_NONE = ("Passing an array containing `None` values to `s` is deprecated in NumPy 2.0 and will raise an error "
+                "in a future version of NumPy. To use the default behaviour of the corresponding 1-D transform, pass "
+                "the value matching the default for its `n` parameter. To use the default behaviour for every axis, "
+                "the `s` argument can be omitted.")
+_S_WITHOUT_AXES = ("`axes` should not be `None` if `s` is not `None` (Deprecated in NumPy 2.0). In a future version "
+                   "of NumPy, this will raise an error and `s[i]` will correspond to the size along the transformed "
+                   "axis specified by `axes[i]`. To retain current behaviour, pass a sequence [0, ..., k-1] to "
+                   "`axes` for an array of dimension k.")
 
 
 # --- scalars -----------------------------------------------------------------------------------------------------

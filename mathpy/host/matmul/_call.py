@@ -29,13 +29,14 @@ class Finish:
     """How a result is handed back: ``vector_a`` / ``vector_b`` (1-D operands: numpy.matmul drops their axes),
     ``numpy_scalar`` (a 1-D @ 1-D product on NumPy is a scalar), ``like`` (the caller's operand when results move back
     to its package and device, else None), ``blocking`` (wait for the GPU), ``c`` (in-place products: the caller's
-    ``c``, which is the result)."""
+    ``c``, which is the result), ``cast`` (the result's dtype when the engine's D has another: cuBLASLt's int32 for
+    an int8 or bool product, wrapped or tested against 0 as NumPy)."""
 
-    __slots__ = ("vector_a", "vector_b", "numpy_scalar", "like", "blocking", "c")
+    __slots__ = ("vector_a", "vector_b", "numpy_scalar", "like", "blocking", "c", "cast")
 
-    def __init__(self, vector_a, vector_b, numpy_scalar, like, blocking, c=None):
+    def __init__(self, vector_a, vector_b, numpy_scalar, like, blocking, c=None, cast=None):
         self.vector_a, self.vector_b, self.numpy_scalar = vector_a, vector_b, numpy_scalar
-        self.like, self.blocking, self.c = like, blocking, c
+        self.like, self.blocking, self.c, self.cast = like, blocking, c, cast
 
 
 class MatmulCall:
@@ -74,7 +75,7 @@ class MatmulCall:
         self._pointer, self._current_stream = holder.pointer, holder.current_stream
         f = finish
         self._bare = not self._outputs and not (f.vector_a or f.vector_b) and f.like is None and not f.blocking \
-            and not self.inplace
+            and not self.inplace and f.cast is None
 
     def detached(self):
         """The same call without its operands (for :meth:`execute_pointers` only): what the stateless memo keeps, so
@@ -179,6 +180,9 @@ class MatmulCall:
             self._write_back(d, stream)
             d = f.c
         else:
+            if f.cast is not None:
+                with queue.scope():  # ordered after the product, on its stream
+                    d = self.holder.astype(d, f.cast)
             d = drop_vector_axes(d, f.vector_a, f.vector_b, f.numpy_scalar)
         if f.like is not None:
             d = _operands.as_package(d, f.like, stream)

@@ -1,6 +1,7 @@
 """The CPU matmul engine: NumPy (BLAS) with cuBLASLt's numerics and output formats.
 
-float16, bfloat16 and float8 products are computed in float32 and rounded once, like cuBLASLt's 32F compute type;
+float16, bfloat16 and float8 products are computed in float32 and rounded once, like cuBLASLt's 32F compute type; int8
+in int32 ("32I"); NumPy's other dtypes (integers, bool, long double, object) by NumPy itself ("NATIVE");
 "32F_FAST_TF32" / "_16F" / "_16BF" round the float32 inputs to TF32 / float16 / bfloat16 first (what the tensor cores
 see). Epilogs follow the definitions and formats of :mod:`._epilog` exactly (bitmask bits and padding, GELU tanh
 approximation, bias gradients), so a CPU result can stand in for (and check) a GPU one.
@@ -56,7 +57,15 @@ def _round_inputs(x, compute_type):
     return x
 
 
-def _compute_dtype(dtype):
+def _compute_dtype(problem):
+    """The dtype the product is computed in: int32 for "32I" (exact int8 products, wrapped to an int8 result as
+    NumPy's), the result's own for "NATIVE" (NumPy's loops: other integers, bool, long double, object), else float32,
+    float64 or complex, like cuBLASLt's compute types."""
+    if problem.compute_type == "32I":
+        return np.dtype(np.int32)
+    if problem.compute_type == "NATIVE":
+        return problem.d.dtype
+    dtype = problem.a.dtype
     if dtype.kind == "c":
         return np.dtype(np.complex128) if dtype.itemsize == 16 else np.dtype(np.complex64)
     return np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
@@ -70,6 +79,10 @@ def _store(values, out):
     out[...] = values.astype(out.dtype)
 
 
+def _scalar(dtype, value):
+    return value if dtype.kind == "O" else dtype.type(value)
+
+
 class CPUEngine:
     """Executes a :class:`~._problem.MatmulProblem` with NumPy; see the module docstring for the argument forms."""
 
@@ -78,7 +91,7 @@ class CPUEngine:
         self.execution = execution
         self.algorithms = [_ALGORITHM]
         self.workspace_bytes = 0
-        self._compute = _compute_dtype(problem.a.dtype)
+        self._compute = _compute_dtype(problem)
 
     def autotune(self, operands, stream=None, iterations=3):
         """Time the (single) algorithm; returns ``[(algorithm, seconds)]``."""
@@ -99,9 +112,9 @@ class CPUEngine:
         if a_scale is not None or b_scale is not None:
             scale = scale * (1.0 if a_scale is None else a_scale) * (1.0 if b_scale is None else b_scale)
         if scale != 1:
-            x *= ct.type(scale)
+            x *= _scalar(ct, scale)
         if c is not None and beta != 0:
-            x += ct.type(beta) * c.astype(ct)
+            x += _scalar(ct, beta) * c.astype(ct)
         if spec.bias:
             x += epilog_inputs["bias"].astype(ct)[:, :, None]
         m = p.m

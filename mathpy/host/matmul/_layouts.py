@@ -32,23 +32,27 @@ __all__ = ["Staged", "Product", "matrix_strides", "batch_stride", "stage_matrix"
 
 class Product(typing.NamedTuple):
     """The product's extents as the API resolved them: ``m x k @ k x n`` over ``batch_shape``; ``moves``: the
-    operands cross between host and device; ``float8_gpu``: float8 operands on a GPU; ``bgrad``: "a"/"b" while a GPU
-    plan is for BGRADA/BGRADB (they need their own A/B layouts)."""
+    operands cross between host and device; ``tn_gpu``: float8 or int8 operands on a GPU (cuBLASLt has kernels only
+    for its "TN" form of them); ``bgrad``: "a"/"b" while a GPU plan is for BGRADA/BGRADB (they need their own A/B
+    layouts); ``operand``: the dtype A and B enter the engine in (None: their own; else they are converted)."""
 
     m: int
     n: int
     k: int
     batch_shape: tuple
     moves: bool
-    float8_gpu: bool
+    tn_gpu: bool
     bgrad: str | None = None
+    operand: np.dtype | None = None
 
 
 @dataclasses.dataclass
 class Staged:
     """One input as the engine will see it: its layout and how it is brought there (``mode``: None = used as it is,
     "contiguous" = a C-order copy, "broadcast" = a C-order copy broadcast to the full batch, "colmajor" = a copy with
-    column-major matrices: the aux formats, C in D's order, A or B in the order cuBLASLt has kernels for)."""
+    column-major matrices: the aux formats, C in D's order, A or B in the order cuBLASLt has kernels for). A copy is
+    converted to ``layout.dtype`` when the operand's dtype differs (NumPy's promotion of mixed dtypes, bool as int8
+    and C as int32 for cuBLASLt's integer kernels)."""
 
     name: str
     op: object  # the caller's Operand
@@ -95,9 +99,13 @@ def batch_stride(batch_shape, op_batch_shape, op_batch_strides, matrix_size):
     return dims[-1][1] if dims[-1][1] > 0 else None
 
 
-def stage_matrix(name, op, rows, cols, promote, batch_shape, force_copy):
+def stage_matrix(name, op, rows, cols, promote, batch_shape, force_copy, dtype=None):
     """Layout of operand ``op`` (A, B or C) as a batched rows x cols matrix. ``promote``: None, "row" (1-D operand is
-    one row: A) or "col" (1-D operand is one column: B)."""
+    one row: A) or "col" (1-D operand is one column: B). ``dtype``: the dtype the engine reads (None: op's own;
+    another one makes a converted copy)."""
+    dtype = op.dtype if dtype is None else np.dtype(dtype)
+    move = force_copy  # callers pass "the operand crosses between host and device" here
+    force_copy = force_copy or dtype != op.dtype
 
     def layout(shape, strides):
         if promote == "row" and len(shape) == 1:
@@ -112,7 +120,7 @@ def stage_matrix(name, op, rows, cols, promote, batch_shape, force_copy):
         stride = batch_stride(batch_shape, bshape, bstrides, rows * cols)
         if matrix is None or stride is None:
             return None
-        return MatrixLayout(rows, cols, matrix[0], matrix[1], math.prod(batch_shape), stride, op.dtype)
+        return MatrixLayout(rows, cols, matrix[0], matrix[1], math.prod(batch_shape), stride, dtype)
 
     if not force_copy:
         found = layout(op.shape, op.strides)
@@ -120,41 +128,43 @@ def stage_matrix(name, op, rows, cols, promote, batch_shape, force_copy):
             return Staged(name, op, found, None, None, False)
     found = layout(op.shape, c_strides(op.shape))
     if found is not None:
-        return Staged(name, op, found, "contiguous", None, force_copy)
+        return Staged(name, op, found, "contiguous", None, move)
     full = (*batch_shape, rows, cols)
-    return Staged(name, op, layout(full, c_strides(full)), "broadcast", full, force_copy)
+    return Staged(name, op, layout(full, c_strides(full)), "broadcast", full, move)
 
 
 def _col_major_staged(name, op, rows, cols, product):
     """``op`` (2-D or more) copied into column-major matrices with contiguous (or one broadcast) batches."""
     batch = math.prod(product.batch_shape)
     full = None if op.ndim == 2 else (*product.batch_shape, rows, cols)
-    layout = MatrixLayout(rows, cols, 1, max(rows, 1), batch, 0 if full is None else rows * cols, op.dtype)
+    layout = MatrixLayout(rows, cols, 1, max(rows, 1), batch, 0 if full is None else rows * cols,
+                          product.operand or op.dtype)
     return Staged(name, op, layout, "colmajor", full, product.moves)
 
 
 def stage_a(op, product):
-    """A as the engine sees it. On the GPU, float8 takes only a row-major A (cuBLASLt's "TN" form) and BGRADA only a
-    column-major one (op(A) = N; measured with cuBLASLt 13.1 on an H200: the other layouts get no algorithm)."""
-    m, k, batch_shape, moves = product.m, product.k, product.batch_shape, product.moves
-    staged = stage_matrix("a", op, m, k, "row", batch_shape, moves)
-    if product.float8_gpu and m > 1 and not staged.layout.is_row_major:
-        return dataclasses.replace(stage_matrix("a", op, m, k, "row", batch_shape, True), move=moves)
+    """A as the engine sees it (in ``product.operand``'s dtype). On the GPU, float8 and int8 take only a row-major A
+    (cuBLASLt's "TN" form) and BGRADA only a column-major one (op(A) = N; measured with cuBLASLt 13.1 on an H200: the
+    other layouts get no algorithm)."""
+    m, k, batch_shape, moves, dtype = product.m, product.k, product.batch_shape, product.moves, product.operand
+    staged = stage_matrix("a", op, m, k, "row", batch_shape, moves, dtype)
+    if product.tn_gpu and m > 1 and not staged.layout.is_row_major:
+        return dataclasses.replace(stage_matrix("a", op, m, k, "row", batch_shape, True, dtype), move=moves)
     if product.bgrad == "a" and not staged.layout.is_col_major:
         return _col_major_staged("a", op, m, k, product)
     return staged
 
 
 def stage_b(op, product):
-    """B as the engine sees it: float8 needs a column-major B, BGRADB a row-major one (op(B) = T)."""
-    n, k, batch_shape, moves = product.n, product.k, product.batch_shape, product.moves
-    staged = stage_matrix("b", op, k, n, "col", batch_shape, moves)
-    if product.float8_gpu and not staged.layout.is_col_major:
+    """B as the engine sees it: float8 and int8 need a column-major B, BGRADB a row-major one (op(B) = T)."""
+    n, k, batch_shape, moves, dtype = product.n, product.k, product.batch_shape, product.moves, product.operand
+    staged = stage_matrix("b", op, k, n, "col", batch_shape, moves, dtype)
+    if product.tn_gpu and not staged.layout.is_col_major:
         if op.ndim == 1:
-            return dataclasses.replace(stage_matrix("b", op, k, n, "col", batch_shape, True), move=moves)
+            return dataclasses.replace(stage_matrix("b", op, k, n, "col", batch_shape, True, dtype), move=moves)
         return _col_major_staged("b", op, k, n, product)
     if product.bgrad == "b" and n > 1 and not staged.layout.is_row_major:
-        return dataclasses.replace(stage_matrix("b", op, k, n, "col", batch_shape, True), move=moves)
+        return dataclasses.replace(stage_matrix("b", op, k, n, "col", batch_shape, True, dtype), move=moves)
     return staged
 
 
@@ -171,20 +181,49 @@ def c_in_d_order(staged, d_layout, product):
 ANY_ORDER_EPILOGS = (MatmulEpilog.DEFAULT, MatmulEpilog.RELU, MatmulEpilog.GELU)
 
 
-def result_layout(epilog, d_dtype, a, b, c, product):
-    """D's layout (``_problem``'s convention): column-major with a per-row epilog operand; else C's order when C is
-    given, row-major for 4-byte-or-wider dtypes unless A and B are both column-major, column-major for 16-bit and
-    float8 ones. ``a``, ``b``, ``c``: the Staged inputs (``c`` as given, or None)."""
+def result_layout(epilog, d_dtype, a, b, c, product, result_order=None):
+    """D's layout (``_problem``'s convention). ``result_order`` "C" (row-major) or "F" (column-major) when the caller
+    asks; else nvmath-python's rule: C's order when C is given, column-major with a per-row epilog operand, else
+    A's order (B's when A is a single row or column, whose order says nothing; row-major when neither says).
+    ``a``, ``b``, ``c``: the Staged inputs (``c`` as given, or None).
+
+    >>> from mathpy._operands import wrap_operand
+    >>> p = Product(4, 5, 3, (), False, False)
+    >>> a, b = stage_a(wrap_operand(np.ones((4, 3))), p), stage_b(wrap_operand(np.ones((3, 5))), p)
+    >>> result_layout(None, np.dtype(np.float32), a, b, None, p).is_row_major          # C-ordered operands
+    True
+    >>> result_layout(MatmulEpilog.BIAS, np.dtype(np.float32), a, b, None, p).is_col_major   # a per-row bias
+    True
+    >>> result_layout(None, np.dtype(np.float32), a, b, None, p, "F").is_col_major
+    True
+    """
     m, n, batch = product.m, product.n, math.prod(product.batch_shape)
-    row_major = False
-    if epilog in ANY_ORDER_EPILOGS or epilog is None:
-        if c is not None:
-            row_major = c.layout.is_row_major
-        elif d_dtype.itemsize >= 4 and a.op.dtype.itemsize >= 4:
-            row_major = not (a.layout.is_col_major and b.layout.is_col_major)
+    per_row = not (epilog in ANY_ORDER_EPILOGS or epilog is None)
+    if per_row:
+        if result_order == "C":
+            raise ValueError(f"result_order='C' is not possible with epilog {epilog.name}: its per-row operand "
+                             f"needs a column-major result (use result_order=None or 'F')")
+        row_major = False
+    elif result_order is not None:
+        row_major = result_order == "C"
+    else:
+        row_major = None
+        for staged in (c, a, b):  # the first whose order says something
+            if staged is not None and row_major is None:
+                row_major = _row_major_order(staged.op)
+        row_major = row_major is not False
     if row_major:
         return MatrixLayout(m, n, max(n, 1), 1, batch, m * n, d_dtype)
     return MatrixLayout(m, n, 1, max(m, 1), batch, m * n, d_dtype)
+
+
+def _row_major_order(op):
+    """Whether the caller's operand holds row-major (True) or column-major (False) matrices; None when they are a
+    single row or column (or the operand is 1-D): either order describes them. Only a unit stride down the columns
+    (and none along the rows) is column-major; every other layout is copied in C order or is row-major."""
+    if op.ndim < 2 or op.shape[-2] <= 1 or op.shape[-1] <= 1:
+        return None
+    return not (op.strides[-2] == 1 and op.strides[-1] != 1)
 
 
 def expand_c(c_op, result_shape, vector_a, vector_b):
@@ -207,6 +246,8 @@ def bring(staged, device_id, stream):
     if staged.move and not op.on_host:  # device -> host
         op = _operands.to_host(op, stream)
     tensor, package = op.tensor, op.interface
+    if op.dtype != staged.layout.dtype:  # promoted (mixed dtypes), or bool as int8 / C as int32 for cuBLASLt
+        tensor = package.astype(tensor, staged.layout.dtype)
     if staged.mode == "colmajor":
         if staged.full_shape is not None:
             tensor = package.broadcast_to(tensor, staged.full_shape)
@@ -237,7 +278,7 @@ def engine_view(layout, base):
 def strided_view(base, shape, strides):
     """A NumPy view of ``base``'s memory with element strides (dtypes NumPy cannot stride directly go as integers)."""
     itemsize, dtype = base.itemsize, base.dtype
-    raw = base.view(f"u{itemsize}") if dtype.kind not in "biufc" or dtype.isbuiltin != 1 else base
+    raw = base.view(f"u{itemsize}") if dtype.kind not in "biufcO" or dtype.isbuiltin != 1 else base
     view = np.lib.stride_tricks.as_strided(raw, shape, tuple(s * itemsize for s in strides), writeable=True)
     return view if raw is base else view.view(dtype)
 

@@ -43,7 +43,8 @@ from ._epilog_operands import HANDLERS, output_layouts, scale_items, split_scale
 from ._fused import FusedEpilog, check_fused_problem, fused_epilog
 from ._layouts import (Product, c_in_d_order, check_inplace, expand_c, inplace_layout, result_layout, stage_a, stage_b,
                        stage_matrix)
-from ._options import FLOAT8_DTYPES, MatmulOptions, MatmulPlanPreferences, refuse_block_scaling, resolve_types
+from ._options import (BOOL, FLOAT8_DTYPES, I8, MatmulOptions, MatmulPlanPreferences, is_floating, refuse_block_scaling,
+                       resolve_types)
 from ._problem import MatmulProblem, row_major
 
 __all__ = ["Matmul", "matmul_plan_cache", "make_engine"]
@@ -66,11 +67,23 @@ def make_engine(problem, execution, options, preferences, allocator):
                                      allocator=allocator)
 
 
-def _check_scalar(value, name, scale_type):
-    if isinstance(value, bool) or not isinstance(value, (int, float, complex, np.number)):
+def _check_scalar(value, name, types):
+    """alpha or beta as the scale type of ``types``; integer and bool products take integers (0 or 1 for bool)."""
+    scale_type, logical = types.scale, types.result == BOOL
+    if (isinstance(value, (bool, np.bool_)) and not logical) or \
+            not isinstance(value, (bool, int, float, complex, np.number, np.bool_)):
         raise TypeError(f"{name} must be a number, not {value!r}")
-    if np.iscomplexobj(value) and np.imag(value) != 0 and scale_type.kind != "c":
+    if np.iscomplexobj(value) and np.imag(value) != 0 and scale_type.kind not in "cO":
         raise TypeError(f"{name} = {value!r} is complex but the operands are real ({scale_type.name} scale type)")
+    if scale_type.kind in "biu":
+        if np.iscomplexobj(value) or not float(value).is_integer():
+            raise TypeError(f"{name} = {value!r} must be an integer for {types.result.name} operands")
+        value = int(value)
+        low, high = (0, 1) if logical else (np.iinfo(scale_type).min, np.iinfo(scale_type).max)
+        if not low <= value <= high:
+            raise ValueError(f"{name} = {value} must lie in [{low}, {high}] for {types.result.name} operands")
+    if scale_type.kind == "O":
+        return value
     return scale_type.type(value)
 
 
@@ -122,23 +135,6 @@ class Matmul:
             raise ValueError(f"matmul: the batch dimensions of a {a_op.shape[:-2]} and b {b_op.shape[:-2]} do not "
                              f"broadcast") from None
         result_shape = (*batch_shape, *([m] if a_op.ndim > 1 else []), *([n] if b_op.ndim > 1 else []))
-        d_dtype, compute_type, scale_type = resolve_types(a_op.dtype, b_op.dtype, c_op and c_op.dtype, options)
-        if beta is None:
-            beta = 0 if c_op is None else 1
-        alpha = _check_scalar(alpha, "alpha", scale_type)
-        if c_op is None and beta != 0:
-            raise ValueError(f"beta = {beta!r} needs an operand c; pass c or leave beta at 0")
-        beta = _check_scalar(beta, "beta", scale_type)
-        if options.inplace:
-            check_inplace(c_op, result_shape, d_dtype)
-        if c_op is not None and tuple(c_op.shape) != result_shape:
-            try:
-                ok = np.broadcast_shapes(c_op.shape, result_shape) == result_shape
-            except ValueError:
-                ok = False
-            if not ok:
-                raise ValueError(f"c has shape {c_op.shape}, which does not broadcast to the result's shape "
-                                 f"{result_shape}")
         execution = resolve_execution(execution, a_op.device_id)
         on_gpu = isinstance(execution, ExecutionCUDA)
         if on_gpu:
@@ -147,18 +143,37 @@ class Matmul:
             refuse_block_scaling(a_op.dtype, execution if on_gpu else None)
         if on_gpu and m * n * k * math.prod(batch_shape) == 0:
             execution, on_gpu = ExecutionCPU(), False  # empty problems: nothing for cuBLASLt to do
+        types = resolve_types(a_op.dtype, b_op.dtype, c_op and c_op.dtype, options, on_gpu)
+        if beta is None:
+            beta = 0 if c_op is None else 1
+        alpha = _check_scalar(alpha, "alpha", types)
+        if c_op is None and beta != 0:
+            raise ValueError(f"beta = {beta!r} needs an operand c; pass c or leave beta at 0")
+        beta = _check_scalar(beta, "beta", types)
+        if options.inplace:
+            check_inplace(c_op, result_shape, types.result)
+        if c_op is not None and tuple(c_op.shape) != result_shape:
+            try:
+                ok = np.broadcast_shapes(c_op.shape, result_shape) == result_shape
+            except ValueError:
+                ok = False
+            if not ok:
+                raise ValueError(f"c has shape {c_op.shape}, which does not broadcast to the result's shape "
+                                 f"{result_shape}")
         moves = (a_op.device_id is None) == on_gpu or (on_gpu and a_op.device_id != execution.device_id)
 
-        self._product = Product(m, n, k, batch_shape, moves, on_gpu and a_op.dtype in FLOAT8_DTYPES)
+        # cuBLASLt has float8 and int8 kernels only in its "TN" form: the API stages A row-major, B column-major
+        tn_gpu = on_gpu and (types.operand in FLOAT8_DTYPES or types.operand == I8)
+        self._product = Product(m, n, k, batch_shape, moves, tn_gpu, operand=types.operand)
         self._staged = {"a": stage_a(a_op, self._product), "b": stage_b(b_op, self._product)}
         self._c_given = None  # C as given, before plan() puts it in D's order
         if c_op is not None:
             c_view = expand_c(c_op, result_shape, a_op.ndim == 1, b_op.ndim == 1)
-            self._c_given = stage_matrix("c", c_view, m, n, None, batch_shape, moves)
+            self._c_given = stage_matrix("c", c_view, m, n, None, batch_shape, moves, types.engine_result)
             self._staged["c"] = self._c_given
         self._vector_a, self._vector_b = a_op.ndim == 1, b_op.ndim == 1
-        self._result_shape, self._d_dtype = result_shape, d_dtype
-        self._compute_type, self._scale_type = compute_type, scale_type
+        self._result_shape, self._d_dtype, self._types = result_shape, types.result, types
+        self._compute_type, self._scale_type = types.compute, types.scale
         self._alpha, self._beta, self._options = alpha, beta, options
         self._execution, self._on_gpu = execution, on_gpu
         self._like = a_op  # results go to a's package and device
@@ -178,7 +193,7 @@ class Matmul:
             self._stream = None
         self._state = _CREATED
         self._logger.debug("Matmul %s x %s -> %s (batch %s), %s, %s on %s%s", (m, k), (k, n), result_shape,
-                           batch_shape, d_dtype, compute_type, execution, ", in place" if options.inplace else "")
+                           batch_shape, types.result, types.compute, execution, ", in place" if options.inplace else "")
 
     @classmethod
     def for_cache(cls, cache, *args, **kwargs):
@@ -203,7 +218,7 @@ class Matmul:
             self._stream = stream_pointer(stream, self._holder.name, self._device_id)
         fused = fused_epilog(epilog)  # a Python function: checked here, before any work
         if fused is not None:
-            check_fused_problem(fused, self._staged["a"].op.dtype, self._staged["b"].op.dtype, self._d_dtype,
+            check_fused_problem(fused, self._staged["a"].layout.dtype, self._staged["b"].layout.dtype, self._d_dtype,
                                 self._compute_type)
             epilog = None
         epilog = as_epilog(epilog)
@@ -213,6 +228,10 @@ class Matmul:
         if epilog is not None and d_dtype.kind == "c":
             raise ValueError(f"epilog {epilog.name} does not apply to complex operands ({d_dtype.name}); "
                              f"epilogs need real dtypes")
+        if epilog is not None and not (is_floating(d_dtype) and is_floating(self._types.operand)):
+            raise ValueError(f"epilog {epilog.name} does not apply to {self._types.operand.name} operands "
+                             f"({d_dtype.name} result); epilogs need cuBLASLt's floating-point dtypes (float16, "
+                             f"bfloat16, float32, float64, float8)")
         for name in (*spec.inputs, *spec.outputs):
             HANDLERS[name].check(spec, d_dtype)
         if spec.activation in ("drelu", "dgelu") and self._product.k == 1:
@@ -253,7 +272,8 @@ class Matmul:
         if self._options.inplace:
             d_layout = inplace_layout(self._c_given, epilog)
         else:
-            d_layout = result_layout(epilog, d_dtype, self._staged["a"], self._staged["b"], self._c_given, p)
+            d_layout = result_layout(epilog, self._types.engine_result, self._staged["a"], self._staged["b"],
+                                     self._c_given, p, self._options.result_order)
         if fused is not None:  # the fused engines write row-major results
             if self._options.inplace:
                 raise ValueError("a Python epilog writes a new result: it cannot run in place (inplace=True)")
@@ -409,7 +429,8 @@ class Matmul:
                     raise ValueError(f"reset_operands: c has shape {op.shape}, the plan was built for {self._c_shape}")
                 op = expand_c(op, self._result_shape, self._vector_a, self._vector_b)
                 p = self._product
-                new_c_given = stage_matrix(name, op, p.m, p.n, None, p.batch_shape, p.moves)
+                new_c_given = stage_matrix(name, op, p.m, p.n, None, p.batch_shape, p.moves,
+                                           self._types.engine_result)
                 _check_same(name, self._c_given, new_c_given)
                 fresh = c_in_d_order(new_c_given, self._problem.d, p) if self._state == _PLANNED else new_c_given
             else:
@@ -527,10 +548,12 @@ class Matmul:
 
     def _make_call(self):
         staged = {**self._staged, **self._inputs}
+        types = self._types
         finish = Finish(self._vector_a, self._vector_b,
                         self._holder.name == "numpy" and self._like.package == "numpy",
                         self._like if self._product.moves else None, self._options.blocking is True,
-                        self._c_object if self._options.inplace else None)
+                        self._c_object if self._options.inplace else None,
+                        types.result if types.engine_result != types.result else None)
         self._call = MatmulCall(self._problem, self._engine, staged, self._holder, self._device_id, self._alpha,
                                 self._beta, finish, self._cache_key)
 

@@ -1,31 +1,51 @@
 """Matmul options and plan preferences, and the dtype rules: which operand dtypes combine, which result, compute and
 scale types go with them (cuBLASLt's table; nvmath-python's defaults are the model).
 
-==================  =====================  =========================================  ===============
-A / B dtype         result (D) dtypes      compute types (default first)              scale type
-==================  =====================  =========================================  ===============
-float16             float16, float32       32F, 16F                                   float32 (16F: float16)
-bfloat16            bfloat16, float32      32F                                        float32
-float32             float32                32F (32F_FAST_TF32 with allow_tf32),       float32
-                                           32F_FAST_TF32, 32F_FAST_16F, 32F_FAST_16BF
-float64             float64                64F                                        float64
-complex64           complex64              32F, 32F_FAST_TF32                         complex64
-complex128          complex128             64F                                        complex128
-float8 (e4m3/e5m2)  float8 (default A's),  32F                                        float32
-                    bfloat16, float16,
-                    float32
-==================  =====================  =========================================  ===============
+====================  =====================  ============================================  ===============
+A / B dtype           result (D) dtypes      compute types (default first)                 scale type
+====================  =====================  ============================================  ===============
+float16               float16, float32       32F, 16F                                      float32 (16F: float16)
+bfloat16              bfloat16, float32      32F                                           float32
+float32               float32                32F (32F_FAST_TF32 with allow_tf32),          float32
+                                             32F_FAST_TF32, 32F_FAST_16F, 32F_FAST_16BF
+float64               float64                64F                                           float64
+complex64             complex64              32F, 32F_FAST_TF32                            complex64
+complex128            complex128             64F                                           complex128
+float8 (e4m3/e5m2)    float8 (default A's),  32F                                           float32
+                      bfloat16, float16,
+                      float32
+int8                  int8 (NumPy's), int32  32I (int32 sums, exact)                       int32
+bool                  bool                   32I on the GPU (as int8), NATIVE on the CPU   int32 / bool
+other integers, long  the operands' dtype    NATIVE (NumPy's own loops), CPU only          the result's
+double, object
+====================  =====================  ============================================  ===============
+
+Operands of different dtypes are promoted first, with NumPy's rules (``np.result_type``: ``float32 @ float64`` is
+float64, ``int64 @ float32`` is float64, ``bool @ int8`` is int8), except that float8 and bfloat16 combine only with
+their own kind. The table's first result is the default (NumPy's result dtype; bfloat16 stays bfloat16 as in
+cuBLASLt).
+
+Integers are exact: NumPy's wrap-around arithmetic in the result's dtype (an int8 result is the exact int32 sum
+wrapped to int8, as ``numpy.matmul`` gives it). On the GPU cuBLASLt multiplies integers only as int8 x int8 with int32
+accumulation (``CUBLAS_COMPUTE_32I``, in its "TN" form: the API stages A row-major and B column-major); bool operands
+take that path as 0/1 int8 and come back as ``count != 0``, and an int8 result is the int32 one wrapped. Every other
+integer dtype, long double and object arrays have no exact GPU kernel and are refused there with a TypeError before
+any work (``execution='cpu'`` runs them).
 
 float8: A and B may be e4m3 or e5m2 but not both e5m2; needs a GPU of compute capability >= 8.9 (any CPU works);
 C (when given) has the result's dtype, or bfloat16/float16 for a float8 result. Scale factors ``a_scale``,
 ``b_scale``, ``d_scale`` (floats, default 1) apply to float8 products only:
 ``D = d_scale * epilog(alpha * a_scale * b_scale * A @ B + beta * C)``.
 
->>> resolve_types(np.dtype(np.float32), np.dtype(np.float32), None, MatmulOptions(allow_tf32=True))
+>>> resolve_types(np.dtype(np.float32), np.dtype(np.float32), None, MatmulOptions(allow_tf32=True))[:3]
 (dtype('float32'), '32F_FAST_TF32', dtype('float32'))
 >>> from mathpy import CudaDataType, MatmulComputeType
 >>> MatmulOptions(compute_type=MatmulComputeType.COMPUTE_32F_FAST_TF32, scale_type=CudaDataType.CUDA_R_32F)
 MatmulOptions(compute_type='32F_FAST_TF32', scale_type=dtype('float32'), ...)
+>>> resolve_types(np.dtype(np.int8), np.dtype(np.int8), None, MatmulOptions(), on_gpu=True)  # doctest: +ELLIPSIS
+MatmulTypes(result=dtype('int8'), compute='32I', scale=dtype('int32'), ..., engine_result=dtype('int32'))
+>>> resolve_types(np.dtype(np.int64), np.dtype(np.float32), None, MatmulOptions()).result
+dtype('float64')
 >>> MatmulPlanPreferences(limit=0)
 Traceback (most recent call last):
 ...
@@ -34,6 +54,7 @@ ValueError: MatmulPlanPreferences.limit must be a positive int, not 0
 
 import dataclasses
 import logging
+import typing
 
 import ml_dtypes
 import numpy as np
@@ -43,21 +64,41 @@ from ..._memory import check_allocator
 from ...bindings._types import CudaDataType, to_dtype
 from ...bindings.cublaslt import MatmulComputeType
 
-__all__ = ["MatmulOptions", "MatmulPlanPreferences", "resolve_types", "refuse_block_scaling", "SUPPORTED_DTYPES",
-           "FLOAT8_DTYPES", "COMPUTE_TYPES"]
+__all__ = ["MatmulOptions", "MatmulPlanPreferences", "MatmulTypes", "resolve_types", "refuse_block_scaling",
+           "SUPPORTED_DTYPES", "FLOAT8_DTYPES", "COMPUTE_TYPES", "RESULT_ORDERS", "is_floating"]
 
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 C64, C128 = np.dtype(np.complex64), np.dtype(np.complex128)
 BF16 = np.dtype(ml_dtypes.bfloat16)
 E4M3, E5M2 = np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2)
 FLOAT8_DTYPES = (E4M3, E5M2)
-SUPPORTED_DTYPES = (F16, BF16, F32, F64, C64, C128, E4M3, E5M2)
-COMPUTE_TYPES = ("16F", "32F", "32F_FAST_TF32", "32F_FAST_16F", "32F_FAST_16BF", "64F")
+I8, I32, BOOL = np.dtype(np.int8), np.dtype(np.int32), np.dtype(np.bool_)
+#: cuBLASLt's dtypes (bool goes through int8 on the GPU; other integers, long double and object arrays are CPU-only)
+SUPPORTED_DTYPES = (F16, BF16, F32, F64, C64, C128, E4M3, E5M2, I8)
+COMPUTE_TYPES = ("16F", "32F", "32F_FAST_TF32", "32F_FAST_16F", "32F_FAST_16BF", "64F", "32I")
+RESULT_ORDERS = (None, "C", "F")
 
-_RESULTS = {F16: (F16, F32), BF16: (BF16, F32), F32: (F32,), F64: (F64,), C64: (C64,), C128: (C128,)}
+_RESULTS = {F16: (F16, F32), BF16: (BF16, F32), F32: (F32,), F64: (F64,), C64: (C64,), C128: (C128,), I8: (I8, I32),
+            BOOL: (BOOL,)}
 _COMPUTE = {F16: ("32F", "16F"), BF16: ("32F",), F32: ("32F", "32F_FAST_TF32", "32F_FAST_16F", "32F_FAST_16BF"),
-            F64: ("64F",), C64: ("32F", "32F_FAST_TF32"), C128: ("64F",)}
+            F64: ("64F",), C64: ("32F", "32F_FAST_TF32"), C128: ("64F",), I8: ("32I",)}
 _FLOAT8_RESULTS = (E4M3, E5M2, BF16, F16, F32)
+_NUMPY_KINDS = "biufcO"  # what numpy.matmul takes (NATIVE products on the CPU)
+
+
+def is_floating(dtype):
+    """Whether ``dtype`` is one of cuBLASLt's real floating-point dtypes (what epilogs apply to)."""
+    return dtype in (F16, BF16, F32, F64, E4M3, E5M2)
+
+
+class MatmulTypes(typing.NamedTuple):
+    """The dtypes of one product (see the module table)."""
+
+    result: np.dtype         # the result's dtype
+    compute: str             # a cuBLAS compute type name, or "NATIVE": NumPy's own loop in the result's dtype
+    scale: np.dtype          # alpha and beta
+    operand: np.dtype        # the dtype A and B enter the engine in (promoted; int8 for bool on the GPU)
+    engine_result: np.dtype  # D's dtype in the engine (int32 for int8 and bool products on the GPU)
 
 
 def _as_dtype(value, name):
@@ -68,12 +109,10 @@ def _as_dtype(value, name):
     if isinstance(value, str) and value in ("float8_e4m3fn", "float8_e5m2", "bfloat16"):
         return np.dtype(getattr(ml_dtypes, value))
     try:
-        dtype = np.dtype(value)
+        return np.dtype(value)
     except TypeError:
-        dtype = None
-    if dtype is None or dtype not in SUPPORTED_DTYPES:
-        raise ValueError(f"{name} {value!r} is not supported; allowed are {[d.name for d in SUPPORTED_DTYPES]}")
-    return dtype
+        raise ValueError(f"{name} {value!r} is not a dtype; allowed are {[d.name for d in SUPPORTED_DTYPES]} "
+                         f"(and, on the CPU, NumPy's other numeric dtypes)") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +143,10 @@ class MatmulOptions:
     logger: the :class:`logging.Logger` this product's messages go to (default: the ``"mathpy"`` logger).
     allocator: a memory manager (:class:`~mathpy.BaseCUDAMemoryManager` protocol) the GPU workspace is drawn from
         (default: the operands' package's stream-ordered pool).
+    result_order: the result's memory order. None (default, nvmath-python's rule): c's order when c is given, else
+        column-major when the epilog has a per-row operand (bias, aux, bias gradients), else a's order (C order for
+        C-ordered operands, as numpy.matmul). "C": row-major; "F": column-major (cuBLASLt's own order, a few percent
+        faster for 16-bit products).
     """
 
     compute_type: str | None = None
@@ -121,6 +164,7 @@ class MatmulOptions:
     sm_count_target: int = 0
     logger: logging.Logger | None = None
     allocator: object = None
+    result_order: str | None = None
 
     def __post_init__(self):
         given = self.compute_type
@@ -151,6 +195,9 @@ class MatmulOptions:
         if self.logger is not None and not isinstance(self.logger, logging.Logger):
             raise TypeError(f"MatmulOptions.logger must be a logging.Logger, not {type(self.logger).__name__}")
         check_allocator(self.allocator, "MatmulOptions.allocator")
+        if self.result_order not in RESULT_ORDERS:
+            raise ValueError(f"MatmulOptions.result_order must be one of {list(RESULT_ORDERS)}, not "
+                             f"{self.result_order!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,13 +231,9 @@ class MatmulPlanPreferences:
                              f"{self.max_workspace_bytes!r}")
 
 
-def resolve_types(a_dtype, b_dtype, c_dtype, options):
-    """``(result dtype, compute type, scale dtype)`` for operands of these dtypes, or a ValueError/TypeError naming the
-    bad combination and the allowed ones. ``c_dtype`` is None without C."""
-    for name, dtype in (("a", a_dtype), ("b", b_dtype), ("c", c_dtype)):
-        if dtype is not None and dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"operand {name} has dtype {dtype.name}, which matmul does not support; allowed are "
-                            f"{[d.name for d in SUPPORTED_DTYPES]}")
+def resolve_types(a_dtype, b_dtype, c_dtype, options, on_gpu=False):
+    """The :class:`MatmulTypes` of a product of operands of these dtypes (``c_dtype`` None without C) on the GPU or
+    the CPU, or a TypeError/ValueError naming the bad combination and the allowed ones."""
     float8 = a_dtype in FLOAT8_DTYPES or b_dtype in FLOAT8_DTYPES
     if float8:
         if a_dtype not in FLOAT8_DTYPES or b_dtype not in FLOAT8_DTYPES:
@@ -199,31 +242,41 @@ def resolve_types(a_dtype, b_dtype, c_dtype, options):
         if a_dtype == E5M2 and b_dtype == E5M2:
             raise TypeError("a and b cannot both be float8_e5m2 (cuBLASLt supports e4m3 x e4m3, e4m3 x e5m2 and "
                             "e5m2 x e4m3)")
-        results, computes = _FLOAT8_RESULTS, ("32F",)
+        operand, results, computes = a_dtype, _FLOAT8_RESULTS, ("32F",)
     else:
-        if a_dtype != b_dtype:
-            raise TypeError(f"a and b must have the same dtype, not {a_dtype.name} and {b_dtype.name}")
-        results, computes = _RESULTS[a_dtype], _COMPUTE[a_dtype]
-    result = options.result_type or a_dtype
+        operand = _promote(a_dtype, b_dtype)
+        if operand in _RESULTS:
+            results, computes = _RESULTS[operand], _COMPUTE.get(operand, ("NATIVE",))
+        else:  # NumPy's other numeric dtypes: its own loops, on the CPU
+            results, computes = (operand,), ("NATIVE",)
+    result = options.result_type or operand
     if result not in results:
-        raise TypeError(f"result_type {result.name} is not supported for {a_dtype.name} operands; allowed are "
+        raise TypeError(f"result_type {result.name} is not supported for {operand.name} operands; allowed are "
                         f"{[d.name for d in results]}")
+    if on_gpu:
+        _check_gpu(operand)
     if c_dtype is not None:
         allowed_c = (BF16, F16) if result in FLOAT8_DTYPES else (result,)
         if c_dtype not in allowed_c:
             raise TypeError(f"c has dtype {c_dtype.name}; with a {result.name} result it must be one of "
                             f"{[d.name for d in allowed_c]}")
     compute = options.compute_type
+    if operand == BOOL:
+        computes = ("32I",) if on_gpu else ("NATIVE",)
     if compute is None and options.scale_type is not None:  # the compute type that goes with the scale type
         compute = {F16: "16F", F64: "64F", C128: "64F"}.get(options.scale_type)
         compute = compute if compute in computes else None
     if compute is None:
         compute = "32F_FAST_TF32" if options.allow_tf32 and "32F_FAST_TF32" in computes else computes[0]
     elif compute not in computes:
-        raise ValueError(f"compute_type {compute!r} is not supported for {a_dtype.name} operands; allowed are "
-                         f"{list(computes)}")
-    complex_ = a_dtype.kind == "c"
-    if compute == "16F":
+        raise ValueError(f"compute_type {compute!r} is not supported for {operand.name} operands; allowed are "
+                         f"{[c for c in computes if c != 'NATIVE'] or [None]}")
+    complex_ = operand.kind == "c"
+    if compute == "NATIVE":
+        scale = result
+    elif compute == "32I":
+        scale = I32
+    elif compute == "16F":
         scale = F16
     elif compute == "64F":
         scale = C128 if complex_ else F64
@@ -234,10 +287,12 @@ def resolve_types(a_dtype, b_dtype, c_dtype, options):
                          f"allowed is {scale.name}")
     if not float8 and any(getattr(options, s) is not None for s in ("a_scale", "b_scale", "d_scale")):
         raise ValueError("a_scale, b_scale and d_scale apply to float8 operands only; the operands are "
-                         f"{a_dtype.name}")
+                         f"{operand.name}")
     if options.result_amax and result not in FLOAT8_DTYPES:
         raise ValueError(f"result_amax applies to float8 results only; the result is {result.name}")
-    return result, compute, scale
+    engine_operand = I8 if (on_gpu and operand == BOOL) else operand
+    engine_result = I32 if (on_gpu and compute == "32I") else result
+    return MatmulTypes(result, compute, scale, engine_operand, engine_result)
 
 
 def refuse_block_scaling(dtype, execution):
@@ -252,3 +307,31 @@ def refuse_block_scaling(dtype, execution):
                              f"per-tensor float8 scales instead")
     raise NotImplementedError("MXFP8 block scaling (block_scaling=True) runs only on Blackwell GPUs and mathpy does "
                               "not implement it; use per-tensor float8 scales")
+
+
+def _promote(a_dtype, b_dtype):
+    """NumPy's promotion of the operands' dtypes (bfloat16 only with itself, integers and bools: cuBLASLt's)."""
+    for name, dtype in (("a", a_dtype), ("b", b_dtype)):
+        if dtype.kind not in _NUMPY_KINDS and dtype != BF16:
+            raise TypeError(f"operand {name} has dtype {dtype.name}, which matmul does not support; allowed are "
+                            f"{[d.name for d in SUPPORTED_DTYPES]} and, on the CPU, NumPy's other numeric dtypes")
+    if a_dtype == b_dtype:
+        return a_dtype
+    if BF16 in (a_dtype, b_dtype):
+        other = b_dtype if a_dtype == BF16 else a_dtype
+        if other.kind not in "biu":
+            raise TypeError(f"a bfloat16 operand combines only with bfloat16 (or integer) operands: a is "
+                            f"{a_dtype.name}, b is {b_dtype.name}; convert one of them")
+        return BF16
+    return np.result_type(a_dtype, b_dtype)
+
+
+def _check_gpu(operand):
+    if operand in _RESULTS or operand in FLOAT8_DTYPES:
+        return
+    if operand.kind in "iu":
+        raise TypeError(f"{operand.name} products have no exact GPU kernel: cuBLASLt multiplies integers only as int8 "
+                        f"(int8 x int8 with int32 accumulation). Run it on the CPU (execution='cpu'), or convert the "
+                        f"operands: to int8 when the values fit, to float64 when products and sums stay below 2**53")
+    raise TypeError(f"{operand.name} products run only on the CPU (cuBLASLt has no {operand.name} kernels); run it "
+                    f"with execution='cpu', or convert the operands to float64/complex128")
