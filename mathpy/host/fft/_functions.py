@@ -1,19 +1,9 @@
-"""NumPy-compatible stateless FFTs: ``import mathpy.fft as fft`` replaces ``numpy.fft``.
+"""numpy.fft's functions on cuFFT and the CPU: ``import mathpy.fft as fft`` replaces ``numpy.fft``.
 
-Each function takes NumPy's parameters (``n`` / ``s``, ``axis`` / ``axes``, ``norm``, ``out``) with NumPy 2's rules
-(:mod:`._numpy_rules`: dtypes, repeated axes, lengths, errors and warnings), plus keyword-only
-
-- ``prolog=`` / ``epilog=``: callbacks fused into the transform (a Python function, ``mathpy.fft.Callback(fn,
-  data=...)`` or LTO-IR). They see the unnormalised transform; the ``norm`` scale is applied after the epilog. The
-  prolog sees the input after ``n``/``s`` padded or cropped it (C-contiguous), the epilog the result.
-- ``options=``: :class:`FFTOptions` (``fft_type`` and ``last_axis_parity`` are set by the function).
-- ``execution=``: "cpu", "cuda" or an ExecutionCPU/ExecutionCUDA; default: where the operand lives.
-- ``stream=``: the CUDA stream.
-
-Results come back in the caller's package and on its device. A call resolves NumPy's rules here, then plans a
-:class:`FFT` with an engine from the plan cache (:func:`plan_cache_info`) and runs its prepared call; a repeated call
-with the same argument facts runs that prepared call directly (:mod:`._stateless`). More than three transform axes,
-or an axis named twice, are decomposed into several plans.
+Each function takes NumPy 2's parameters (``n`` / ``s``, ``axis`` / ``axes``, ``norm``, ``out``) with NumPy's rules
+(:mod:`._numpy_rules`: dtypes, repeated axes, lengths, errors and warnings), plus keyword-only ``prolog=`` /
+``epilog=`` (callbacks fused into the transform), ``options=``, ``execution=`` and ``stream=``. How a call runs is in
+:mod:`._numpy_call`; the docstrings' shared parameter text is in :mod:`._docs`.
 
 >>> import numpy as np
 >>> x = np.arange(6, dtype=np.float32)
@@ -23,318 +13,599 @@ or an axis named twice, are decomposed into several plans.
 True
 """
 
-import contextlib
-import dataclasses
-
-import numpy as np
-
-from ... import _cuda, _operands, _torch_route
-from ..._execution import ExecutionCUDA, resolve_execution
-from ..._options import check_or_create_options
-from ..._streams import stream_pointer
-from . import _stateless
+from ... import _operands, _torch_route
+from ..._docstrings import fill, render
 from ._call import copy_to_out
-from ._numpy_rules import (LONG_DOUBLE, check_n, check_norm, check_out, computation_dtype, cook_nd,
-                           normalize_axis, result_dtype, scale, stage_shape, stages, swap_norm)
-from ._options import FFTOptions
-from ._plan import FFT, plan_cache
-from ._problem import fft_problem
+from ._docs import FFT_DOCS
+from ._numpy_call import conj, n_d, one_d, scope
+from ._numpy_rules import swap_norm
 
 __all__ = ["fft", "ifft", "rfft", "irfft", "fft2", "ifft2", "rfft2", "irfft2", "fftn", "ifftn", "rfftn", "irfftn",
            "hfft", "ihfft"]
 
+# The keyword-only parameters every function takes, and the sections every function has
+_SHARED = """\
+prolog : callable, Callback, bytes or dict, optional
+    {prolog}
+epilog : callable, Callback, bytes or dict, optional
+    {epilog}
+options : FFTOptions or dict, optional
+    {options}
+execution : str, ExecutionCPU, ExecutionCUDA or dict, optional
+    {execution}
+stream : int or stream object, optional
+    {stream}"""
+_SECTIONS = """\
+Raises
+------
+{raises}
 
-# --- operands ----------------------------------------------------------------------------------------------------
-
-def _astype(op, dtype):
-    if op.dtype == dtype:
-        return op
-    return _operands.wrap_operand(op.interface.astype(op.tensor, dtype))
-
-
-def _conj(op):
-    return _operands.wrap_operand(op.interface.conj(op.tensor))
-
-
-def _resize(op, sizes):
-    """Crop or zero-pad ``op`` to ``sizes`` ({axis: length}) at the end of each axis, in its own package."""
-    shape = list(op.shape)
-    changed = {a: n for a, n in sizes.items() if shape[a] != n}
-    if not changed:
-        return op
-    new_shape = list(shape)
-    for axis, n in changed.items():
-        new_shape[axis] = n
-    index = tuple(slice(0, min(shape[a], new_shape[a])) for a in range(len(shape)))
-    result = op.interface.on(op.device_id).empty(new_shape, op.dtype, zero=True)
-    result[index] = op.tensor[index]
-    return _operands.wrap_operand(result)
+Notes
+-----
+{notes}"""
+_doc = fill({**FFT_DOCS, "keywords": render(_SHARED, FFT_DOCS), "sections": render(_SECTIONS, FFT_DOCS)})
 
 
-def _out_operand(out, op):
-    """``out=`` wrapped, in ``op``'s package and on its device; NumPy's TypeError for what is not an array."""
-    if _operands.package_of(out) is None and not hasattr(out, "__cuda_array_interface__") and \
-            not hasattr(out, "__dlpack__"):
-        raise TypeError(f"return arrays must be of ArrayType (out= must be a NumPy, CuPy or torch array, not "
-                        f"{type(out).__name__})")
-    return _operands.wrap_operands({"a": op.tensor, "out": out})["out"]
-
-
-def _scope(op, stream):
-    """The caller's stream made current for work in ``op``'s own package (promotion, padding, casts)."""
-    if op.on_host:
-        return _NULL_SCOPE
-    return op.interface.stream_scope(op.device_id, stream_pointer(stream, op.package, op.device_id))
-
-
-# --- the one code path -------------------------------------------------------------------------------------------
-
-def _run(name, kind, op, axes, lengths, norm, out, inverse, prolog, epilog, options, execution, stream, key):
-    """Transform Operand ``op`` as numpy.fft's ``name`` does: the 1-D transforms of ``kind`` ("C2C", "R2C", "C2R")
-    over ``axes`` (repeats allowed) to logical ``lengths``, grouped into plans (:func:`._numpy_rules.stages`).
-    ``key``: the call's key for :mod:`._stateless` (None: nothing to remember)."""
-    norm = check_norm(norm)
-    out_op = None if out is None else _out_operand(out, op)
-    options = _DEFAULT_OPTIONS if options is None else check_or_create_options(FFTOptions, options, "options")
-    executing = resolve_execution(execution, op.device_id)
-    on_gpu = isinstance(executing, ExecutionCUDA)
-    if on_gpu:
-        _cuda.require_device(executing.device_id)  # before a GPU array package is looked for
-    dtype = computation_dtype(op.dtype, kind != "R2C")
-    if on_gpu and dtype in LONG_DOUBLE:
-        raise TypeError(f"{name}: {op.dtype} FFTs run only on the CPU (cuFFT has no long double); run this one with "
-                        f"execution='cpu', or convert the operand to float64/complex128 to run it on the GPU")
-    plan = stages(kind, axes, lengths)
-    result_shape = op.shape
-    for stage_type, stage_axes, stage_lengths in plan:
-        result_shape = stage_shape(result_shape, stage_type, stage_axes, stage_lengths)
-    final_dtype = result_dtype(op.dtype, dtype, plan[-1][0], len(axes) == 1)
-    if out_op is not None:
-        check_out(out_op, result_shape, final_dtype, name)
-    factor = scale(norm, inverse, lengths, np.dtype(dtype.char.lower()))
-    if 0 in result_shape:  # an empty batch: nothing to transform
-        return _finish_out(out_op, _operands.empty(op.package, result_shape, final_dtype, op.device_id))
-
-    caller, last_index = op, len(plan) - 1
-    if last_index:  # several plans: move once, not per stage; nothing to remember
-        key = None
-        if op.on_host and on_gpu:
-            op = _operands.to_device(op, executing.device_id, None)
-        elif not op.on_host and not on_gpu:
-            op = _operands.to_host(op, None)
-    direction = 1 if inverse else -1
-    for index, (stage_type, stage_axes, stage_lengths) in enumerate(plan):
-        first, last = index == 0, index == last_index
-        # Promote, then pad or crop to the stage's lengths (C2R: the halved last axis holds n//2+1); on a GPU these
-        # copies are ordered on the caller's stream, before the transform.
-        sizes = dict(zip(stage_axes, stage_lengths))
-        if stage_type == "C2R":
-            sizes[stage_axes[-1]] = stage_lengths[-1] // 2 + 1
-        if op.dtype != dtype or any(op.shape[a] != n for a, n in sizes.items()):
-            key = None  # a prepared call runs on the caller's array as it is
-            with _scope(op, stream):
-                op = _resize(_astype(op, dtype), sizes)
-        parity = "odd" if stage_lengths[-1] % 2 else "even"
-        stage_options = _stage_options(options, stage_type, options.inplace and not last_index, parity)
-        problem = fft_problem(op, stage_axes, stage_options, executing)
-        handle = stream_pointer(stream, problem.holder, problem.device_id) if problem.on_gpu else None
-        fft_plan = FFT.for_problem(op, problem, handle, plan_cache)
-        try:
-            fft_plan.plan(prolog=prolog if first else None, epilog=epilog if last else None)
-            stage_out = out_op if (last and not last_index and final_dtype == problem.transform.output_dtype) \
-                else None
-            stage_direction = problem.direction(direction if stage_type == "C2C" else None)
-            stage_scale = factor if last else None
-            result = fft_plan.prepared_call.execute(op, stage_direction, handle, stage_scale, stage_out)
-            if not last_index and stage_out is None:
-                _stateless.remember(key, fft_plan.prepared_call, stage_direction, stage_scale)
-        finally:
-            fft_plan.free()
-        if not last:
-            op, dtype = _operands.wrap_operand(result), result_dtype(dtype, dtype, stage_type, False)
-    if last_index:
-        result = _operands.as_package(result, caller)
-    if out_op is not None and result is out_op.tensor:
-        return result
-    result_op = _operands.wrap_operand(result)
-    if result_op.dtype != final_dtype:  # float16 in, float16 out (one-axis C2R, as NumPy)
-        with _scope(result_op, stream):
-            result = _astype(result_op, final_dtype).tensor
-    return _finish_out(out_op, result)
-
-
-_DEFAULT_OPTIONS = FFTOptions()
-_options_memo = {}
-_NULL_SCOPE = contextlib.nullcontext()
-
-
-def _stage_options(options, fft_type, inplace, parity):
-    """The caller's options for one plan of the call: its FFT type, in-place flag and parity set (memoised)."""
-    key = (options, fft_type, inplace, parity)
-    found = _options_memo.get(key)
-    if found is None:
-        if len(_options_memo) > 256:
-            _options_memo.clear()
-        found = _options_memo[key] = dataclasses.replace(options, fft_type=fft_type, inplace=inplace,
-                                                         last_axis_parity=parity)
-    return found
-
-
-def _odd(options):
-    """Whether ``options`` (None, a dict or FFTOptions) ask for an odd last axis of a C2R result: the default length
-    of irfft's ``n`` (irfftn's last ``s``) is then ``2 * (m - 1) + 1`` (nvmath-python's ``last_axis_parity``)."""
-    if options is None:
-        return False
-    if isinstance(options, dict):
-        options = check_or_create_options(FFTOptions, options, "options")
-    return getattr(options, "last_axis_parity", "even") == "odd"
-
-
-def _finish_out(out_op, result):
-    if out_op is None or result is out_op.tensor:
-        return result
-    copy_to_out(out_op, result, None)
-    return out_op.tensor
-
-
-def _one_d(name, kind, inverse, a, n, axis, norm, out, prolog, epilog, options, execution, stream):
-    """numpy.fft's 1-D functions: ``fft``, ``ifft`` ("C2C"), ``rfft`` ("R2C"), ``irfft`` ("C2R")."""
-    if _torch_route.wanted(a, out, prolog, epilog):  # autograd / torch.compile: mathpy.torch
-        return _torch_route.fft(name, a, n, axis, norm, out, prolog, epilog, options, execution, stream)
-    result, key = _stateless.reuse(name, (n, axis, norm), a, out, prolog, epilog, options, execution, stream)
-    if result is not None:
-        return result
-    op = _operands.wrap_operand(a, "a")
-    axis = normalize_axis(axis, op.ndim)
-    if n is None:
-        n = (op.shape[axis] - 1) * 2 + _odd(options) if kind == "C2R" else op.shape[axis]
-    n = check_n(n)
-    return _run(name, kind, op, (axis,), (n,), norm, out, inverse, prolog, epilog, options, execution, stream, key)
-
-
-def _n_d(name, kind, inverse, a, s, axes, norm, out, prolog, epilog, options, execution, stream):
-    """numpy.fft's N-D functions (and the 2-D ones, which differ only in their default ``axes``)."""
-    if _torch_route.wanted(a, out, prolog, epilog):  # autograd / torch.compile: mathpy.torch
-        return _torch_route.fft(name, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
-    result, key = _stateless.reuse(name, (_hashable(s), _hashable(axes), norm), a, out, prolog, epilog, options,
-                                   execution, stream)
-    if result is not None:
-        return result
-    op = _operands.wrap_operand(a, "a")
-    lengths, axes, warned = cook_nd(op.shape, s, axes, kind == "C2R", odd=kind == "C2R" and _odd(options))
-    if warned:
-        key = None  # every call warns, as NumPy's does
-    if not axes:
-        if kind != "C2C":
-            raise IndexError(f"{name} needs at least one axis to transform; axes is empty")
-        check_norm(norm)
-        return _finish_out(None if out is None else _out_operand(out, op), op.tensor)  # NumPy: the input as it is
-    return _run(name, kind, op, axes, lengths, norm, out, inverse, prolog, epilog, options, execution, stream, key)
-
-
+@_doc
 def fft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
         stream=None):
-    """One-dimensional discrete Fourier transform (as ``numpy.fft.fft``)."""
-    return _one_d("fft", "C2C", False, a, n, axis, norm, out, prolog, epilog, options, execution, stream)
+    """Compute the one-dimensional discrete Fourier transform, as :func:`numpy.fft.fft`.
+
+    Parameters
+    ----------
+    a : array_like
+        {a}
+    n : int, optional
+        {n}
+    axis : int, optional
+        {axis}
+    norm : {"backward", "ortho", "forward"}, optional
+        {norm}
+    out : array, optional
+        {out}
+    {keywords}
+
+    Returns
+    -------
+    array
+        The complex transform: complex64 for float16, float32 and complex64 input, complex128 for float64,
+        integer and bool input, long double complex for long double input.
+
+    {sections}
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy.fft
+    >>> x = np.array([1.0, 2.0, 1.0, -1.0])
+    >>> mathpy.fft.fft(x)
+    array([3.+0.j, 0.-3.j, 1.+0.j, 0.+3.j])
+
+    A Python epilog fused into the transform (here on the CPU; on a GPU it is compiled into cuFFT's kernel):
+
+    >>> def double(data_out, offset, value, user_info, unused):
+    ...     data_out[offset] = value * 2
+    >>> mathpy.fft.fft(x, epilog=double)
+    array([6.+0.j, 0.-6.j, 2.+0.j, 0.+6.j])
+    """
+    return one_d("fft", "C2C", False, a, n, axis, norm, out, prolog, epilog, options, execution, stream)
 
 
+@_doc
 def ifft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
          stream=None):
-    """One-dimensional inverse discrete Fourier transform (as ``numpy.fft.ifft``)."""
-    return _one_d("ifft", "C2C", True, a, n, axis, norm, out, prolog, epilog, options, execution, stream)
+    """Compute the one-dimensional inverse discrete Fourier transform, as :func:`numpy.fft.ifft`.
+
+    Parameters
+    ----------
+    a : array_like
+        {a}
+    n : int, optional
+        {n}
+    axis : int, optional
+        {axis}
+    norm : {"backward", "ortho", "forward"}, optional
+        {norm}
+    out : array, optional
+        {out}
+    {keywords}
+
+    Returns
+    -------
+    array
+        The complex inverse transform (dtypes as :func:`fft`).
+
+    {sections}
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy.fft
+    >>> mathpy.fft.ifft(np.array([3, -3j, 1, 3j]))
+    array([ 1.+0.j,  2.+0.j,  1.+0.j, -1.+0.j])
+    """
+    return one_d("ifft", "C2C", True, a, n, axis, norm, out, prolog, epilog, options, execution, stream)
 
 
+@_doc
 def rfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
          stream=None):
-    """One-dimensional FFT of a real operand: the n//2+1 non-negative frequencies (as ``numpy.fft.rfft``)."""
-    return _one_d("rfft", "R2C", False, a, n, axis, norm, out, prolog, epilog, options, execution, stream)
+    """Compute the one-dimensional discrete Fourier transform of real input, as :func:`numpy.fft.rfft`: the
+    ``n // 2 + 1`` non-negative frequency terms.
+
+    Parameters
+    ----------
+    a : array_like
+        {a}
+        Real (a complex input is a TypeError).
+    n : int, optional
+        {n}
+    axis : int, optional
+        {axis}
+    norm : {"backward", "ortho", "forward"}, optional
+        {norm}
+    out : array, optional
+        {out}
+    {keywords}
+
+    Returns
+    -------
+    array
+        The complex half spectrum (complex64 for float16 and float32 input, complex128 for float64, integer and
+        bool input), of length ``n // 2 + 1`` along ``axis``.
+
+    {sections}
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy.fft
+    >>> mathpy.fft.rfft(np.array([1.0, 2.0, 1.0, -1.0]))
+    array([3.+0.j, 0.-3.j, 1.+0.j])
+    """
+    return one_d("rfft", "R2C", False, a, n, axis, norm, out, prolog, epilog, options, execution, stream)
 
 
+@_doc
 def irfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
           stream=None):
-    """Inverse of :func:`rfft`: a real result of length ``n`` (default ``2 * (m - 1)``) (as ``numpy.fft.irfft``)."""
-    return _one_d("irfft", "C2R", True, a, n, axis, norm, out, prolog, epilog, options, execution, stream)
+    """Compute the inverse of :func:`rfft`, as :func:`numpy.fft.irfft`: a real result of length ``n``.
+
+    Parameters
+    ----------
+    a : array_like
+        {a}
+        The half spectrum of a Hermitian-symmetric signal.
+    n : int, optional
+        {n_inverse_real}
+    axis : int, optional
+        {axis}
+    norm : {"backward", "ortho", "forward"}, optional
+        {norm}
+    out : array, optional
+        {out}
+    {keywords}
+
+    Returns
+    -------
+    array
+        The real signal: float32 for complex64 input, float16 for float16 input (computed in single precision,
+        as NumPy rounds it back), float64 for double, integer and bool input.
+
+    {sections}
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy.fft
+    >>> mathpy.fft.irfft(np.array([3, -3j, 1]), n=4)
+    array([ 1.,  2.,  1., -1.])
+    """
+    return one_d("irfft", "C2R", True, a, n, axis, norm, out, prolog, epilog, options, execution, stream)
 
 
+@_doc
 def hfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
          stream=None):
-    """FFT of a Hermitian-symmetric signal given by its first half: a real spectrum (as ``numpy.fft.hfft``).
+    """Compute the FFT of a signal with Hermitian symmetry given by its first half (a real spectrum), as
+    :func:`numpy.fft.hfft`.
 
-    Computed as ``irfft(conj(a), n, norm=swapped)``; callbacks apply to that C2R transform."""
+    Computed as ``irfft(conj(a), n, norm=<the opposite direction's norm>)``; callbacks apply to that transform.
+
+    Parameters
+    ----------
+    a : array_like
+        {a}
+    n : int, optional
+        {n_inverse_real}
+    axis : int, optional
+        {axis}
+    norm : {"backward", "ortho", "forward"}, optional
+        {norm}
+    out : array, optional
+        {out}
+    {keywords}
+
+    Returns
+    -------
+    array
+        The real spectrum (dtypes as :func:`irfft`).
+
+    {sections}
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy.fft
+    >>> mathpy.fft.hfft(np.array([1, 2, 3]))
+    array([ 8., -2.,  0., -2.])
+    """
     if _torch_route.wanted(a, out, prolog, epilog):  # autograd / torch.compile: mathpy.torch (hfft, not irfft)
         return _torch_route.fft("hfft", a, n, axis, norm, out, prolog, epilog, options, execution, stream)
     swapped = swap_norm(norm)  # before any work: a bad norm is refused as numpy.fft does
     op = _operands.wrap_operand(a, "a")
     if op.dtype.kind == "c":
-        with _scope(op, stream):
-            op = _conj(op)
-    return _one_d("hfft", "C2R", True, op.tensor, n, axis, swapped, out, prolog, epilog, options, execution, stream)
+        with scope(op, stream):
+            op = conj(op)
+    return one_d("hfft", "C2R", True, op.tensor, n, axis, swapped, out, prolog, epilog, options, execution, stream)
 
 
+@_doc
 def ihfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
           stream=None):
-    """Inverse of :func:`hfft` (as ``numpy.fft.ihfft``): ``conj(rfft(a, n, norm=swapped))``."""
+    """Compute the inverse of :func:`hfft`, as :func:`numpy.fft.ihfft`: ``conj(rfft(a, n, norm=<swapped>))``.
+
+    Parameters
+    ----------
+    a : array_like
+        {a}
+        Real.
+    n : int, optional
+        {n}
+    axis : int, optional
+        {axis}
+    norm : {"backward", "ortho", "forward"}, optional
+        {norm}
+    out : array, optional
+        {out}
+    {keywords}
+
+    Returns
+    -------
+    array
+        The complex half of a Hermitian-symmetric signal (dtypes as :func:`rfft`).
+
+    {sections}
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy.fft
+    >>> mathpy.fft.ihfft(np.array([8.0, -2.0, 0.0, -2.0]))
+    array([1.-0.j, 2.-0.j, 3.-0.j])
+    """
     if _torch_route.wanted(a, out, prolog, epilog):  # autograd / torch.compile: mathpy.torch
         return _torch_route.fft("ihfft", a, n, axis, norm, out, prolog, epilog, options, execution, stream)
     swapped = swap_norm(norm)
-    result = _one_d("ihfft", "R2C", False, a, n, axis, swapped, out, prolog, epilog, options, execution, stream)
+    result = one_d("ihfft", "R2C", False, a, n, axis, swapped, out, prolog, epilog, options, execution, stream)
     result_op = _operands.wrap_operand(result)
-    with _scope(result_op, stream):
-        conjugated = _conj(result_op).tensor
+    with scope(result_op, stream):
+        conjugated = conj(result_op).tensor
     if out is None:
         return conjugated
     copy_to_out(result_op, conjugated, None)  # result is out
     return result
 
+
+@_doc
 def fftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
          stream=None):
-    """N-dimensional FFT over ``axes`` (all by default) (as ``numpy.fft.fftn``)."""
-    return _n_d("fftn", "C2C", False, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
+    """Compute the N-dimensional discrete Fourier transform, as :func:`numpy.fft.fftn`.
+
+    Parameters
+    ----------
+    a : array_like
+        {a}
+    s : sequence of ints, optional
+        {s}
+    axes : sequence of ints, optional
+        {axes}
+    norm : {"backward", "ortho", "forward"}, optional
+        {norm}
+    out : array, optional
+        {out}
+    {keywords}
+
+    Returns
+    -------
+    array
+        The complex transform over ``axes`` (dtypes as :func:`fft`).
+
+    {sections}
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy.fft
+    >>> grid = np.arange(6.0).reshape(2, 3)
+    >>> mathpy.fft.fftn(grid, axes=(1,))
+    array([[ 3. +0.j       , -1.5+0.8660254j, -1.5-0.8660254j],
+           [12. +0.j       , -1.5+0.8660254j, -1.5-0.8660254j]])
+
+    An axis named twice is transformed twice, as NumPy does:
+
+    >>> mathpy.fft.fftn(grid, axes=(0, 0))
+    array([[ 0.+0.j,  2.+0.j,  4.+0.j],
+           [ 6.+0.j,  8.+0.j, 10.+0.j]])
+    """
+    return n_d("fftn", "C2C", False, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
 
 
+@_doc
 def ifftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
           stream=None):
-    """N-dimensional inverse FFT (as ``numpy.fft.ifftn``)."""
-    return _n_d("ifftn", "C2C", True, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
+    """Compute the N-dimensional inverse discrete Fourier transform, as :func:`numpy.fft.ifftn`.
+
+    Parameters
+    ----------
+    a : array_like
+        {a}
+    s : sequence of ints, optional
+        {s}
+    axes : sequence of ints, optional
+        {axes}
+    norm : {"backward", "ortho", "forward"}, optional
+        {norm}
+    out : array, optional
+        {out}
+    {keywords}
+
+    Returns
+    -------
+    array
+        The complex inverse transform over ``axes`` (dtypes as :func:`fft`).
+
+    {sections}
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy.fft
+    >>> grid = np.arange(6.0).reshape(2, 3)
+    >>> mathpy.fft.ifftn(mathpy.fft.fftn(grid)).real
+    array([[0., 1., 2.],
+           [3., 4., 5.]])
+    """
+    return n_d("ifftn", "C2C", True, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
 
 
+@_doc
 def rfftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
           stream=None):
-    """N-dimensional FFT of a real operand; the last axis is halved (as ``numpy.fft.rfftn``)."""
-    return _n_d("rfftn", "R2C", False, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
+    """Compute the N-dimensional discrete Fourier transform of real input, as :func:`numpy.fft.rfftn`: the last
+    axis of ``axes`` is transformed first (real to complex) and halved to ``s[-1] // 2 + 1``.
+
+    Parameters
+    ----------
+    a : array_like
+        {a}
+        Real.
+    s : sequence of ints, optional
+        {s}
+    axes : sequence of ints, optional
+        {axes}
+    norm : {"backward", "ortho", "forward"}, optional
+        {norm}
+    out : array, optional
+        {out}
+    {keywords}
+
+    Returns
+    -------
+    array
+        The complex transform (dtypes as :func:`rfft`).
+
+    {sections}
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy.fft
+    >>> mathpy.fft.rfftn(np.arange(6.0).reshape(2, 3))
+    array([[15.+0.j        , -3.+1.73205081j],
+           [-9.+0.j        ,  0.+0.j        ]])
+    """
+    return n_d("rfftn", "R2C", False, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
 
 
+@_doc
 def irfftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
            stream=None):
-    """Inverse of :func:`rfftn` (as ``numpy.fft.irfftn``)."""
-    return _n_d("irfftn", "C2R", True, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
+    """Compute the inverse of :func:`rfftn`, as :func:`numpy.fft.irfftn`: the last axis of ``axes`` is
+    transformed last (complex to real).
+
+    Parameters
+    ----------
+    a : array_like
+        {a}
+    s : sequence of ints, optional
+        {s}
+    axes : sequence of ints, optional
+        {axes}
+    norm : {"backward", "ortho", "forward"}, optional
+        {norm}
+    out : array, optional
+        {out}
+    {keywords}
+
+    Returns
+    -------
+    array
+        The real result: float32 for single precision input (float16 too), float64 for double, integer and bool
+        input, long double for long double; float16 for float16 input transformed over one axis, as NumPy.
+
+    {sections}
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy.fft
+    >>> grid = np.arange(6.0).reshape(2, 3)
+    >>> mathpy.fft.irfftn(mathpy.fft.rfftn(grid), s=grid.shape, axes=(0, 1))
+    array([[0., 1., 2.],
+           [3., 4., 5.]])
+    """
+    return n_d("irfftn", "C2R", True, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
 
 
+@_doc
 def fft2(a, s=None, axes=(-2, -1), norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
          stream=None):
-    """Two-dimensional FFT (as ``numpy.fft.fft2``)."""
-    return _n_d("fft2", "C2C", False, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
+    """Compute the two-dimensional discrete Fourier transform, as :func:`numpy.fft.fft2`: :func:`fftn` over the
+    last two axes by default.
+
+    Parameters
+    ----------
+    a : array_like
+        {a}
+    s : sequence of ints, optional
+        {s}
+    axes : sequence of ints, optional
+        Axes to transform (default: the last two); see :func:`fftn`.
+    norm : {"backward", "ortho", "forward"}, optional
+        {norm}
+    out : array, optional
+        {out}
+    {keywords}
+
+    Returns
+    -------
+    array
+        The complex transform (dtypes as :func:`fft`).
+
+    {sections}
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy.fft
+    >>> mathpy.fft.fft2(np.arange(6.0).reshape(2, 3))
+    array([[15.+0.j        , -3.+1.73205081j, -3.-1.73205081j],
+           [-9.+0.j        ,  0.+0.j        ,  0.+0.j        ]])
+    """
+    return n_d("fft2", "C2C", False, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
 
 
+@_doc
 def ifft2(a, s=None, axes=(-2, -1), norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
           stream=None):
-    """Two-dimensional inverse FFT (as ``numpy.fft.ifft2``)."""
-    return _n_d("ifft2", "C2C", True, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
+    """Compute the two-dimensional inverse discrete Fourier transform, as :func:`numpy.fft.ifft2`.
+
+    Parameters
+    ----------
+    a : array_like
+        {a}
+    s : sequence of ints, optional
+        {s}
+    axes : sequence of ints, optional
+        Axes to transform (default: the last two); see :func:`fftn`.
+    norm : {"backward", "ortho", "forward"}, optional
+        {norm}
+    out : array, optional
+        {out}
+        (NumPy 2.4's ``ifft2`` ignores ``out``; mathpy fills it, as documented.)
+    {keywords}
+
+    Returns
+    -------
+    array
+        The complex inverse transform (dtypes as :func:`fft`).
+
+    {sections}
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy.fft
+    >>> grid = np.arange(6.0).reshape(2, 3)
+    >>> out = np.empty((2, 3), complex)
+    >>> mathpy.fft.ifft2(mathpy.fft.fft2(grid), out=out) is out
+    True
+    """
+    return n_d("ifft2", "C2C", True, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
 
 
+@_doc
 def rfft2(a, s=None, axes=(-2, -1), norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
           stream=None):
-    """Two-dimensional FFT of a real operand (as ``numpy.fft.rfft2``)."""
-    return _n_d("rfft2", "R2C", False, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
+    """Compute the two-dimensional discrete Fourier transform of real input, as :func:`numpy.fft.rfft2`.
+
+    Parameters
+    ----------
+    a : array_like
+        {a}
+        Real.
+    s : sequence of ints, optional
+        {s}
+    axes : sequence of ints, optional
+        Axes to transform (default: the last two; the last one is halved); see :func:`rfftn`.
+    norm : {"backward", "ortho", "forward"}, optional
+        {norm}
+    out : array, optional
+        {out}
+    {keywords}
+
+    Returns
+    -------
+    array
+        The complex half spectrum (dtypes as :func:`rfft`).
+
+    {sections}
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy.fft
+    >>> mathpy.fft.rfft2(np.arange(6.0).reshape(2, 3)).shape
+    (2, 2)
+    """
+    return n_d("rfft2", "R2C", False, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
 
 
+@_doc
 def irfft2(a, s=None, axes=(-2, -1), norm=None, out=None, *, prolog=None, epilog=None, options=None, execution=None,
            stream=None):
-    """Inverse of :func:`rfft2` (as ``numpy.fft.irfft2``)."""
-    return _n_d("irfft2", "C2R", True, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
+    """Compute the inverse of :func:`rfft2`, as :func:`numpy.fft.irfft2`.
 
+    Parameters
+    ----------
+    a : array_like
+        {a}
+    s : sequence of ints, optional
+        {s}
+    axes : sequence of ints, optional
+        Axes to transform (default: the last two; the last one is the real one); see :func:`irfftn`.
+    norm : {"backward", "ortho", "forward"}, optional
+        {norm}
+    out : array, optional
+        {out}
+        (NumPy 2.4's ``irfft2`` ignores ``out``; mathpy fills it, as documented.)
+    {keywords}
 
-def _hashable(value):
-    """``s`` / ``axes`` as part of a prepared call's key: lists become tuples; anything else unhashable is left for the
-    full path to judge (the lookup then fails with TypeError and is skipped)."""
-    return tuple(value) if type(value) is list else value
+    Returns
+    -------
+    array
+        The real result (dtypes as :func:`irfftn`).
+
+    {sections}
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy.fft
+    >>> grid = np.arange(6.0).reshape(2, 3)
+    >>> mathpy.fft.irfft2(mathpy.fft.rfft2(grid), s=(2, 3))
+    array([[0., 1., 2.],
+           [3., 4., 5.]])
+    """
+    return n_d("irfft2", "C2R", True, a, s, axes, norm, out, prolog, epilog, options, execution, stream)

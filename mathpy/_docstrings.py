@@ -1,0 +1,62 @@
+"""Docstrings written once: shared parameter text filled into numpydoc docstrings (nvmath-python's habit), so that
+``help()`` and the API reference say the same thing for every function that takes ``execution=`` or ``stream=``.
+
+A docstring line that holds only ``{name}`` is replaced by the shared text ``name``, every line of it indented as the
+placeholder was; other braces are left alone, and a placeholder without text is an error when the module is imported.
+
+>>> @fill({"x": "An array.\\nAny package's."})
+... def f(x):
+...     '''Do nothing.
+...
+...     Parameters
+...     ----------
+...     x : array
+...         {x}
+...     '''
+>>> print(f.__doc__.splitlines()[5:7])
+['        An array.', "        Any package's."]
+"""
+
+import re
+
+__all__ = ["fill", "COMMON"]
+
+_PLACEHOLDER = re.compile(r"^(\s*)\{(\w+)\}\s*$")
+
+#: Text shared by every host API.
+COMMON = {
+    "execution": """\
+Where the work runs: ``"cpu"``, ``"cuda"``, an :class:`~mathpy.ExecutionCPU` /
+:class:`~mathpy.ExecutionCUDA` (or a dict of one's fields with ``"name"``). Default: where the operands
+live (host memory on the CPU, device memory on its GPU), unless an :func:`~mathpy.execution_space` block
+sets another. Data moves as needed and results come back where the operands live.""",
+    "stream": """\
+The CUDA stream the GPU work is ordered on: an ``int`` handle, a CuPy or torch stream, or any object
+with ``__cuda_stream__``. Default: the current stream of the operands' package. Ignored on the CPU.""",
+    "no_device": """\
+:class:`~mathpy.NoDeviceError`
+    GPU execution was asked for on a machine without a usable GPU.""",
+}
+
+
+def fill(shared):
+    """A decorator that fills ``{name}`` placeholder lines of the object's docstring from ``shared`` (a dict)."""
+    def decorate(obj):
+        obj.__doc__ = render(obj.__doc__, shared, getattr(obj, "__qualname__", repr(obj)))
+        return obj
+    return decorate
+
+
+def render(doc, shared, where="docstring"):
+    """``doc`` with its placeholder lines replaced (see the module docstring)."""
+    lines = []
+    for line in (doc or "").splitlines():
+        match = _PLACEHOLDER.match(line)
+        if match is None:
+            lines.append(line)
+            continue
+        indent, name = match.groups()
+        if name not in shared:
+            raise KeyError(f"{where}: no shared docstring text named {name!r}")
+        lines.extend(indent + text if text else "" for text in shared[name].splitlines())
+    return "\n".join(lines) + ("\n" if (doc or "").endswith("\n") else "")
