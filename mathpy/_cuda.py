@@ -45,7 +45,24 @@ def device_count():
 
 
 def is_available():
-    """True when at least one CUDA device can be used."""
+    """Return whether a CUDA GPU can be used (public as ``mathpy.cuda_is_available``).
+
+    Returns
+    -------
+    bool
+        True when the driver reports at least one device; False without a driver or GPU (never raises).
+
+    Notes
+    -----
+    Without a GPU every host API runs on the CPU; ``execution="cuda"`` then raises
+    :class:`~mathpy.NoDeviceError`.
+
+    Examples
+    --------
+    >>> import mathpy
+    >>> isinstance(mathpy.cuda_is_available(), bool)
+    True
+    """
     return device_count() > 0
 
 

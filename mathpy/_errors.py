@@ -17,12 +17,37 @@ __all__ = [
 
 
 class MathpyError(Exception):
-    """Base class of mathpy's own errors."""
+    """Base class of mathpy's own errors (argument errors are the built-in ValueError and TypeError).
+
+    Examples
+    --------
+    >>> import mathpy
+    >>> issubclass(mathpy.NoDeviceError, mathpy.MathpyError)
+    True
+    """
 
 
 class CUDALibraryError(MathpyError, RuntimeError):
-    """A CUDA library call returned an error status; ``str()`` reads
-    ``"CUFFT_INVALID_SIZE (4): cufft cufftXtMakePlanMany failed"`` (plus the detail, when given)."""
+    """A CUDA library call returned an error status.
+
+    Parameters
+    ----------
+    library, function : str
+        The library (``"cufft"``, ``"cublasLt"``) and the function that failed.
+    status : int
+        The status code.
+    status_name : str
+        Its name, e.g. ``"CUFFT_INVALID_SIZE"``.
+    detail : str, optional
+        What mathpy knows about the cause.
+
+    Examples
+    --------
+    >>> import mathpy
+    >>> error = mathpy.CUDALibraryError("cufft", "cufftXtMakePlanMany", 4, "CUFFT_INVALID_SIZE")
+    >>> str(error), error.status
+    ('CUFFT_INVALID_SIZE (4): cufft cufftXtMakePlanMany failed', 4)
+    """
 
     def __init__(self, library, function, status, status_name, detail=""):
         self.library, self.function, self.status, self.status_name = library, function, status, status_name
@@ -31,25 +56,74 @@ class CUDALibraryError(MathpyError, RuntimeError):
 
 
 class LibraryNotFoundError(MathpyError, ImportError):
-    """A CUDA library (or an optional package) that the call needs is not installed."""
+    """A CUDA library (cuFFT, cuBLASLt, nvJitLink, NVVM) or an optional package (CuPy or torch to hold device
+    memory) that the call needs is not installed; the message says what to install.
+
+    Examples
+    --------
+    >>> import mathpy
+    >>> issubclass(mathpy.LibraryNotFoundError, ImportError)
+    True
+    """
 
 
 class NoDeviceError(MathpyError, RuntimeError):
-    """CUDA execution was asked for, but no usable GPU (or driver) is present."""
+    """CUDA execution was asked for, but no usable GPU (or driver) is present.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy, mathpy.fft
+    >>> def spectrum(x):
+    ...     try:
+    ...         return mathpy.fft.fft(x, execution="cuda")
+    ...     except mathpy.NoDeviceError:       # no GPU here: the CPU computes the same
+    ...         return mathpy.fft.fft(x)
+    >>> spectrum(np.ones(4))
+    array([4.+0.j, 0.+0.j, 0.+0.j, 0.+0.j])
+    """
 
 
 class InvalidPlanStateError(MathpyError, RuntimeError):
-    """A stateful object was used in the wrong state: freed, not planned yet, or given operands it was not built for."""
+    """A stateful object (:class:`~mathpy.fft.FFT`, :class:`~mathpy.Matmul`) was used in the wrong state: freed, or
+    not planned yet.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy
+    >>> mm = mathpy.Matmul(np.ones((2, 2)), np.ones((2, 2)))
+    >>> mm.execute()
+    Traceback (most recent call last):
+    ...
+    mathpy._errors.InvalidPlanStateError: Matmul.execute: call plan() first
+    """
 
 
 class UnsupportedLayoutError(MathpyError, ValueError):
-    """The operands' layout cannot be expressed to the library and copying was not allowed.
+    """The operands' layout cannot be expressed to the library and copying was not allowed (an in-place FFT of a
+    layout cuFFT cannot address).
 
-    ``permutation`` (when known): the axis order to copy the operand into (``x.transpose(permutation).copy()``) so
-    that the call works, with ``axes`` the transform axes in that permuted layout; both None when no single
-    permutation helps. ``message`` is the text (as nvmath-python's error of the same name has them).
+    Parameters
+    ----------
+    message : str
+        The text (also ``.message``, as nvmath-python's error of the same name has it).
+    permutation : tuple of int, optional
+        When known: the axis order to copy the operand into (``x.transpose(permutation).copy()``) so that the call
+        works.
+    axes : tuple of int, optional
+        The transform axes in that permuted layout (None when no single permutation helps).
 
-    >>> e = UnsupportedLayoutError("copy it", permutation=(1, 0), axes=(1,))
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy, mathpy.fft
+    >>> x = np.ones((4, 8, 6), np.complex64).transpose(1, 0, 2)      # batch axes that fold into no one stride
+    >>> mathpy.fft.FFT(x, axes=[2], options={"inplace": True})
+    Traceback (most recent call last):
+    ...
+    mathpy._errors.UnsupportedLayoutError: an in-place FFT needs a layout the library addresses directly; ...
+    >>> e = mathpy.UnsupportedLayoutError("copy it", permutation=(1, 0), axes=(1,))
     >>> str(e), e.permutation, e.axes, e.message
     ('copy it', (1, 0), (1,), 'copy it')
     """
@@ -60,4 +134,17 @@ class UnsupportedLayoutError(MathpyError, ValueError):
 
 
 class CallbackCompileError(MathpyError, TypeError):
-    """A user's prolog or epilog could not be compiled; the message names the function and its source line."""
+    """A user's prolog or epilog could not be compiled; the message names the function and its source line.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy, mathpy.fft
+    >>> def broken(data_out, offset, value, user_info, unused):
+    ...     data_out[offset] = value + "text"
+    >>> try:
+    ...     mathpy.fft.fft(np.ones(4), epilog=broken)
+    ... except mathpy.CallbackCompileError as error:
+    ...     print(str(error).splitlines()[0][:47])
+    cannot compile epilog callback broken (<doctest
+    """

@@ -25,8 +25,31 @@ __all__ = ["ExecutionCPU", "ExecutionCUDA", "execution_space", "get_execution_sp
 
 @dataclasses.dataclass(frozen=True)
 class ExecutionCPU:
-    """Run on the CPU with NumPy/SciPy. ``num_threads``: worker threads for SciPy's FFT (None: all cores); the CPU
-    matmul runs on NumPy's BLAS with the BLAS library's own threads."""
+    """Run on the CPU: FFTs on SciPy's pocketfft, matrix products on NumPy (its BLAS for floating point).
+
+    Parameters
+    ----------
+    num_threads : int, optional
+        Worker threads for SciPy's FFT (default: all cores). The matmul uses the BLAS library's own threads.
+
+    Raises
+    ------
+    ValueError
+        ``num_threads`` that is not a positive int.
+
+    Notes
+    -----
+    Pass it as ``execution=`` to any host API call, or to :func:`execution_space` for a block; ``"cpu"`` and
+    ``{"name": "cpu", "num_threads": 4}`` mean the same. It runs on every machine; GPU operands are copied to the
+    CPU and results copied back to their device.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy, mathpy.fft
+    >>> mathpy.fft.fft(np.ones(4), execution=mathpy.ExecutionCPU(num_threads=2))
+    array([4.+0.j, 0.+0.j, 0.+0.j, 0.+0.j])
+    """
 
     num_threads: int | None = None
     name = "cpu"
@@ -38,7 +61,30 @@ class ExecutionCPU:
 
 @dataclasses.dataclass(frozen=True)
 class ExecutionCUDA:
-    """Run on a CUDA device. ``device_id`` None means the operands' device (or device 0 for host operands)."""
+    """Run on a CUDA device: FFTs on cuFFT, matrix products on cuBLASLt.
+
+    Parameters
+    ----------
+    device_id : int, optional
+        The GPU. Default: the operands' device (device 0 for host operands).
+
+    Raises
+    ------
+    ValueError
+        ``device_id`` that is not a non-negative int.
+
+    Notes
+    -----
+    Host operands (NumPy arrays, CPU tensors) are copied to the device (into CuPy or torch memory, whichever is
+    installed) and results come back to the host. A call that runs on a GPU on a machine without one raises
+    :class:`~mathpy.NoDeviceError`.
+
+    Examples
+    --------
+    >>> import mathpy
+    >>> mathpy.ExecutionCUDA(device_id=1)
+    ExecutionCUDA(device_id=1)
+    """
 
     device_id: int | None = None
     name = "cuda"
@@ -71,7 +117,19 @@ def as_execution(value, name="execution"):
 
 
 def get_execution_space():
-    """The default set by the innermost :func:`execution_space` block, or None (the operands decide)."""
+    """Return the default execution space set by the innermost :func:`execution_space` block.
+
+    Returns
+    -------
+    ExecutionCPU, ExecutionCUDA or None
+        None outside any block: the operands decide where each call runs.
+
+    Examples
+    --------
+    >>> import mathpy
+    >>> mathpy.get_execution_space() is None
+    True
+    """
     return _default.get()
 
 
@@ -81,9 +139,38 @@ scoped_execution = _default.get
 
 @contextlib.contextmanager
 def execution_space(execution):
-    """Run calls that pass no ``execution=`` on ``execution`` ("cpu", "cuda", or an options object) within the block.
+    """Run the calls of a block that pass no ``execution=`` on ``execution``: an unchanged NumPy program can run
+    on the GPU.
 
-    The setting is per thread and per asyncio task (a ``contextvars`` variable) and is restored on exit."""
+    Parameters
+    ----------
+    execution : str, ExecutionCPU, ExecutionCUDA or dict
+        ``"cpu"``, ``"cuda"``, an execution object, or a dict of one's fields with ``"name"``.
+
+    Yields
+    ------
+    ExecutionCPU or ExecutionCUDA
+        The space in effect in the block.
+
+    Raises
+    ------
+    ValueError, TypeError
+        ``execution`` is not one of the above.
+
+    Notes
+    -----
+    The setting is per thread and per asyncio task (a ``contextvars`` variable) and is restored on exit; blocks
+    nest. Results still come back where the operands live: with ``"cuda"``, NumPy operands are copied to the GPU
+    and their results back to the CPU as NumPy arrays.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy
+    >>> with mathpy.execution_space("cpu") as space:
+    ...     space, mathpy.get_execution_space()
+    (ExecutionCPU(num_threads=None), ExecutionCPU(num_threads=None))
+    """
     token = _default.set(as_execution(execution))
     try:
         yield _default.get()

@@ -39,6 +39,8 @@ __all__ = ["PlanCache", "CacheInfo", "PlanKey"]
 
 
 class CacheInfo(NamedTuple):
+    """What :meth:`PlanCache.info` reports."""
+
     plans: int
     bytes: int
     hits: int
@@ -85,8 +87,39 @@ class Entry:
 
 
 class PlanCache:
-    """LRU of plans keyed by everything that makes plans differ; ``max_bytes`` bounds the workspace held by cached
-    plans."""
+    """A thread-safe LRU of plans keyed by everything that makes plans differ (see the module docstring); public as
+    :data:`mathpy.matmul_plan_cache`, the cache behind :func:`mathpy.matmul`.
+
+    Parameters
+    ----------
+    name : str
+        For messages and logs.
+    max_plans : int, optional
+        At most this many plans (``0`` disables caching). Default 64.
+    max_bytes : int, optional
+        At most this many bytes of workspace held by the cached plans. Default 1 GiB.
+
+    Raises
+    ------
+    ValueError
+        A negative bound.
+
+    Notes
+    -----
+    :meth:`info` reports its state, :meth:`resize` changes the bounds and :meth:`clear` frees every idle plan (GPU
+    workspaces included). Plans borrowed by running calls are freed when the calls return them.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy
+    >>> _ = mathpy.matmul(np.ones((4, 4)), np.ones((4, 4)))
+    >>> mathpy.matmul_plan_cache.info().plans >= 1
+    True
+    >>> mathpy.matmul_plan_cache.clear()
+    >>> mathpy.matmul_plan_cache.info().plans
+    0
+    """
 
     def __init__(self, name, max_plans=64, max_bytes=1 << 30):
         self.name = name
@@ -210,11 +243,13 @@ class PlanCache:
         _free_all(idle)
 
     def info(self):
+        """The cache's state: a :class:`CacheInfo` (plans, workspace bytes, hits, misses, evictions, bounds)."""
         with self._lock:
             return CacheInfo(len(self._entries), sum(e.nbytes for e in self._entries.values()), self._hits,
                              self._misses, self._evictions, self.max_plans, self.max_bytes)
 
     def keys(self):
+        """The keys of the cached plans, least recently used first."""
         with self._lock:
             return list(self._entries)
 

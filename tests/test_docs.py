@@ -18,18 +18,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 GUIDES = DOCS / "guides"
 
-# Docstrings that still break the -W build, in modules this branch does not own: the FFT/matmul host modules are
-# being rewritten by the house refactor (issue 9), after which issue 10's second half writes numpydoc docstrings for
-# them. Their warnings are reported by
-# test_docs_build_has_no_warnings_in_modules_owned_elsewhere (strict xfail: it fails loudly, as XPASS, once they are
-# fixed, so this list must then shrink).
-OWNED_ELSEWHERE = (
-    "mathpy/host/fft/_plan.py",        # FFT class docstring: an indented block after a paragraph
-    "mathpy/host/fft/_options.py",     # FFTOptions: a field table written as an indented block
-    "mathpy/host/matmul/_options.py",  # MatmulOptions: the same
-)
-
-
 def _needs_sphinx():
     for module in ("sphinx", "numpydoc", "myst_parser"):
         if importlib.util.find_spec(module) is None:
@@ -52,22 +40,11 @@ def build(tmp_path_factory):
     return result.returncode, lines, out / "html"
 
 
-def _owned_elsewhere(line):
-    return any(str(ROOT / path) in line or line.startswith(path) for path in OWNED_ELSEWHERE)
-
-
-def test_docs_build_has_no_warnings_in_this_branchs_modules(build):
-    _, lines, html = build
-    ours = [line for line in lines if not _owned_elsewhere(line)]
-    assert not ours, "sphinx warnings (fix the docstring or page they name):\n" + "\n".join(ours)
+def test_docs_build_has_no_warnings(build):
+    """Every docstring is numpydoc the -W build accepts (no module is exempt any more)."""
+    returncode, lines, html = build
+    assert returncode == 0 and not lines, "sphinx warnings (fix the docstring or page they name):\n" + "\n".join(lines)
     assert (html / "index.html").exists()
-
-
-@pytest.mark.xfail(strict=True, reason="docstrings in modules owned by issue 9 (house) still warn: "
-                                       + ", ".join(OWNED_ELSEWHERE))
-def test_docs_build_has_no_warnings_in_modules_owned_elsewhere(build):
-    returncode, lines, _ = build
-    assert returncode == 0 and not lines, "\n".join(lines)
 
 
 def test_every_public_name_has_a_reference_page(build):

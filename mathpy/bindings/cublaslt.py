@@ -101,7 +101,31 @@ class PointerMode(enum.IntEnum):
 
 
 class MatmulEpilog(enum.IntEnum):
-    """cuBLASLt's ``cublasLtEpilogue_t`` values: public as ``mathpy.MatmulEpilog``, passed to cuBLASLt unchanged."""
+    """The epilogs fused into a matrix product: cuBLASLt's ``cublasLtEpilogue_t`` values, passed to it unchanged.
+
+    ``epilog=`` of :func:`~mathpy.matmul` and :meth:`Matmul.plan <mathpy.Matmul.plan>` takes a member, its name
+    (any case: ``"relu_bias"``) or its value. An epilog is applied to ``X = alpha * a @ b + beta * c`` before the
+    result is stored: ``RELU`` / ``GELU`` (tanh approximation), with ``_BIAS`` adding ``epilog_inputs["bias"]``
+    (one value per row of the result), with ``_AUX`` also returning what the backward pass needs (the RELU bitmask
+    or GELU's input), ``DRELU`` / ``DGELU`` multiplying by the activation's derivative from that aux input, with
+    ``_BGRAD`` also returning the bias gradient, and ``BGRADA`` / ``BGRADB`` returning the sums of A or B over K.
+
+    Notes
+    -----
+    Epilogs take cuBLASLt's real floating-point dtypes (float16, bfloat16, float32, float64, float8 operands) on
+    both execution spaces: fused into cuBLASLt's kernel on the GPU, and on the CPU implemented exactly as
+    documented in ``mathpy.host.matmul._epilog``, bit formats included. With a per-row operand or output the result is
+    column-major (cuBLASLt's convention, as nvmath-python's).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy
+    >>> a, b = np.array([[1.0, -2.0], [3.0, 4.0]]), np.eye(2)
+    >>> mathpy.matmul(a, b, epilog=mathpy.MatmulEpilog.RELU_BIAS, epilog_inputs={"bias": np.array([1.0, -10.0])})
+    array([[2., 0.],
+           [0., 0.]])
+    """
 
     DEFAULT = 1
     RELU = 2

@@ -176,7 +176,18 @@ class _Emitter:
 
 
 class FFTDescription(DescriptionNamespace):
-    """A block FFT configuration and its device functions (build it with :func:`fft`).
+    """A block FFT configuration and its device functions (build it with :func:`fft`, which checks the arguments and
+    caches descriptions; its parameters are this constructor's, resolved).
+
+    Parameters
+    ----------
+    size, precision, direction, fft_type, elements_per_thread, ffts_per_block
+        As :func:`fft` takes them, with defaults resolved (precision as ``np.float32`` / ``np.float64``).
+
+    Raises
+    ------
+    ValueError
+        The configuration needs more shared memory than a block has (the message says how many FFTs per block fit).
 
     Launch with ``block_dim`` threads and ``shared_memory_size`` bytes of dynamic shared memory; a block computes
     ``ffts_per_block`` FFTs, FFT number ``threadIdx.y`` of the block using threads ``threadIdx.x < T``.
@@ -205,6 +216,13 @@ class FFTDescription(DescriptionNamespace):
     with real values in the real parts (``r2c``) / the half spectrum at ``k <= size//2`` (``c2r``). The ``load``,
     ``store`` and ``multiply`` helpers know these layouts.
     The transforms are unnormalized (like cuFFT and ``numpy.fft`` forward); the inverse is ``size *`` numpy's ifft.
+
+    Examples
+    --------
+    >>> import numpy as np, mathpy.device
+    >>> FFT = mathpy.device.fft(size=64, precision=np.float32)
+    >>> FFT.block_dim, FFT.storage_size, FFT.grid_dim(100)
+    ((8, 32, 1), 8, (4, 1, 1))
     """
 
     def __init__(self, size, precision, direction, fft_type, elements_per_thread, ffts_per_block):
@@ -707,6 +725,11 @@ def fft(
     ------
     ValueError
         For an unsupported size, precision, direction, type or block shape, naming the allowed values.
+
+    Notes
+    -----
+    Device functions run inside numba-cuda kernels on a GPU, and on the CPU under numba's CUDA simulator
+    (``NUMBA_ENABLE_CUDASIM=1``), which the test suite uses to check them against NumPy.
 
     Examples
     --------

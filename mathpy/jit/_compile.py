@@ -4,6 +4,7 @@ import dataclasses
 import threading
 import time
 
+from .._docstrings import fill
 from .._errors import CallbackCompileError, LibraryNotFoundError, NoDeviceError
 from .._log import logger
 from ._cache import function_key, load_entry, nvvm_file_id, store_entry
@@ -11,11 +12,35 @@ from ._spec import check_function, describe_function, make_spec
 
 __all__ = ["CompiledCallback", "compile_callback", "compile_epilog", "compile_prolog", "current_compute_capability"]
 
+_DOCS = {
+    "raises": """\
+TypeError
+    ``fn`` has the wrong number of parameters, a prolog returns nothing or an epilog returns a value.
+ValueError
+    An unsupported element or user-data dtype (named, with the allowed ones), or a compute capability the
+    installed NVVM does not support.
+:class:`~mathpy.CallbackCompileError`
+    numba cannot type or compile the function; the message names the function, its file and line.
+:class:`~mathpy.NoDeviceError`
+    ``compute_capability`` was not given and there is no GPU to take it from.
+:class:`~mathpy.LibraryNotFoundError`
+    libNVVM is not installed (``pip install numba-cuda[cu13]``).""",
+    "notes": """\
+No GPU is needed when ``compute_capability`` is given: numba-cuda compiles with NVVM alone. Results are cached in
+memory and on disk (``$MATHPY_CACHE_DIR`` or ``~/.cache/mathpy/jit``), keyed by the function's code, constants,
+closure and the globals it reads, so a later process gets them in about a millisecond. The LTO-IR wraps the
+function in cuFFT's exact callback prototype, so that cuFFT's link inlines it (no call per element).""",
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class CompiledCallback:
-    """A callback compiled for cuFFT's LTO (JIT) callbacks (returned by :func:`compile_callback`).
+    """A callback compiled for cuFFT's LTO (JIT) callbacks, as :func:`compile_callback` returns it.
 
-    Attributes
+    On a GPU, the FFT passes ``ltoir`` to ``cufftXtSetJITCallback`` with symbol NULL; the CPU execution space runs
+    the Python function instead (:func:`apply_prolog_cpu`, :func:`apply_epilog_cpu`).
+
+    Parameters
     ----------
     ltoir : bytes
         LTO-IR; pass to ``cufftXtSetJITCallback`` and keep alive until planning returns.
@@ -32,6 +57,15 @@ class CompiledCallback:
         The cache key (hex), or None when the function could not be fingerprinted.
     function_name : str
         ``name (file:line)`` of the user's function, for messages.
+
+    Examples
+    --------
+    >>> from mathpy import jit
+    >>> def load(data_in, offset, user_info, unused):
+    ...     return data_in[offset]
+    >>> compiled = jit.compile_callback(load, "prolog", "float64", None, (9, 0))
+    >>> compiled.mangled_name, compiled.kind
+    ('_Z30cufftJITCallbackLoadDoubleRealPvyS_S_', 'prolog')
     """
 
     ltoir: bytes
@@ -92,6 +126,7 @@ def _build(py, spec, key, where):
     return ltoir, version, path
 
 
+@fill(_DOCS)
 def compile_callback(fn, kind, element_dtype, user_info_dtype=None, compute_capability=None, *, cache=True):
     """Compile ``fn`` as a cuFFT LTO ``kind`` callback.
 
@@ -101,6 +136,7 @@ def compile_callback(fn, kind, element_dtype, user_info_dtype=None, compute_capa
         ``prolog(data_in, offset, user_info, unused) -> value`` or ``epilog(data_out, offset, value, user_info,
         unused)`` (see :mod:`mathpy.jit` for what works inside).
     kind : {"prolog", "epilog"}
+        A load (prolog) or store (epilog) callback.
     element_dtype : {"float32", "float64", "complex64", "complex128"}
         The element the callback loads (prolog) or stores (epilog).
     user_info_dtype : dtype or None, optional
@@ -113,15 +149,25 @@ def compile_callback(fn, kind, element_dtype, user_info_dtype=None, compute_capa
     Returns
     -------
     CompiledCallback
+        The LTO-IR with what it was compiled for.
 
     Raises
     ------
-    TypeError
-        ``fn`` has the wrong parameters, a prolog returns nothing or an epilog returns a value.
-    ValueError
-        An unsupported element or user-data dtype, or compute capability.
-    mathpy.CallbackCompileError
-        numba cannot type or compile the function (the message names the function and its line).
+    {raises}
+
+    Notes
+    -----
+    {notes}
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mathpy import jit
+    >>> def scale(data_out, offset, value, user_info, unused):
+    ...     data_out[offset] = value * user_info[0]
+    >>> compiled = jit.compile_callback(scale, "epilog", "complex64", "float32", (9, 0))
+    >>> compiled.cufft_callback_type, compiled.user_info_dtype, compiled.symbol
+    (4, 'float32', None)
     """
     start = time.perf_counter()
     py = check_function(fn, kind)
@@ -170,6 +216,7 @@ def compile_callback(fn, kind, element_dtype, user_info_dtype=None, compute_capa
     return result
 
 
+@fill(_DOCS)
 def compile_prolog(fn, element_dtype, user_info_dtype=None, *, compute_capability=None):
     """Compile ``fn(data_in, offset, user_info, unused) -> value`` to LTO-IR for a cuFFT load callback.
 
@@ -190,6 +237,15 @@ def compile_prolog(fn, element_dtype, user_info_dtype=None, *, compute_capabilit
         LTO-IR exporting cuFFT's default load-callback name for ``element_dtype``: pass symbol NULL to
         ``cufftXtSetJITCallback``, or give the bytes as ``prolog=`` to :func:`mathpy.fft.fft` on the GPU.
 
+    Raises
+    ------
+    {raises}
+
+    Notes
+    -----
+    {notes} nvmath-python's ``compile_prolog`` compiles the same functions; mathpy's FFT functions also take the
+    Python function itself and compile it for the execution space they run on.
+
     Examples
     --------
     >>> import numpy as np, mathpy.fft
@@ -202,6 +258,7 @@ def compile_prolog(fn, element_dtype, user_info_dtype=None, *, compute_capabilit
     return compile_callback(fn, "prolog", element_dtype, user_info_dtype, compute_capability).ltoir
 
 
+@fill(_DOCS)
 def compile_epilog(fn, element_dtype, user_info_dtype=None, *, compute_capability=None):
     """Compile ``fn(data_out, offset, value, user_info, unused)`` to LTO-IR for a cuFFT store callback.
 
@@ -221,5 +278,22 @@ def compile_epilog(fn, element_dtype, user_info_dtype=None, *, compute_capabilit
     bytes
         LTO-IR exporting cuFFT's default store-callback name for ``element_dtype``: pass symbol NULL to
         ``cufftXtSetJITCallback``, or give the bytes as ``epilog=`` to :func:`mathpy.fft.fft` on the GPU.
+
+    Raises
+    ------
+    {raises}
+
+    Notes
+    -----
+    {notes}
+
+    Examples
+    --------
+    >>> import numpy as np, mathpy.fft
+    >>> def double(data_out, offset, value, user_info, unused):
+    ...     data_out[offset] = value * np.float32(2)
+    >>> ltoir = mathpy.fft.compile_epilog(double, "complex64", compute_capability=(9, 0))
+    >>> len(ltoir) > 0
+    True
     """
     return compile_callback(fn, "epilog", element_dtype, user_info_dtype, compute_capability).ltoir

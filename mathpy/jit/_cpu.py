@@ -99,9 +99,47 @@ def _run(kind, py, loop_args):
 
 
 def apply_prolog_cpu(fn, buffer_1d, offsets, user_info=None):
-    """``values[k] = fn(buffer_1d, offsets[k], user_info, None)`` for every k, as a compiled loop.
+    """Run a prolog on the CPU: ``values[k] = fn(buffer_1d, offsets[k], user_info, None)`` for every ``k``, as a
+    numba-compiled loop (what the CPU FFT engine does before its transform).
 
-    Returns an array shaped like ``offsets`` with ``buffer_1d``'s dtype (the FFT's input element type)."""
+    Parameters
+    ----------
+    fn : function
+        ``prolog(data_in, offset, user_info, unused) -> value``, nvmath-python's signature.
+    buffer_1d : numpy.ndarray
+        The 1-D view of the operand's whole memory span (its element type); ``offset`` indexes it.
+    offsets : numpy.ndarray
+        Integer element offsets (passed to ``fn`` as uint64, as cuFFT does), shaped as the values wanted.
+    user_info : numpy.ndarray, optional
+        The user data, flattened and read-only inside ``fn``.
+
+    Returns
+    -------
+    numpy.ndarray
+        The values, shaped like ``offsets``, of ``buffer_1d``'s dtype.
+
+    Raises
+    ------
+    ValueError
+        ``buffer_1d`` is not 1-D, or an offset lies outside it.
+    TypeError
+        ``offsets`` are not integers; :class:`~mathpy.CallbackCompileError` when numba cannot compile ``fn`` for
+        these types (user data of a dtype numba's CPU target lacks included).
+
+    Notes
+    -----
+    The GPU runs the same function compiled to LTO-IR inside cuFFT (:func:`compile_callback`); the loop here is
+    compiled once per function content and argument types.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mathpy import jit
+    >>> def window(data_in, offset, user_info, unused):
+    ...     return data_in[offset] * user_info[offset]
+    >>> jit.apply_prolog_cpu(window, np.arange(4.0), np.arange(4), np.array([0.0, 0.5, 1.0, 0.5]))
+    array([0. , 0.5, 2. , 1.5])
+    """
     py = check_function(fn, "prolog")
     buffer_1d, offsets, flat, user_info = _prepare(buffer_1d, offsets, user_info)
     out = np.empty(flat.size, dtype=buffer_1d.dtype)
@@ -110,8 +148,49 @@ def apply_prolog_cpu(fn, buffer_1d, offsets, user_info=None):
 
 
 def apply_epilog_cpu(fn, buffer_1d, offsets, values, user_info=None):
-    """``fn(buffer_1d, offsets[k], values[k], user_info, None)`` for every k, as a compiled loop; ``buffer_1d`` is
-    written in place (it must be writable) and returned."""
+    """Run an epilog on the CPU: ``fn(buffer_1d, offsets[k], values[k], user_info, None)`` for every ``k``, as a
+    numba-compiled loop (what the CPU FFT engine does with its transform's result).
+
+    Parameters
+    ----------
+    fn : function
+        ``epilog(data_out, offset, value, user_info, unused)``, nvmath-python's signature.
+    buffer_1d : numpy.ndarray
+        The 1-D view of the output's whole memory span, written in place (it must be writable).
+    offsets : numpy.ndarray
+        Integer element offsets into ``buffer_1d``, shaped like ``values``.
+    values : numpy.ndarray
+        The values computed by the transform, one per offset.
+    user_info : numpy.ndarray, optional
+        The user data, flattened and read-only inside ``fn``.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``buffer_1d``.
+
+    Raises
+    ------
+    ValueError
+        ``buffer_1d`` is not 1-D or not writable, ``values`` and ``offsets`` differ in shape, an offset lies outside
+        the buffer.
+    TypeError
+        ``offsets`` are not integers; :class:`~mathpy.CallbackCompileError` when numba cannot compile ``fn``.
+
+    Notes
+    -----
+    The GPU runs the same function compiled into cuFFT's store (:func:`compile_callback`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mathpy import jit
+    >>> def double(data_out, offset, value, user_info, unused):
+    ...     data_out[offset] = value * np.float32(2)
+    >>> out = np.zeros(3, np.complex64)
+    >>> jit.apply_epilog_cpu(double, out, np.arange(3), np.array([1, 2j, 3], np.complex64))
+    array([2.+0.j, 0.+4.j, 6.+0.j], dtype=complex64)
+    """
     py = check_function(fn, "epilog")
     buffer_1d, offsets, flat, user_info = _prepare(buffer_1d, offsets, user_info)
     values = np.asarray(values)

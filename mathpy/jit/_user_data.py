@@ -67,15 +67,52 @@ def user_data_role(shape, layout_shape, function_name="callback"):
 
 
 def check_user_info(user_info, compiled_dtype, layout_shape, *, function_name="callback"):
-    """Validate ``user_info`` for a callback compiled with ``compiled_dtype`` (a dtype name or None) that sees
-    elements of a layout of shape ``layout_shape`` (the operand as the callback indexes it, batch included).
+    """Check user data against a callback compiled for ``compiled_dtype`` that sees a layout of ``layout_shape``.
 
-    Allowed: None when the callback was compiled without user data; otherwise a C-contiguous array (NumPy, CuPy,
-    torch...), aligned to its element size, of the compiled dtype that is a scalar (shape ``()`` or one element), has
-    a shape equal to a suffix of ``layout_shape`` (it then covers one window and the callback broadcasts it over the
-    leading axes by reading ``user_info[offset % window]``), or equals the full layout; leading 1s of its shape are
-    ignored. Returns the number of elements (the window size).
-    Raises TypeError for a dtype mismatch and ValueError for a size or layout mismatch."""
+    Parameters
+    ----------
+    user_info : array or None
+        The user data: None when the callback was compiled without it; otherwise a C-contiguous array (NumPy, CuPy,
+        torch...), aligned to its element size, of the compiled dtype, that is a scalar (shape ``()`` or one
+        element), has a shape equal to a suffix of ``layout_shape`` (one window, which the callback broadcasts over
+        the leading axes by reading ``user_info[offset % window]``) or the full layout's; leading 1s of its shape
+        are ignored.
+    compiled_dtype : str or None
+        The dtype name the callback was compiled for (``user_info_dtype``), or None.
+    layout_shape : tuple of int
+        The shape of the operand as the callback indexes it, batch included.
+    function_name : str, optional
+        How messages name the callback.
+
+    Returns
+    -------
+    int
+        The number of elements of the user data (the window size), 0 without user data.
+
+    Raises
+    ------
+    TypeError
+        A dtype other than the compiled one.
+    ValueError
+        User data given to a callback compiled without it (or missing), not C-contiguous, misaligned, or of a shape
+        that is neither a scalar, a suffix of the layout nor the layout.
+
+    Notes
+    -----
+    The FFT API runs the same checks when it binds a :class:`~mathpy.fft.Callback` at plan time, on the CPU and on
+    the GPU; this function is for LTO-IR compiled separately (nvmath-python style).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mathpy import jit
+    >>> jit.check_user_info(np.ones(16, np.float32), "float32", (8, 16))   # one row's window
+    16
+    >>> jit.check_user_info(np.ones(16, np.float64), "float32", (8, 16))
+    Traceback (most recent call last):
+    ...
+    TypeError: user data of callback has dtype float64, but the callback was compiled for float32
+    """
     if user_info is None:
         if compiled_dtype is not None:
             raise ValueError(f"{function_name} was compiled to read user data of dtype {compiled_dtype}, but no "

@@ -34,13 +34,45 @@ __all__ = ["Callback", "BoundCallback", "as_callback", "bind_callback", "element
 
 
 class Callback:
-    """A prolog or epilog with its user data: ``Callback(fn_or_ltoir, data=None)``.
+    """A prolog or epilog with its user data, for ``prolog=`` / ``epilog=`` of the FFT functions and
+    :meth:`FFT.plan <mathpy.fft.FFT.plan>`.
 
+    Parameters
+    ----------
+    function : callable or bytes
+        A Python function with nvmath-python's signature (``prolog(data_in, offset, user_info, unused) -> value``
+        or ``epilog(data_out, offset, value, user_info, unused)``), or LTO-IR bytes exporting cuFFT's default
+        callback name (GPU only).
+    data : scalar or array, optional
+        What the callback reads as ``user_info``: a scalar (``user_info[0]``), an array of the shape of the layout
+        the callback sees (``user_info[offset]``), or a window of a suffix of that shape broadcast over the leading
+        axes (``user_info[offset % window.size]``). Any numeric dtype: bool, int8 to uint64, float16 to float64,
+        complex64, complex128. User data on the GPU is read in place when the plan runs; host data is copied to the
+        execution device.
+
+    Raises
+    ------
+    TypeError
+        ``function`` is neither callable nor bytes. The data's dtype, shape and device are checked when the FFT is
+        planned (TypeError / ValueError naming what is allowed).
+
+    Notes
+    -----
+    The same function runs on the CPU (as a numba-compiled loop) and on a GPU (compiled to LTO-IR and fused into
+    cuFFT's kernel), with the same offsets. Write constants as NumPy scalars of the element's precision
+    (``np.float32(2)``): a Python float promotes complex64 arithmetic to complex128. The callback guide has more.
+
+    Examples
+    --------
     >>> import numpy as np
+    >>> import mathpy.fft
     >>> def scale(data_out, offset, value, user_info, unused):
     ...     data_out[offset] = value * user_info[0]
-    >>> Callback(scale, data=np.float32(0.5))
+    >>> half = mathpy.fft.Callback(scale, data=np.float32(0.5))
+    >>> half
     Callback(scale, data=float32[()])
+    >>> mathpy.fft.fft(np.ones(4, np.complex64), epilog=half)
+    array([2.+0.j, 0.+0.j, 0.+0.j, 0.+0.j], dtype=complex64)
     """
 
     __slots__ = ("function", "data")

@@ -31,15 +31,79 @@ def _device(device):
 
 
 def fftfreq(n, d=1.0, *, device=None, like=None):
-    """The sample frequencies of an ``n``-point FFT with sample spacing ``d`` (as ``numpy.fft.fftfreq``).
+    """Return the sample frequencies of an ``n``-point discrete Fourier transform, as :func:`numpy.fft.fftfreq`.
 
-    ``like``: an array whose package and device the result takes (default: a NumPy array); ``device``: NumPy 2's
-    argument, None or "cpu"."""
+    Parameters
+    ----------
+    n : int
+        Window length.
+    d : float, optional
+        Sample spacing (the inverse of the sampling rate). Default 1.
+    device : {None, "cpu"}, optional
+        NumPy 2's argument: where a NumPy result lives (only ``"cpu"``).
+    like : array, optional
+        An array whose package and device the result takes (a CuPy array gives a CuPy result on its GPU); default:
+        a NumPy array.
+
+    Returns
+    -------
+    array
+        ``[0, 1, ..., n/2 - 1, -n/2, ..., -1] / (d * n)`` for even ``n`` (``(n - 1) / 2`` positive terms for odd),
+        float64.
+
+    Raises
+    ------
+    ValueError
+        A negative or non-integer ``n`` (NumPy's messages), a ``device`` other than ``"cpu"``.
+    ZeroDivisionError
+        ``n`` is 0 (as NumPy).
+
+    Notes
+    -----
+    Computed by NumPy on the CPU, then moved to ``like``'s package and device.
+
+    Examples
+    --------
+    >>> import mathpy.fft
+    >>> mathpy.fft.fftfreq(4, d=0.5)
+    array([ 0. ,  0.5, -1. , -0.5])
+    """
     return _like(np.fft.fftfreq(n, d, **_device(device)), like)
 
 
 def rfftfreq(n, d=1.0, *, device=None, like=None):
-    """The non-negative sample frequencies of an ``n``-point real FFT (as ``numpy.fft.rfftfreq``)."""
+    """Return the sample frequencies of an ``n``-point real discrete Fourier transform (the ``n // 2 + 1``
+    non-negative ones :func:`rfft` returns), as :func:`numpy.fft.rfftfreq`.
+
+    Parameters
+    ----------
+    n : int
+        Window length.
+    d : float, optional
+        Sample spacing. Default 1.
+    device : {None, "cpu"}, optional
+        NumPy 2's argument (only ``"cpu"``).
+    like : array, optional
+        An array whose package and device the result takes; default: a NumPy array.
+
+    Returns
+    -------
+    array
+        ``[0, 1, ..., n // 2] / (d * n)``, float64.
+
+    Raises
+    ------
+    ValueError
+        A negative or non-integer ``n``, a ``device`` other than ``"cpu"``.
+    ZeroDivisionError
+        ``n`` is 0 (as NumPy).
+
+    Examples
+    --------
+    >>> import mathpy.fft
+    >>> mathpy.fft.rfftfreq(5)
+    array([0. , 0.2, 0.4])
+    """
     return _like(np.fft.rfftfreq(n, d, **_device(device)), like)
 
 
@@ -59,10 +123,60 @@ def _shift(x, axes, inverse):
 
 
 def fftshift(x, axes=None):
-    """Move the zero-frequency term to the centre of ``axes`` (all by default), in ``x``'s package."""
+    """Shift the zero-frequency term to the centre of the spectrum, as :func:`numpy.fft.fftshift`.
+
+    Parameters
+    ----------
+    x : array_like
+        Input array; a CuPy or torch array is shifted by its own package, on its device.
+    axes : int or sequence of ints, optional
+        Axes to shift (default: all).
+
+    Returns
+    -------
+    array
+        The shifted array, in ``x``'s package and on its device.
+
+    Raises
+    ------
+    TypeError
+        ``x`` is not an array.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy.fft
+    >>> mathpy.fft.fftshift(mathpy.fft.fftfreq(5))
+    array([-0.4, -0.2,  0. ,  0.2,  0.4])
+    """
     return _shift(x, axes, inverse=False)
 
 
 def ifftshift(x, axes=None):
-    """The inverse of :func:`fftshift`, in ``x``'s package."""
+    """The inverse of :func:`fftshift`, as :func:`numpy.fft.ifftshift` (they differ for odd lengths).
+
+    Parameters
+    ----------
+    x : array_like
+        Input array (any package, any device).
+    axes : int or sequence of ints, optional
+        Axes to shift (default: all).
+
+    Returns
+    -------
+    array
+        The shifted array, in ``x``'s package and on its device.
+
+    Raises
+    ------
+    TypeError
+        ``x`` is not an array.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy.fft
+    >>> mathpy.fft.ifftshift(mathpy.fft.fftshift(np.arange(5)))
+    array([0, 1, 2, 3, 4])
+    """
     return _shift(x, axes, inverse=True)

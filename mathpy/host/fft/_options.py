@@ -31,22 +31,61 @@ class FFTDirection(enum.IntEnum):
 
 @dataclasses.dataclass(frozen=True)
 class FFTOptions:
-    """How :class:`mathpy.fft.FFT` plans a transform.
+    """How :class:`~mathpy.fft.FFT` plans a transform; the stateless functions take the same object (or a dict).
 
-    fft_type          None (from the operand's dtype: real -> "R2C", complex -> "C2C"), "C2C", "R2C" or "C2R".
-    inplace           write the result into the operand (C2C only; the operand must be writable and its layout one
-                      the library can address).
-    last_axis_parity  C2R only: whether the real output's last transform axis has even (2*(m-1)) or odd (2*(m-1)+1)
-                      length, m being the operand's length there (the stateless ``irfft`` / ``irfftn`` use it when
-                      ``n`` / ``s`` do not give the length).
-    blocking          True: ``execute`` waits for the GPU; "auto": only when the result must travel to the host.
-    result_layout     "natural" (default): the result's axes are stored in the operand's order; "optimized": when the
-                      batch axes interleave with the transform axes in memory (a transform over axis 0 of a C-ordered
-                      array), the transform axes are stored innermost, which cuFFT writes faster. ``FFT.output_layout``
-                      says which strides the result has. Ignored in place.
-    logger            the :class:`logging.Logger` the FFT's messages go to (default: the ``"mathpy"`` logger).
-    allocator         a memory manager (:class:`~mathpy.BaseCUDAMemoryManager` protocol) the GPU workspace is drawn
-                      from (default: the operand's package's stream-ordered pool); ignored on the CPU.
+    Parameters
+    ----------
+    fft_type : {None, "C2C", "R2C", "C2R"}, optional
+        None (default): from the operand's dtype (real -> ``"R2C"``, complex -> ``"C2C"``); ``"C2R"`` transforms
+        a complex Hermitian half spectrum to a real result. The stateless functions set it themselves.
+    inplace : bool, optional
+        Write the result into the operand (C2C only; the operand must be writable, live where the FFT runs, and
+        have a layout the library can address). Default False.
+    last_axis_parity : {"even", "odd"}, optional
+        C2R only: whether the real output's last transform axis has ``2 * (m - 1)`` (even, the default) or
+        ``2 * (m - 1) + 1`` points, ``m`` being the operand's length there (the stateless ``irfft`` / ``irfftn``
+        use it when ``n`` / ``s`` do not give the length).
+    blocking : {"auto", True}, optional
+        True: :meth:`~mathpy.fft.FFT.execute` waits for the GPU to finish; ``"auto"`` (default): only when the
+        result must travel to host memory.
+    result_layout : {"natural", "optimized"}, optional
+        ``"natural"`` (default): the result's axes are stored in the operand's order; ``"optimized"``: when the
+        batch axes interleave with the transform axes in memory (a transform over axis 0 of a C-ordered array),
+        the transform axes are stored innermost, which cuFFT writes faster. :attr:`FFT.output_layout
+        <mathpy.fft.FFT.output_layout>` says which strides the result has. Ignored in place.
+    logger : logging.Logger, optional
+        Where the FFT's messages go (default: the ``"mathpy"`` logger).
+    allocator : memory manager, optional
+        A memory manager (:class:`~mathpy.BaseCUDAMemoryManager` protocol) the GPU workspace is drawn from
+        (default: the operand's package's stream-ordered pool); ignored on the CPU.
+
+    Raises
+    ------
+    ValueError
+        An ``fft_type``, ``last_axis_parity``, ``blocking`` or ``result_layout`` that is not one of the allowed
+        values (named).
+    TypeError
+        ``inplace`` that is not a bool, a ``logger`` that is not a logging.Logger, an ``allocator`` without the
+        memory-manager methods.
+
+    Notes
+    -----
+    The same options apply on the CPU and the GPU, except the GPU-only ``allocator`` and ``result_layout``'s
+    speed reason (the CPU honours the layout too).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy.fft
+    >>> spectrum = np.fft.rfft(np.arange(5.0))
+    >>> with mathpy.fft.FFT(spectrum, options={"fft_type": "C2R", "last_axis_parity": "odd"}) as f:
+    ...     f.plan()
+    ...     f.execute() / 5
+    array([0., 1., 2., 3., 4.])
+    >>> mathpy.fft.FFTOptions(fft_type="R2R")
+    Traceback (most recent call last):
+    ...
+    ValueError: FFTOptions.fft_type 'R2R' is not supported; allowed are [None, 'C2C', 'R2C', 'C2R']
     """
 
     fft_type: str | None = None

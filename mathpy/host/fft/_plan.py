@@ -24,6 +24,7 @@ import time
 import weakref
 
 from ... import _engines, _operands, _torch_route
+from ..._docstrings import fill
 from ..._errors import InvalidPlanStateError
 from ..._execution import ExecutionCPU, resolve_execution
 from ..._log import logger
@@ -32,6 +33,7 @@ from ..._plan_cache import PlanCache, PlanKey
 from ..._streams import stream_pointer
 from ._call import FFTCall, new_staging
 from ._callback import as_callback, bind_callback, callback_identity
+from ._docs import FFT_DOCS
 from ._options import FFTOptions
 from ._problem import fft_problem, normalize_axes
 
@@ -43,20 +45,75 @@ plan_cache = PlanCache("fft", max_plans=64, max_bytes=1 << 30)
 
 
 def plan_cache_info():
-    """Plans, workspace bytes, hits, misses and evictions of the cache behind the stateless FFT functions."""
+    """Report the state of the plan cache behind the stateless FFT functions.
+
+    Returns
+    -------
+    CacheInfo
+        A named tuple: ``plans`` and ``bytes`` (workspace) held, ``hits``, ``misses``, ``evictions``, and the
+        bounds ``max_plans`` and ``max_bytes``.
+
+    Notes
+    -----
+    CPU plans (SciPy) hold no workspace; cuFFT plans hold their work area on the GPU. Plans are keyed by the
+    transform, the execution space, the device and the callbacks, not by stream.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy.fft
+    >>> mathpy.fft.plan_cache_clear()
+    >>> before = mathpy.fft.plan_cache_info()
+    >>> _ = mathpy.fft.fft(np.ones(8))
+    >>> _ = mathpy.fft.fft(np.ones(8))                # the same plan again
+    >>> info = mathpy.fft.plan_cache_info()
+    >>> info.plans, info.misses - before.misses
+    (1, 1)
+    """
     return plan_cache.info()
 
 
 def plan_cache_clear():
-    """Free every cached FFT plan (plans in use are freed when their call returns) and forget the stateless
-    functions' prepared calls."""
+    """Free every cached FFT plan and forget the stateless functions' prepared calls.
+
+    Plans in use by a running call are freed when the call returns. Use it to give GPU memory back or after
+    changing what a callback reads.
+
+    Examples
+    --------
+    >>> import mathpy.fft
+    >>> mathpy.fft.plan_cache_clear()
+    >>> mathpy.fft.plan_cache_info().plans
+    0
+    """
     from . import _stateless
     _stateless.forget()
     plan_cache.clear()
 
 
 def set_plan_cache_size(max_plans=None, max_bytes=None):
-    """Bound the FFT plan cache by count and by workspace bytes (``max_plans=0`` turns caching off)."""
+    """Bound the FFT plan cache by number of plans and by workspace bytes; the least recently used plans go first.
+
+    Parameters
+    ----------
+    max_plans : int, optional
+        At most this many plans (``0`` turns caching off: every call plans). None keeps the current bound (64).
+    max_bytes : int, optional
+        At most this many bytes of plan workspace. None keeps the current bound (1 GiB).
+
+    Raises
+    ------
+    ValueError
+        A negative bound.
+
+    Examples
+    --------
+    >>> import mathpy.fft
+    >>> mathpy.fft.set_plan_cache_size(max_plans=16)
+    >>> mathpy.fft.plan_cache_info().max_plans
+    16
+    >>> mathpy.fft.set_plan_cache_size(max_plans=64)
+    """
     plan_cache.resize(max_plans, max_bytes)
 
 
@@ -89,21 +146,66 @@ class _Resources:
             engine.free()
 
 
+@fill(FFT_DOCS)
 class FFT:
-    """A planned FFT of one operand over up to three ``axes`` (all axes by default; the stateless functions decompose
-    more). The operand's dtype picks the transform: complex -> C2C, real -> R2C, or ``options.fft_type="C2R"`` for a
-    complex Hermitian operand.
+    """A planned FFT of one operand over up to three axes: plan once, execute many times, free (nvmath-python's
+    stateful API). Unnormalised in both directions, like cuFFT.
 
-    operand    NumPy / CuPy / torch array (or anything with ``__dlpack__`` / ``__cuda_array_interface__``).
-    axes       the transform axes; for R2C/C2R the last one is the halved axis.
-    options    :class:`FFTOptions` (or a dict of its fields).
-    execution  None (where the operand lives), "cpu", "cuda", ``ExecutionCPU(num_threads=...)``,
-               ``ExecutionCUDA(device_id=...)``; data moves as needed and results come back where the operand lives.
-    stream     CUDA stream (int handle, CuPy/torch stream, ``__cuda_stream__``); default: the package's current one.
+    The operand's dtype picks the transform: complex -> C2C, real -> R2C (the last of ``axes`` is halved), or
+    ``options.fft_type="C2R"`` for a complex Hermitian half spectrum. :attr:`input_layout` and
+    :attr:`output_layout` say how prolog and epilog ``offset`` values index the data. The stateless functions
+    (:func:`~mathpy.fft.fft`, ...) are a thin layer over this class that adds NumPy's promotion, padding and norm.
 
-    Lifecycle: ``plan(prolog=, epilog=, stream=)`` -> ``execute(direction=, stream=, release_workspace=)`` (any
-    number of times; ``reset_operand(new)`` between them, ``reset_operand()`` to drop the operand) -> ``free()`` (or
-    use ``with``). :meth:`create_key` / :meth:`get_key` give a hashable key of the problem, for caches of one's own.
+    Parameters
+    ----------
+    operand : array
+        {a}
+        float32, float64, complex64 or complex128 (long double on the CPU); the stateless functions promote
+        other dtypes.
+    axes : sequence of ints, optional
+        One to three distinct axes to transform (default: all); for R2C and C2R the last one is the halved axis.
+    options : FFTOptions or dict, optional
+        :class:`FFTOptions` or a dict of its fields: ``fft_type``, ``inplace``, ``last_axis_parity``,
+        ``blocking``, ``result_layout``, ``logger``, ``allocator``.
+    execution : str, ExecutionCPU, ExecutionCUDA or dict, optional
+        {execution}
+    stream : int or stream object, optional
+        {stream} Executions may pass another.
+
+    Raises
+    ------
+    TypeError
+        An operand that is not an array or has another dtype; long double with GPU execution.
+    ValueError
+        Repeated or out-of-range axes, more than three axes, an ``fft_type`` the dtype does not allow, a zero-size
+        axis, an in-place FFT that is not C2C or whose operand lives elsewhere.
+    :class:`~mathpy.UnsupportedLayoutError`
+        An in-place FFT of a layout the library cannot address.
+    {no_device}
+
+    Notes
+    -----
+    Life cycle: :meth:`plan` (with optional callbacks) -> :meth:`execute` any number of times
+    (:meth:`reset_operand` between them, ``reset_operand()`` to drop the operand) -> :meth:`free` (or use
+    ``with``). A call in the wrong state raises :class:`~mathpy.InvalidPlanStateError`. :meth:`create_key` /
+    :meth:`get_key` give a hashable key of the problem, for caches of one's own. Every :meth:`execute` reads the operand's current contents and returns
+    a new array in the operand's package and on its device (the operand itself when in place).
+
+    On the CPU the engine is SciPy's pocketfft and callbacks run as numba-compiled loops; on a GPU it is cuFFT with
+    the callbacks fused as LTO-IR. One plan serves every stream: an execution on another stream takes its own work
+    area.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy.fft
+    >>> x = np.arange(8, dtype=np.complex64).reshape(2, 4)
+    >>> with mathpy.fft.FFT(x, axes=[1]) as f:
+    ...     f.plan()
+    ...     y = f.execute()
+    ...     z = f.execute(direction="inverse")        # unnormalised: 4 times NumPy's ifft
+    >>> bool(np.allclose(y, np.fft.fft(x, axis=1))), bool(np.allclose(z, 4 * np.fft.ifft(x, axis=1)))
+    (True, True)
     """
 
     def __init__(self, operand, axes=None, options=None, execution=None, stream=None):
@@ -146,14 +248,17 @@ class FFT:
 
     @property
     def axes(self):
+        """The transformed axes, non-negative, in the order given."""
         return self._problem.axes
 
     @property
     def execution(self):
+        """The :class:`~mathpy.ExecutionCPU` or :class:`~mathpy.ExecutionCUDA` the FFT runs on."""
         return self._problem.execution
 
     @property
     def options(self):
+        """The :class:`FFTOptions` it was planned with."""
         return self._problem.options
 
     @property
@@ -173,6 +278,7 @@ class FFT:
 
     @property
     def output_dtype(self):
+        """The result's dtype."""
         return self._problem.transform.output_dtype
 
     @property
@@ -211,12 +317,36 @@ class FFT:
             raise InvalidPlanStateError("this FFT was freed; create a new one")
 
     def plan(self, prolog=None, epilog=None, *, stream=None):
-        """Plan the transform, with optional prolog/epilog callbacks (a Python function, a
-        :class:`~mathpy.fft.Callback` with user data, or LTO-IR; see :mod:`mathpy.host.fft._callback`). ``stream``:
-        the FFT's stream from now on (the workspace is allocated in its order; default: the constructor's).
+        """Plan the transform, with optional callbacks fused into its loads and stores.
 
-        Planning again replaces the previous plan. Errors (bad callbacks, bad user data, library failures) leave the
-        FFT as it was."""
+        Parameters
+        ----------
+        prolog : callable, Callback, bytes or dict, optional
+            ``prolog(data_in, offset, user_info, unused) -> value``; ``offset`` indexes :attr:`input_layout`.
+            A :class:`~mathpy.fft.Callback` carries user data; LTO-IR (bytes, or nvmath-python's
+            ``{"ltoir": ..., "data": ...}``) runs on the GPU only.
+        epilog : callable, Callback, bytes or dict, optional
+            ``epilog(data_out, offset, value, user_info, unused)``; ``offset`` indexes :attr:`output_layout`.
+        stream : int or stream object, optional
+            The FFT's stream from now on (the workspace is allocated in its order; default: the constructor's).
+
+        Raises
+        ------
+        TypeError
+            A callback that is not a function, Callback or LTO-IR; user data of a dtype callbacks cannot read
+            (the message lists the allowed ones); :class:`~mathpy.CallbackCompileError` when the function does
+            not compile (it names its file and line).
+        ValueError
+            User data of a shape the callback cannot index, or on another device.
+        :class:`~mathpy.CUDALibraryError`
+            cuFFT refused the plan.
+
+        Notes
+        -----
+        Planning again replaces the previous plan. Errors leave the FFT as it was. On the GPU the callbacks are
+        compiled to LTO-IR (cached on disk) and linked into cuFFT's kernels; on the CPU they run as numba loops
+        around SciPy's transform, with the same offsets.
+        """
         self._check_live()
         p = self._problem
         start = time.perf_counter()
@@ -251,7 +381,8 @@ class FFT:
                            ", epilog" if bound_epilog is not None else "")
 
     def free(self):
-        """Release the plan and its workspace now; idempotent. The FFT cannot be used afterwards."""
+        """Release the plan and its workspace now; idempotent. The FFT cannot be used afterwards (a
+        ``with`` block calls it on exit, and a finalizer when the object is collected)."""
         if self._freed:
             return
         self._freed = True
@@ -267,10 +398,23 @@ class FFT:
         self.free()
 
     def reset_operand(self, operand=None, *, stream=None):
-        """Use ``operand`` from the next :meth:`execute` on. It must match the planned one in package, device, shape,
-        strides and dtype (else ValueError and nothing changes). Without an operand, drop the reference to the
-        current one (``execute`` then raises until an operand is given). ``stream``: the stream the operand was made
-        on, the FFT's stream from now on."""
+        """Use another operand from the next :meth:`execute` on, without planning again.
+
+        Parameters
+        ----------
+        operand : array, optional
+            An array of the planned operand's package, device, shape, strides and dtype. None drops the reference
+            to the current one (:meth:`execute` then raises until an operand is given).
+        stream : int or stream object, optional
+            The stream the operand was made on: the FFT's stream from now on.
+
+        Raises
+        ------
+        ValueError
+            Any of those differs (nothing changes); an in-place FFT's operand is not writable.
+        :class:`~mathpy.InvalidPlanStateError`
+            The FFT was freed.
+        """
         self._check_live()
         if operand is None:
             self._op = None
@@ -291,10 +435,29 @@ class FFT:
 
     # --- execution ---------------------------------------------------------------------------------------------------
     def execute(self, direction=None, stream=None, *, release_workspace=False):
-        """Run the planned transform and return the result in the operand's package and on its device (the operand
-        itself for in-place plans). ``direction``: :class:`FFTDirection`, "forward" / -1 or "inverse" / +1 (C2C
-        only; R2C is forward and C2R inverse). Unnormalised. ``release_workspace``: give the workspace back after
-        this transform (the next execute takes it again)."""
+        """Run the planned transform on the operand's current contents.
+
+        Parameters
+        ----------
+        direction : FFTDirection, {"forward", "inverse", -1, 1}, optional
+            C2C only (R2C runs forward, C2R inverse); default: forward. Unnormalised either way.
+        stream : int or stream object, optional
+            The CUDA stream for this execution (default: the FFT's). Ignored on the CPU.
+        release_workspace : bool, optional
+            Give the workspace back after this transform (the next execute takes it again).
+
+        Returns
+        -------
+        array
+            A new array in the operand's package and on its device (the operand itself for an in-place FFT).
+
+        Raises
+        ------
+        :class:`~mathpy.InvalidPlanStateError`
+            Before :meth:`plan`, after :meth:`free`, or without an operand.
+        ValueError
+            A direction the FFT type does not take.
+        """
         if self._grad:
             _torch_route.refuse("FFT.execute", self._grad)
         call, op = self._call, self._op

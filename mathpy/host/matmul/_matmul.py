@@ -30,6 +30,7 @@ import weakref
 import numpy as np
 
 from ... import _cuda, _engines, _operands, _torch_route
+from ..._docstrings import fill
 from ..._errors import InvalidPlanStateError
 from ..._execution import ExecutionCPU, ExecutionCUDA, resolve_execution
 from ..._log import logger
@@ -37,13 +38,15 @@ from ..._options import check_or_create_options
 from ..._plan_cache import PlanCache, PlanKey
 from ..._streams import stream_pointer
 from ._call import Finish, MatmulCall, holder_for
+from ._docs import MATMUL_DOCS
 from ._epilog import EPILOG_INPUT_NAMES, as_epilog, epilog_spec
 from . import _algorithms
 from ._epilog_operands import HANDLERS, output_layouts, scale_items, split_scales
 from ._fused import FusedEpilog, check_fused_problem, fused_epilog
 from ._layouts import (Product, c_in_d_order, check_inplace, expand_c, inplace_layout, result_layout, stage_a, stage_b,
                        stage_matrix)
-from ._options import (BOOL, FLOAT8_DTYPES, I8, MatmulOptions, MatmulPlanPreferences, is_floating, refuse_block_scaling,
+from ._options import (FLOAT8_DTYPES, I8, MatmulOptions, MatmulPlanPreferences, check_scalar, is_floating,
+                       refuse_block_scaling,
                        resolve_types)
 from ._problem import MatmulProblem, row_major
 
@@ -67,42 +70,51 @@ def make_engine(problem, execution, options, preferences, allocator):
                                      allocator=allocator)
 
 
-def _check_scalar(value, name, types):
-    """alpha or beta as the scale type of ``types``; integer and bool products take integers (0 or 1 for bool)."""
-    scale_type, logical = types.scale, types.result == BOOL
-    if (isinstance(value, (bool, np.bool_)) and not logical) or \
-            not isinstance(value, (bool, int, float, complex, np.number, np.bool_)):
-        raise TypeError(f"{name} must be a number, not {value!r}")
-    if np.iscomplexobj(value) and np.imag(value) != 0 and scale_type.kind not in "cO":
-        raise TypeError(f"{name} = {value!r} is complex but the operands are real ({scale_type.name} scale type)")
-    if scale_type.kind in "biu":
-        if np.iscomplexobj(value) or not float(value).is_integer():
-            raise TypeError(f"{name} = {value!r} must be an integer for {types.result.name} operands")
-        value = int(value)
-        low, high = (0, 1) if logical else (np.iinfo(scale_type).min, np.iinfo(scale_type).max)
-        if not low <= value <= high:
-            raise ValueError(f"{name} = {value} must lie in [{low}, {high}] for {types.result.name} operands")
-    if scale_type.kind == "O":
-        return value
-    return scale_type.type(value)
-
-
+@fill(MATMUL_DOCS)
 class Matmul:
     """A planned matrix product ``D = epilog(alpha * a @ b + beta * c)`` with numpy.matmul semantics, executed many
-    times.
+    times (nvmath-python's stateful API). :func:`~mathpy.matmul` is a thin layer over it.
 
-    Parameters: ``a``, ``b``, ``c`` (optional) from one package and device (NumPy, CuPy, torch, ``__dlpack__``...);
-    ``alpha`` (default 1), ``beta`` (None: 1 when ``c`` is given, else 0); ``options`` (:class:`MatmulOptions` or dict);
-    ``execution`` ("cpu", "cuda", ExecutionCPU/ExecutionCUDA, dict; None: where the operands live); ``stream``
-    (CUDA stream for all GPU work; None: the operands' package's current stream); ``quantization_scales`` (float8:
-    ``{"a": ..., "b": ..., "d": ...}`` or an object with those attributes; numbers, as ``MatmulOptions.a_scale``
-    etc., or one-element float32 arrays of the operands' package and device, read at every execution).
+    Parameters
+    ----------
+    {operands}
+    {options}
+    execution : str, ExecutionCPU, ExecutionCUDA or dict, optional
+        {execution}
+    stream : int or stream object, optional
+        {stream} Executions may pass another.
+    {quantization_scales}
 
-    Life cycle: ``plan()`` (returns the candidate algorithms), optionally ``autotune()``, ``execute()`` any number of
-    times (with ``reset_operands()`` between), ``free()`` (or use it as a context manager). A call in the wrong state
-    raises :class:`~mathpy.InvalidPlanStateError`. Every ``execute()`` reads the current contents of the operands;
-    ``release_operands()`` drops them until ``reset_operands()`` gives new ones. With ``MatmulOptions(inplace=True)``
-    the result is written into ``c`` and ``execute()`` returns ``c``.
+    Raises
+    ------
+    {raises}
+
+    Notes
+    -----
+    Life cycle: :meth:`plan` (choose the epilog; returns the candidate algorithms), optionally :meth:`autotune`,
+    :meth:`execute` any number of times (:meth:`reset_operands` between them), :meth:`free` (or use ``with``). A
+    call in the wrong state raises :class:`~mathpy.InvalidPlanStateError`. Every :meth:`execute` reads the
+    operands' current contents; :meth:`release_operands` drops them until :meth:`reset_operands` gives new ones.
+    With ``MatmulOptions(inplace=True)`` the result is written into ``c`` and :meth:`execute` returns ``c``.
+
+    {notes}
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy
+    >>> a, b = np.arange(6.0).reshape(2, 3), np.ones((3, 2))
+    >>> with mathpy.Matmul(a, b) as mm:
+    ...     algorithms = mm.plan(epilog="bias", epilog_inputs={"bias": np.array([1.0, -1.0])})
+    ...     first = mm.execute()
+    ...     mm.reset_operands(a=2 * a)
+    ...     second = mm.execute()
+    >>> first
+    array([[ 4.,  4.],
+           [11., 11.]])
+    >>> second
+    array([[ 7.,  7.],
+           [23., 23.]])
     """
 
     def __init__(self, a, b, c=None, *, alpha=1, beta=None, options=None, execution=None, stream=None,
@@ -146,10 +158,10 @@ class Matmul:
         types = resolve_types(a_op.dtype, b_op.dtype, c_op and c_op.dtype, options, on_gpu)
         if beta is None:
             beta = 0 if c_op is None else 1
-        alpha = _check_scalar(alpha, "alpha", types)
+        alpha = check_scalar(alpha, "alpha", types)
         if c_op is None and beta != 0:
             raise ValueError(f"beta = {beta!r} needs an operand c; pass c or leave beta at 0")
-        beta = _check_scalar(beta, "beta", types)
+        beta = check_scalar(beta, "beta", types)
         if options.inplace:
             check_inplace(c_op, result_shape, types.result)
         if c_op is not None and tuple(c_op.shape) != result_shape:
@@ -205,14 +217,44 @@ class Matmul:
     # -- planning -----------------------------------------------------------------------------------------------------
 
     def plan(self, epilog=None, epilog_inputs=None, preferences=None, algorithms=None, *, stream=None):
-        """Choose the epilog and build the plan; returns the candidate algorithms (best first by the library's
-        heuristic). ``algorithms`` restricts the candidates to the given ones (from an earlier ``plan()``, possibly
-        reconfigured with ``CublasLtAlgorithm.configured``: cuBLASLt checks them). ``stream``: the plan's stream from
-        now on (its workspace is allocated there; default: the constructor's).
+        """Choose the epilog and build the plan: validation, layouts, the engine (cuBLASLt's heuristic on a GPU).
 
-        ``epilog``: a :class:`MatmulEpilog` (or its name), run by cuBLASLt; or a Python function ``f(value, row, col,
-        data)`` / ``f(value, batch, row, col, data)`` fused into mathpy's own GEMM, with ``epilog_inputs={"data": x}``
-        optional (:mod:`._fused`)."""
+        Parameters
+        ----------
+        epilog : MatmulEpilog, str, int or callable, optional
+            An epilog fused into the product: a :class:`~mathpy.MatmulEpilog` (or its name) run by cuBLASLt,
+            floating-point operands only; or a Python function ``f(value, row, col, data)`` /
+            ``f(value, batch, row, col, data)`` fused into mathpy's own GEMM (:mod:`._fused`).
+        epilog_inputs : dict, optional
+            The epilog's inputs by name (``"bias"``, ``"relu_aux"``, ``"gelu_aux"``; ``"data"``, optional, for a
+            Python epilog), of the operands' package and device.
+        preferences : MatmulPlanPreferences or dict, optional
+            How many candidate algorithms to ask for, the largest workspace.
+        algorithms : list, optional
+            Restrict the candidates to these (from an earlier ``plan()`` of the same problem, possibly reconfigured
+            with ``CublasLtAlgorithm.configured``: cuBLASLt checks them).
+        stream : int or stream object, optional
+            The plan's stream from now on (its workspace is allocated there; default: the constructor's).
+
+        Returns
+        -------
+        list
+            The candidate algorithms, the one in use first (one ``CPUAlgorithm`` on the CPU).
+
+        Raises
+        ------
+        ValueError
+            An unknown or misspelled epilog or epilog input (named, with the epilog's inputs), a missing input, an
+            epilog the dtypes do not take, ``result_order="C"`` with a per-row epilog operand, no algorithm.
+        TypeError
+            An epilog input of the wrong dtype or not an array.
+        :class:`~mathpy.InvalidPlanStateError`
+            The Matmul was freed.
+
+        Notes
+        -----
+        Planning again replaces the plan; a failure leaves the Matmul unplanned.
+        """
         self._check_not_freed("plan")
         if stream is not None and self._on_gpu:
             self._stream = stream_pointer(stream, self._holder.name, self._device_id)
@@ -341,9 +383,29 @@ class Matmul:
         return self._call
 
     def autotune(self, iterations=3, prune=None, *, release_workspace=False):
-        """Time every candidate algorithm on the current operands and keep the fastest; returns
-        ``[(algorithm, seconds), ...]`` fastest first. ``prune``: keep only that many candidates, the fastest;
-        ``release_workspace``: give the workspace back afterwards."""
+        """Time every candidate algorithm on the current operands and keep the fastest.
+
+        Parameters
+        ----------
+        iterations : int, optional
+            Runs per candidate (default 3).
+        prune : int, optional
+            Keep only that many candidates, the fastest.
+        release_workspace : bool, optional
+            Give the workspace back afterwards.
+
+        Returns
+        -------
+        list of (algorithm, float)
+            ``(algorithm, seconds)`` pairs, fastest first.
+
+        Raises
+        ------
+        :class:`~mathpy.InvalidPlanStateError`
+            Before :meth:`plan`, or after :meth:`free`.
+        ValueError
+            ``iterations`` or ``prune`` that is not a positive int.
+        """
         self._check_planned("autotune")
         self._check_operands("autotune")
         if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
@@ -368,10 +430,28 @@ class Matmul:
     # -- execution ----------------------------------------------------------------------------------------------------
 
     def execute(self, stream=None, *, algorithm=None, release_workspace=False):
-        """Compute the product on the current operands. Returns the result, or ``(result, aux)`` when the epilog has
-        outputs (``aux``: dict of tensors named as in ``_epilog``, and ``"result_amax"``), in the operands' package
-        and on their device. ``algorithm``: one of :attr:`algorithms` to run this time (default: the first);
-        ``release_workspace``: give the workspace back after this call (the next one takes it again)."""
+        """Compute the product on the operands' current contents.
+
+        Parameters
+        ----------
+        stream : int or stream object, optional
+            The CUDA stream for this execution (default: the Matmul's). Ignored on the CPU.
+        algorithm : algorithm, optional
+            One of :attr:`algorithms` to run this time (default: the first).
+        release_workspace : bool, optional
+            Give the workspace back after this call (the next one takes it again).
+
+        Returns
+        -------
+        array or (array, dict)
+            The result, in the operands' package and on their device; ``(result, outputs)`` when the epilog has
+            outputs (by name: ``"relu_aux"``, ``"gelu_aux"``, bias gradients, ``"result_amax"``).
+
+        Raises
+        ------
+        :class:`~mathpy.InvalidPlanStateError`
+            Before :meth:`plan`, after :meth:`free`, or after :meth:`release_operands`.
+        """
         if self._grad:
             _torch_route.refuse("Matmul.execute", self._grad)
         call = self._call
@@ -392,11 +472,30 @@ class Matmul:
 
     def reset_operands(self, a=None, b=None, c=None, epilog_inputs=None, *, alpha=None, beta=None,
                        quantization_scales=None, stream=None):
-        """Give new operands of the same shapes, dtypes, layouts, package and device (else a ValueError and nothing
-        changes). ``epilog_inputs`` (a dict) replaces the named epilog inputs of the plan; ``alpha`` / ``beta`` new
-        scalars; ``quantization_scales`` new scale tensors (for the scales given as tensors); ``stream`` the stream the
-        new operands were made on, the product's stream from now on. After :meth:`release_operands` every operand
-        must be given again."""
+        """Use other operands from the next :meth:`execute` on, without planning again.
+
+        Parameters
+        ----------
+        a, b, c : array, optional
+            New operands of the same shapes, dtypes, layouts, package and device as the planned ones.
+        epilog_inputs : dict, optional
+            New epilog inputs by name (after :meth:`plan`).
+        alpha, beta : number, optional
+            New scalars.
+        quantization_scales : dict or object, optional
+            New scale tensors (for the scales given as tensors).
+        stream : int or stream object, optional
+            The stream the new operands were made on: the product's stream from now on.
+
+        Raises
+        ------
+        ValueError
+            An operand that differs from the planned one (nothing changes), ``c`` for a Matmul built without it, an
+            epilog input the plan's epilog does not take. After :meth:`release_operands` every operand must be
+            given again.
+        :class:`~mathpy.InvalidPlanStateError`
+            The Matmul was freed.
+        """
         self._check_not_freed("reset_operands")
         if stream is not None and self._on_gpu:
             self._stream = stream_pointer(stream, self._holder.name, self._device_id)
@@ -480,7 +579,8 @@ class Matmul:
         self._c_object, self._call, self._released = None, None, True
 
     def free(self):
-        """Release the plan (library handles, descriptors, workspace) at once. Idempotent."""
+        """Release the plan (library handles, descriptors, workspace) now; idempotent. The Matmul cannot be used
+        afterwards (a ``with`` block calls it on exit)."""
         self._release_engine()
         self._state = _FREED
         self._staged = self._inputs = self._call = None
@@ -515,10 +615,10 @@ class Matmul:
 
     def _new_scalars(self, alpha, beta):
         """``(alpha, beta)`` after a reset of either (checked against the scale type; beta needs c)."""
-        new_alpha = self._alpha if alpha is None else _check_scalar(alpha, "alpha", self._scale_type)
+        new_alpha = self._alpha if alpha is None else check_scalar(alpha, "alpha", self._types)
         if beta is not None and "c" not in self._staged and beta != 0:
             raise ValueError(f"beta = {beta!r} needs an operand c; the Matmul was built without c")
-        new_beta = self._beta if beta is None else _check_scalar(beta, "beta", self._scale_type)
+        new_beta = self._beta if beta is None else check_scalar(beta, "beta", self._types)
         return new_alpha, new_beta
 
     def _release_engine(self):

@@ -65,7 +65,7 @@ from ...bindings._types import CudaDataType, to_dtype
 from ...bindings.cublaslt import MatmulComputeType
 
 __all__ = ["MatmulOptions", "MatmulPlanPreferences", "MatmulTypes", "resolve_types", "refuse_block_scaling",
-           "SUPPORTED_DTYPES", "FLOAT8_DTYPES", "COMPUTE_TYPES", "RESULT_ORDERS", "is_floating"]
+           "check_scalar", "SUPPORTED_DTYPES", "FLOAT8_DTYPES", "COMPUTE_TYPES", "RESULT_ORDERS", "is_floating"]
 
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 C64, C128 = np.dtype(np.complex64), np.dtype(np.complex128)
@@ -117,36 +117,76 @@ def _as_dtype(value, name):
 
 @dataclasses.dataclass(frozen=True)
 class MatmulOptions:
-    """Options of a matrix product.
+    """Options of a matrix product (:func:`~mathpy.matmul`, :class:`~mathpy.Matmul`); a dict of the same fields is
+    accepted wherever an instance is.
 
-    compute_type: cuBLAS compute type, by name ("32F", "16F", "32F_FAST_TF32", "32F_FAST_16F", "32F_FAST_16BF", "64F")
-        or as a :class:`~mathpy.MatmulComputeType`; None picks the default for the operands' dtype (module table), or
-        the one that goes with ``scale_type`` when that is given (16F for a float16 scale type).
-    scale_type: dtype of alpha and beta (a dtype, its name or a :class:`~mathpy.CudaDataType`); None picks the one
-        that goes with the compute type.
-    result_type: dtype of the result (as scale_type); None: the operands' dtype (the module table lists the
-        choices).
-    allow_tf32: let float32 (and complex64) products use TF32 tensor cores when compute_type is None.
-    a_scale, b_scale, d_scale: float8 scale factors (None = 1).
-    blocking: True waits for the GPU before returning; "auto" (default) waits only when the result goes back to
-        host memory.
-    fast_accumulation: float8 only: let cuBLASLt accumulate in lower precision (CUBLASLT_MATMUL_DESC_FAST_ACCUM);
-        faster, less accurate. Ignored on the CPU.
-    inplace: write the result into ``c`` (which must then have the result's shape and dtype, no broadcasting, and a
-        row- or column-major layout; epilogs with a per-row operand need it column-major); the call returns ``c``.
-    result_amax: float8 results only: also return the largest absolute value of the result before ``d_scale``
-        (cuBLASLt's AMAX_D) as ``aux["result_amax"]``, a float32 array of shape (1,): what the next scale is
-        computed from.
-    block_scaling: MXFP8 block scaling; needs a Blackwell GPU (compute capability >= 10.0) and is refused (mathpy
-        does not implement it).
-    sm_count_target: how many SMs cuBLASLt may use (0: all; ignored on the CPU).
-    logger: the :class:`logging.Logger` this product's messages go to (default: the ``"mathpy"`` logger).
-    allocator: a memory manager (:class:`~mathpy.BaseCUDAMemoryManager` protocol) the GPU workspace is drawn from
+    Parameters
+    ----------
+    compute_type : str or MatmulComputeType, optional
+        A cuBLAS compute type, by name (``"32F"``, ``"16F"``, ``"32F_FAST_TF32"``, ``"32F_FAST_16F"``,
+        ``"32F_FAST_16BF"``, ``"64F"``, ``"32I"``) or as a :class:`~mathpy.MatmulComputeType`; None picks the
+        default for the operands' dtype (the module table), or the one that goes with ``scale_type`` when that is
+        given (16F for a float16 scale type).
+    scale_type : dtype or CudaDataType, optional
+        The dtype of alpha and beta (a dtype, its name or a :class:`~mathpy.CudaDataType`); None picks the one that
+        goes with the compute type.
+    result_type : dtype or CudaDataType, optional
+        The result's dtype; None: NumPy's result dtype of the operands (the table lists the choices, e.g. float32
+        for float16 operands, int32 for int8 ones).
+    allow_tf32 : bool, optional
+        Let float32 (and complex64) products use TF32 tensor cores when ``compute_type`` is None. Default False.
+    a_scale, b_scale, d_scale : float, optional
+        float8 scale factors (None = 1): ``D = d_scale * epilog(alpha * a_scale * b_scale * A @ B + beta * C)``.
+    blocking : {"auto", True}, optional
+        True waits for the GPU before returning; ``"auto"`` (default) only when the result goes back to host
+        memory.
+    fast_accumulation : bool, optional
+        float8 only: let cuBLASLt accumulate in lower precision (faster, less accurate). Ignored on the CPU.
+    inplace : bool, optional
+        Write the result into ``c`` (which must then have the result's shape and dtype, no broadcasting, and a row-
+        or column-major layout; epilogs with a per-row operand need it column-major); the call returns ``c``.
+    result_amax : bool, optional
+        float8 results only: also return the largest absolute value of the result before ``d_scale`` (cuBLASLt's
+        AMAX_D) as ``aux["result_amax"]``, a float32 array of shape (1,): what the next scale is computed from.
+    block_scaling : bool, optional
+        MXFP8 block scaling; needs a Blackwell GPU (compute capability >= 10.0) and is refused (mathpy does not
+        implement it).
+    sm_count_target : int, optional
+        How many SMs cuBLASLt may use (0: all; ignored on the CPU).
+    logger : logging.Logger, optional
+        Where this product's messages go (default: the ``"mathpy"`` logger).
+    allocator : memory manager, optional
+        A memory manager (:class:`~mathpy.BaseCUDAMemoryManager` protocol) the GPU workspace is drawn from
         (default: the operands' package's stream-ordered pool).
-    result_order: the result's memory order. None (default, nvmath-python's rule): c's order when c is given, else
-        column-major when the epilog has a per-row operand (bias, aux, bias gradients), else a's order (C order for
-        C-ordered operands, as numpy.matmul). "C": row-major; "F": column-major (cuBLASLt's own order, a few percent
-        faster for 16-bit products).
+    result_order : {None, "C", "F"}, optional
+        The result's memory order. None (default, nvmath-python's rule): ``c``'s order when ``c`` is given, else
+        column-major when the epilog has a per-row operand (bias, aux, bias gradients), else ``a``'s order (C
+        order for C-ordered operands, as numpy.matmul). ``"C"``: row-major; ``"F"``: column-major (cuBLASLt's own
+        order, a few percent faster for 16-bit products on an H200).
+
+    Raises
+    ------
+    ValueError
+        A compute type, blocking or result order that is not one of the allowed values (named).
+    TypeError
+        ``allow_tf32``, ``fast_accumulation``, ``logger`` or a scale factor of the wrong type, an ``allocator``
+        without the memory-manager methods.
+
+    Notes
+    -----
+    Whether a combination is allowed is decided with the operands (a TypeError or ValueError names the allowed
+    ones), on the CPU and the GPU alike; compute types and TF32 are emulated on the CPU (inputs rounded as the
+    tensor cores round them), ``fast_accumulation`` applies to the GPU only.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy
+    >>> a = np.ones((2, 3), np.float16)
+    >>> mathpy.matmul(a, a.T, options=mathpy.MatmulOptions(result_type=np.float32)).dtype
+    dtype('float32')
+    >>> mathpy.matmul(a, a.T, options={"result_order": "F"}).flags.f_contiguous
+    True
     """
 
     compute_type: str | None = None
@@ -202,11 +242,39 @@ class MatmulOptions:
 
 @dataclasses.dataclass(frozen=True)
 class MatmulPlanPreferences:
-    """What planning may choose. limit: how many candidate algorithms to ask the library for (cuBLASLt's heuristic
-    returns at most this many); max_workspace_bytes: the largest workspace a plan may use; reduction_scheme_mask,
-    numerical_impl_mask: cuBLASLt's masks of allowed split-K reduction schemes and numerical implementations (None:
-    all); max_waves_count: exclude algorithms with more waves than this (0: no limit). The GPU's heuristic applies
-    them; the CPU's single algorithm ignores them."""
+    """What planning may choose (``preferences=`` of :func:`~mathpy.matmul` and :meth:`Matmul.plan
+    <mathpy.Matmul.plan>`; a dict of the same fields is accepted).
+
+    Parameters
+    ----------
+    limit : int, optional
+        How many candidate algorithms to ask cuBLASLt's heuristic for (it returns at most this many; they are what
+        :meth:`Matmul.autotune <mathpy.Matmul.autotune>` times). Default 8.
+    max_workspace_bytes : int, optional
+        The largest workspace a plan may use. Default 32 MiB (what torch gives cuBLASLt on Hopper).
+    reduction_scheme_mask, numerical_impl_mask : int, optional
+        cuBLASLt's masks of allowed split-K reduction schemes and numerical implementations (None: all).
+    max_waves_count : float, optional
+        Exclude algorithms with more waves than this (0: no limit).
+
+    Raises
+    ------
+    ValueError
+        A limit that is not a positive int, a negative workspace, mask or waves count.
+
+    Notes
+    -----
+    The GPU's heuristic applies them; the CPU has one "algorithm" (NumPy's matmul) and ignores them.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy
+    >>> with mathpy.Matmul(np.ones((4, 4)), np.ones((4, 4))) as mm:
+    ...     algorithms = mm.plan(preferences=mathpy.MatmulPlanPreferences(limit=4))
+    >>> algorithms
+    [CPUAlgorithm('numpy')]
+    """
 
     limit: int = 8
     max_workspace_bytes: int = 32 * 1024 * 1024
@@ -335,3 +403,23 @@ def _check_gpu(operand):
                         f"operands: to int8 when the values fit, to float64 when products and sums stay below 2**53")
     raise TypeError(f"{operand.name} products run only on the CPU (cuBLASLt has no {operand.name} kernels); run it "
                     f"with execution='cpu', or convert the operands to float64/complex128")
+
+
+def check_scalar(value, name, types):
+    """alpha or beta as the scale type of ``types``; integer and bool products take integers (0 or 1 for bool)."""
+    scale_type, logical = types.scale, types.result == BOOL
+    if (isinstance(value, (bool, np.bool_)) and not logical) or \
+            not isinstance(value, (bool, int, float, complex, np.number, np.bool_)):
+        raise TypeError(f"{name} must be a number, not {value!r}")
+    if np.iscomplexobj(value) and np.imag(value) != 0 and scale_type.kind not in "cO":
+        raise TypeError(f"{name} = {value!r} is complex but the operands are real ({scale_type.name} scale type)")
+    if scale_type.kind in "biu":
+        if np.iscomplexobj(value) or not float(value).is_integer():
+            raise TypeError(f"{name} = {value!r} must be an integer for {types.result.name} operands")
+        value = int(value)
+        low, high = (0, 1) if logical else (np.iinfo(scale_type).min, np.iinfo(scale_type).max)
+        if not low <= value <= high:
+            raise ValueError(f"{name} = {value} must lie in [{low}, {high}] for {types.result.name} operands")
+    if scale_type.kind == "O":
+        return value
+    return scale_type.type(value)

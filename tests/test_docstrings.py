@@ -1,0 +1,89 @@
+"""help() is the reference: every public function and class of mathpy, mathpy.fft, mathpy.jit and mathpy.device has a
+numpydoc docstring with the sections a NumPy user expects (parameters, returns, raises, examples; CPU/GPU notes for
+the host APIs), parsed by numpydoc itself, and the shared parameter text is filled in (no ``{placeholder}`` left).
+The examples run as doctests (``--doctest-modules``); tests/test_docs.py builds the site from the same text."""
+
+import inspect
+import re
+
+import pytest
+
+import mathpy
+import mathpy.device
+import mathpy.fft
+import mathpy.jit
+
+docscrape = pytest.importorskip("numpydoc.docscrape", reason="numpydoc is not installed (pip install -e '.[test]')")
+
+OWNED_ELSEWHERE = {"mathpy.device.matmul", "mathpy.device.MatmulDescription"}  # issue 14's module (gemm)
+ERRORS = set(mathpy._errors.__all__)
+HOST_APIS = {"mathpy.matmul", "mathpy.Matmul", "mathpy.MatmulOptions", "mathpy.MatmulEpilog", "mathpy.fft.FFT",
+             "mathpy.fft.Callback", "mathpy.ExecutionCPU", "mathpy.ExecutionCUDA", "mathpy.execution_space"} | \
+    {f"mathpy.fft.{name}" for name in mathpy.fft.__all__ if name.endswith("fft") or name[:-1].endswith("fft")}
+
+
+def public_objects():
+    found = {}
+    for module, names in ((mathpy, mathpy.__all__), (mathpy.fft, mathpy.fft.__all__),
+                          (mathpy.jit, ("compile_callback", "CompiledCallback", "apply_prolog_cpu",
+                                        "apply_epilog_cpu", "check_user_info")),
+                          (mathpy.device, mathpy.device.__all__)):
+        for name in names:
+            qualified = f"{module.__name__}.{name}"
+            if name in ("__version__", "fft", "scipy_backend") and module is not mathpy.device or \
+                    qualified in OWNED_ELSEWHERE:
+                continue
+            found[qualified] = getattr(module, name)
+    return found
+
+
+OBJECTS = public_objects()
+
+
+def sections(obj):
+    doc = obj.__doc__ if not hasattr(obj, "acquire") else type(obj).__doc__  # the plan cache: its class's
+    kind = docscrape.ClassDoc if inspect.isclass(obj) else docscrape.FunctionDoc
+    if kind is docscrape.FunctionDoc and not callable(obj):
+        kind = docscrape.NumpyDocString
+        return kind(doc)
+    return kind(obj if kind is not docscrape.NumpyDocString else doc, doc=doc)
+
+
+@pytest.mark.parametrize("name", sorted(OBJECTS))
+def test_numpydoc_sections(name):
+    obj = OBJECTS[name]
+    doc = sections(obj)
+    assert doc["Summary"], f"{name}: no summary line"
+    assert ">>>" in "\n".join(doc["Examples"]), f"{name}: no Examples section with a doctest"
+    takes = inspect.isfunction(obj) or (inspect.isclass(obj) and not issubclass(obj, BaseException) and
+                                        len(inspect.signature(obj).parameters) > 0 and
+                                        not issubclass(obj, int))
+    if takes:
+        documented = {p.name for p in doc["Parameters"]}
+        documented = {part.strip() for names in documented for part in names.split(",")}
+        wanted = set(inspect.signature(obj).parameters) - {"self"}
+        assert wanted <= documented, f"{name}: parameters without text: {sorted(wanted - documented)}"
+    if inspect.isfunction(obj) and name not in ("mathpy.fft.plan_cache_clear", "mathpy.fft.set_plan_cache_size",
+                                                "mathpy.execution_space"):
+        assert doc["Returns"], f"{name}: no Returns section"
+    if takes and name not in ("mathpy.fft.plan_cache_info", "mathpy.fft.plan_cache_clear", "mathpy.cuda_is_available",
+                              "mathpy.get_execution_space", "mathpy.jit.CompiledCallback"):
+        assert doc["Raises"], f"{name}: no Raises section"
+    if name in HOST_APIS:
+        notes = "\n".join(doc["Notes"])
+        assert "CPU" in notes and ("GPU" in notes or "CUDA" in notes), f"{name}: Notes say nothing of CPU and GPU"
+
+
+@pytest.mark.parametrize("name", sorted(OBJECTS))
+def test_shared_text_is_filled_in(name):
+    doc = OBJECTS[name].__doc__ or ""
+    assert not re.search(r"^\s*\{\w+\}\s*$", doc, flags=re.M), f"{name}: a placeholder line was not filled"
+
+
+def test_help_names_every_keyword_of_the_fft_functions():
+    for name in mathpy.fft.__all__:
+        obj = getattr(mathpy.fft, name)
+        if inspect.isfunction(obj) and "prolog" in inspect.signature(obj).parameters:
+            text = obj.__doc__
+            for keyword in ("prolog", "epilog", "options", "execution", "stream", "out", "norm"):
+                assert re.search(rf"^    {keyword} :", text, flags=re.M), f"{name}: {keyword} is not documented"
