@@ -23,7 +23,8 @@ from ._numpy_rules import swap_norm
 __all__ = ["fft", "ifft", "rfft", "irfft", "fft2", "ifft2", "rfft2", "irfft2", "fftn", "ifftn", "rfftn", "irfftn",
            "hfft", "ihfft"]
 
-# The keyword-only parameters every function takes, and the sections every function has
+# The parameters every function takes after ``a`` (1-D or N-D), its keyword-only ones, and the sections every
+# function has
 _SHARED = """\
 prolog : callable, Callback, bytes or dict, optional
     {prolog}
@@ -35,6 +36,24 @@ execution : str, ExecutionCPU, ExecutionCUDA or dict, optional
     {execution}
 stream : int or stream object, optional
     {stream}"""
+_ONE_D = """\
+n : int, optional
+    {n}
+axis : int, optional
+    {axis}
+norm : {"backward", "ortho", "forward"}, optional
+    {norm}
+out : array, optional
+    {out}"""
+_N_D = """\
+s : sequence of ints, optional
+    {s}
+axes : sequence of ints, optional
+    {axes}
+norm : {"backward", "ortho", "forward"}, optional
+    {norm}
+out : array, optional
+    {out}"""
 _SECTIONS = """\
 Raises
 ------
@@ -43,7 +62,9 @@ Raises
 Notes
 -----
 {notes}"""
-_doc = fill({**FFT_DOCS, "keywords": render(_SHARED, FFT_DOCS), "sections": render(_SECTIONS, FFT_DOCS)})
+_doc = fill({**FFT_DOCS, "keywords": render(_SHARED, FFT_DOCS), "sections": render(_SECTIONS, FFT_DOCS),
+             "one_d": render(_ONE_D, FFT_DOCS), "n_d": render(_N_D, FFT_DOCS),
+             "one_d_inverse_real": render(_ONE_D, {**FFT_DOCS, "n": FFT_DOCS["n_inverse_real"]})})
 
 
 @_doc
@@ -55,14 +76,7 @@ def fft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, op
     ----------
     a : array_like
         {a}
-    n : int, optional
-        {n}
-    axis : int, optional
-        {axis}
-    norm : {"backward", "ortho", "forward"}, optional
-        {norm}
-    out : array, optional
-        {out}
+    {one_d}
     {keywords}
 
     Returns
@@ -100,14 +114,7 @@ def ifft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, o
     ----------
     a : array_like
         {a}
-    n : int, optional
-        {n}
-    axis : int, optional
-        {axis}
-    norm : {"backward", "ortho", "forward"}, optional
-        {norm}
-    out : array, optional
-        {out}
+    {one_d}
     {keywords}
 
     Returns
@@ -138,14 +145,7 @@ def rfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, o
     a : array_like
         {a}
         Real (a complex input is a TypeError).
-    n : int, optional
-        {n}
-    axis : int, optional
-        {axis}
-    norm : {"backward", "ortho", "forward"}, optional
-        {norm}
-    out : array, optional
-        {out}
+    {one_d}
     {keywords}
 
     Returns
@@ -176,14 +176,7 @@ def irfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, 
     a : array_like
         {a}
         The half spectrum of a Hermitian-symmetric signal.
-    n : int, optional
-        {n_inverse_real}
-    axis : int, optional
-        {axis}
-    norm : {"backward", "ortho", "forward"}, optional
-        {norm}
-    out : array, optional
-        {out}
+    {one_d_inverse_real}
     {keywords}
 
     Returns
@@ -216,14 +209,7 @@ def hfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, o
     ----------
     a : array_like
         {a}
-    n : int, optional
-        {n_inverse_real}
-    axis : int, optional
-        {axis}
-    norm : {"backward", "ortho", "forward"}, optional
-        {norm}
-    out : array, optional
-        {out}
+    {one_d_inverse_real}
     {keywords}
 
     Returns
@@ -260,14 +246,7 @@ def ihfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, 
     a : array_like
         {a}
         Real.
-    n : int, optional
-        {n}
-    axis : int, optional
-        {axis}
-    norm : {"backward", "ortho", "forward"}, optional
-        {norm}
-    out : array, optional
-        {out}
+    {one_d}
     {keywords}
 
     Returns
@@ -306,14 +285,7 @@ def fftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None,
     ----------
     a : array_like
         {a}
-    s : sequence of ints, optional
-        {s}
-    axes : sequence of ints, optional
-        {axes}
-    norm : {"backward", "ortho", "forward"}, optional
-        {norm}
-    out : array, optional
-        {out}
+    {n_d}
     {keywords}
 
     Returns
@@ -350,14 +322,7 @@ def ifftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None
     ----------
     a : array_like
         {a}
-    s : sequence of ints, optional
-        {s}
-    axes : sequence of ints, optional
-        {axes}
-    norm : {"backward", "ortho", "forward"}, optional
-        {norm}
-    out : array, optional
-        {out}
+    {n_d}
     {keywords}
 
     Returns
@@ -390,14 +355,7 @@ def rfftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None
     a : array_like
         {a}
         Real.
-    s : sequence of ints, optional
-        {s}
-    axes : sequence of ints, optional
-        {axes}
-    norm : {"backward", "ortho", "forward"}, optional
-        {norm}
-    out : array, optional
-        {out}
+    {n_d}
     {keywords}
 
     Returns
@@ -428,14 +386,7 @@ def irfftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=Non
     ----------
     a : array_like
         {a}
-    s : sequence of ints, optional
-        {s}
-    axes : sequence of ints, optional
-        {axes}
-    norm : {"backward", "ortho", "forward"}, optional
-        {norm}
-    out : array, optional
-        {out}
+    {n_d}
     {keywords}
 
     Returns
