@@ -217,12 +217,19 @@ CASES = [("fft", {}, np.complex64), ("ifft", {"n": 12, "norm": "ortho"}, np.comp
          ("rfft", {}, np.float32), ("irfft", {"n": 15}, np.complex64), ("hfft", {}, np.complex128),
          ("ihfft", {}, np.float64), ("fftn", {"axes": (0, 2)}, np.complex64),
          ("irfftn", {"axes": (0, 1, 2), "norm": "forward"}, np.complex128), ("rfft2", {}, np.float64),
-         ("fftn", {}, np.complex64)]
+         ("fftn", {}, np.complex64),
+         # NumPy's rules on the GPU path: float16 in single precision (a float16 one-axis C2R result), integers in
+         # double, repeated axes as several plans with their own lengths, s with -1
+         ("fft", {}, np.float16), ("irfft", {}, np.float16), ("hfft", {"n": 9}, np.float16),
+         ("rfftn", {"axes": (2, 0)}, np.int16), ("fftn", {"axes": (1, 1), "s": (3, 7)}, np.complex128),
+         ("irfftn", {"axes": (0, 2, 2), "s": (-1, 4, 6)}, np.complex64),
+         ("fftn", {"axes": (0, 1, 2, 0)}, np.complex64)]
 
 
 @pytest.mark.parametrize("name, kwargs, dtype", CASES)
 def test_device_operands(fake_gpu, name, kwargs, dtype):
-    x = rand((3, 5, 8), dtype)
+    x = rand((3, 5, 8), np.float64 if np.dtype(dtype).kind in "iu" else dtype)
+    x = (x * 4).astype(dtype) if np.dtype(dtype).kind in "iu" else x
     device_x = fake_gpu.array(x)
     before = x.copy()
     result = getattr(mfft, name)(device_x, **kwargs)
@@ -242,6 +249,16 @@ def test_strided_device_operands(fake_gpu, index):
     for axis in (0, 1):
         np.testing.assert_allclose(np.asarray(mfft.fft(view, axis=axis)), np.fft.fft(base[index], axis=axis),
                                    atol=1e-3)
+
+
+@pytest.mark.skipif(np.finfo(np.longdouble).nmant <= 52, reason="long double is double on this platform")
+def test_long_double_is_refused_before_any_device_work(fake_gpu):
+    x = rand((4, 8), np.float64).astype(np.clongdouble)
+    events = len(fake_gpu.events)
+    for call in (lambda: mfft.fft(x, execution="cuda"), lambda: mfft.FFT(x, execution="cuda")):
+        with pytest.raises(TypeError, match="only on the CPU"):
+            call()
+    assert len(fake_gpu.events) == events and not FakeCUFFTEngine.instances  # nothing allocated, moved or planned
 
 
 def test_numpy_operand_on_cuda(fake_gpu):

@@ -65,7 +65,7 @@ def scope(op, stream):
     """The caller's stream made current for work in ``op``'s own package (promotion, padding, casts)."""
     if op.on_host:
         return _NULL_SCOPE
-    return op.interface.streamscope(op.device_id, stream_pointer(stream, op.package, op.device_id))
+    return op.interface.stream_scope(op.device_id, stream_pointer(stream, op.package, op.device_id))
 
 
 # --- the one code path -------------------------------------------------------------------------------------------

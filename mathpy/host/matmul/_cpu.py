@@ -57,15 +57,19 @@ def _round_inputs(x, compute_type):
     return x
 
 
-def _compute_dtype(problem):
+def _problem_compute_dtype(problem):
     """The dtype the product is computed in: int32 for "32I" (exact int8 products, wrapped to an int8 result as
-    NumPy's), the result's own for "NATIVE" (NumPy's loops: other integers, bool, long double, object), else float32,
-    float64 or complex, like cuBLASLt's compute types."""
+    NumPy's), the result's own for "NATIVE" (NumPy's loops: other integers, bool, long double, object), else that
+    of the floating-point operands (:func:`_compute_dtype`)."""
     if problem.compute_type == "32I":
         return np.dtype(np.int32)
     if problem.compute_type == "NATIVE":
         return problem.d.dtype
-    dtype = problem.a.dtype
+    return _compute_dtype(problem.a.dtype)
+
+
+def _compute_dtype(dtype):
+    """float32, float64 or complex for floating-point operands of ``dtype``, like cuBLASLt's compute types."""
     if dtype.kind == "c":
         return np.dtype(np.complex128) if dtype.itemsize == 16 else np.dtype(np.complex64)
     return np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
@@ -91,7 +95,7 @@ class CPUEngine:
         self.execution = execution
         self.algorithms = [_ALGORITHM]
         self.workspace_bytes = 0
-        self._compute = _compute_dtype(problem)
+        self._compute = _problem_compute_dtype(problem)
 
     def autotune(self, operands, stream=None, iterations=3):
         """Time the (single) algorithm; returns ``[(algorithm, seconds)]``."""
