@@ -42,8 +42,37 @@ __all__ = ["MemoryPointer", "BaseCUDAMemoryManager", "BaseCUDAMemoryManagerAsync
 
 
 class MemoryPointer:
-    """An owner of ``size`` bytes at ``device_ptr``: ``finalizer()`` (nullary, or None) runs once, at :meth:`free`
-    or when the object is collected."""
+    """An owner of device memory, as a memory manager returns it (nvmath-python's ``MemoryPointer``).
+
+    Parameters
+    ----------
+    device_ptr : int
+        The address of the memory.
+    size : int
+        Its size in bytes.
+    finalizer : callable or None
+        Called once without arguments, at :meth:`free` or when the object is collected: what gives the memory back.
+
+    Raises
+    ------
+    RuntimeError
+        :meth:`free` called a second time (it would release someone else's memory).
+
+    Notes
+    -----
+    mathpy keeps the owner while the GPU uses the memory and frees it after the work using it was enqueued, on the
+    stream it was allocated on. The CPU execution space draws no device memory.
+
+    Examples
+    --------
+    >>> import mathpy
+    >>> released = []
+    >>> pointer = mathpy.MemoryPointer(0x1000, 256, finalizer=lambda: released.append(True))
+    >>> pointer
+    MemoryPointer(device_ptr=0x1000, size=256)
+    >>> pointer.free(); released
+    [True]
+    """
 
     def __init__(self, device_ptr, size, finalizer):
         self.device_ptr, self.size = int(device_ptr), int(size)
@@ -63,7 +92,24 @@ class MemoryPointer:
 
 @runtime_checkable
 class BaseCUDAMemoryManager(Protocol):
-    """A memory manager allocating synchronously (or on the current stream)."""
+    """The protocol of a memory manager allocating synchronously (or on the current stream): ``memalloc(size)``
+    returns an owner of ``size`` bytes (a :class:`MemoryPointer`, or anything with ``device_ptr`` /
+    ``device_pointer`` / ``ptr``). Pass one as ``allocator=`` in :class:`~mathpy.fft.FFTOptions` or
+    :class:`~mathpy.MatmulOptions`; nvmath-python's managers work unchanged.
+
+    Notes
+    -----
+    Only GPU workspaces are drawn from it; on the CPU it is ignored.
+
+    Examples
+    --------
+    >>> import mathpy
+    >>> class Pool:
+    ...     def memalloc(self, size):
+    ...         return mathpy.MemoryPointer(0x2000, size, finalizer=None)
+    >>> isinstance(Pool(), mathpy.BaseCUDAMemoryManager)
+    True
+    """
 
     @abstractmethod
     def memalloc(self, size):
@@ -72,7 +118,24 @@ class BaseCUDAMemoryManager(Protocol):
 
 @runtime_checkable
 class BaseCUDAMemoryManagerAsync(Protocol):
-    """A memory manager allocating in stream order."""
+    """The protocol of a memory manager allocating in stream order: ``memalloc_async(size, stream)`` returns an
+    owner of ``size`` bytes usable in the order of ``stream`` (an object with ``handle``, ``int()`` and
+    ``__cuda_stream__`` giving the raw ``cudaStream_t``).
+
+    Notes
+    -----
+    Preferred over :class:`BaseCUDAMemoryManager` when a manager implements both: mathpy orders its allocations on
+    the stream the work runs on. Only GPU workspaces are drawn from it.
+
+    Examples
+    --------
+    >>> import mathpy
+    >>> class StreamPool:
+    ...     def memalloc_async(self, size, stream):
+    ...         return mathpy.MemoryPointer(0x3000, size, finalizer=None)
+    >>> isinstance(StreamPool(), mathpy.BaseCUDAMemoryManagerAsync)
+    True
+    """
 
     @abstractmethod
     def memalloc_async(self, size, stream):
@@ -145,7 +208,32 @@ def allocate(manager, size, stream, device_id):
 
 
 class CupyMemoryManager:
-    """Stream-ordered allocations from CuPy's memory pool (``cupy.cuda.alloc`` with the stream current)."""
+    """A stream-ordered memory manager drawing from CuPy's memory pool (``cupy.cuda.alloc`` with the stream
+    current), constructed as nvmath-python's.
+
+    Parameters
+    ----------
+    device_id : int, optional
+        The GPU (default 0).
+    logger : logging.Logger, optional
+        Where allocations are logged (DEBUG).
+
+    Raises
+    ------
+    ImportError
+        CuPy is not installed (when it first allocates, not when it is made).
+
+    Notes
+    -----
+    Needs CuPy and a GPU when it allocates (not when it is made); CuPy's own errors (out of memory) pass through.
+
+    Examples
+    --------
+    >>> import mathpy
+    >>> options = mathpy.MatmulOptions(allocator=mathpy.CupyMemoryManager(device_id=0))
+    >>> type(options.allocator).__name__
+    'CupyMemoryManager'
+    """
 
     def __init__(self, device_id=0, logger=None):
         self.device_id, self.logger = device_id, logger
@@ -161,7 +249,31 @@ class CupyMemoryManager:
 
 
 class TorchMemoryManager:
-    """Stream-ordered allocations from torch's caching allocator."""
+    """A stream-ordered memory manager drawing from torch's caching allocator, constructed as nvmath-python's.
+
+    Parameters
+    ----------
+    device_id : int, optional
+        The GPU (default 0).
+    logger : logging.Logger, optional
+        Where allocations are logged (DEBUG).
+
+    Raises
+    ------
+    ImportError
+        torch is not installed (when it first allocates, not when it is made).
+
+    Notes
+    -----
+    Needs torch with CUDA and a GPU when it allocates (not when it is made); torch's own errors pass through.
+
+    Examples
+    --------
+    >>> import mathpy, mathpy.fft
+    >>> options = mathpy.fft.FFTOptions(allocator=mathpy.TorchMemoryManager(device_id=0))
+    >>> type(options.allocator).__name__
+    'TorchMemoryManager'
+    """
 
     def __init__(self, device_id=0, logger=None):
         self.device_id, self.logger = device_id, logger

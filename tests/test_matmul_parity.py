@@ -170,8 +170,9 @@ def test_compute_and_scale_types_as_enums():
                       result_type=CudaDataType.CUDA_R_32F)
     assert o == MatmulOptions(compute_type="32F_FAST_TF32", scale_type="float32", result_type=np.float32)
     assert MatmulOptions(result_type=CudaDataType.CUDA_R_16BF).result_type == np.dtype(ml_dtypes.bfloat16)
-    with pytest.raises(ValueError, match="COMPUTE_32I"):
-        MatmulOptions(compute_type=MatmulComputeType.COMPUTE_32I)
+    assert MatmulOptions(compute_type=MatmulComputeType.COMPUTE_32I).compute_type == "32I"  # int8 products
+    with pytest.raises(ValueError, match="COMPUTE_32I_PEDANTIC"):
+        MatmulOptions(compute_type=MatmulComputeType.COMPUTE_32I_PEDANTIC)
     with pytest.raises(ValueError, match="no NumPy dtype"):
         MatmulOptions(scale_type=CudaDataType.CUDA_R_4I)
     h = rand(8, 8, dtype=np.float16)

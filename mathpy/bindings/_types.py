@@ -23,7 +23,20 @@ __all__ = ["CudaDataType", "DataType", "cuda_data_type", "to_dtype"]
 
 
 class CudaDataType(enum.IntEnum):
-    """cudaDataType_t (library_types.h; the same in CUDA 12.9 and 13)."""
+    """CUDA's ``cudaDataType_t`` (library_types.h; the same in CUDA 12.9 and 13), under CUDA's C names as
+    nvmath-python exports them. :class:`~mathpy.MatmulOptions` takes its members wherever it takes a dtype.
+
+    Notes
+    -----
+    The same values on every execution space: on the CPU a member stands for the NumPy (or ml_dtypes) dtype of the
+    same type; members without one (4-bit integers) are refused with a ValueError.
+
+    Examples
+    --------
+    >>> import mathpy
+    >>> mathpy.CudaDataType.CUDA_R_32F.value, mathpy.MatmulOptions(scale_type=mathpy.CudaDataType.CUDA_R_32F).scale_type
+    (0, dtype('float32'))
+    """
 
     CUDA_R_16F = 2
     CUDA_C_16F = 6

@@ -56,8 +56,21 @@ STATUS_NAMES = {
 
 
 class MatmulComputeType(enum.IntEnum):
-    """cublasComputeType_t (cublas_api.h): how a matrix product accumulates. mathpy's compute type strings are the
-    names without their prefix (``"32F_FAST_TF32"`` is ``COMPUTE_32F_FAST_TF32``); either form is accepted."""
+    """cuBLAS's ``cublasComputeType_t`` (cublas_api.h): how a matrix product accumulates. mathpy's compute type
+    strings are the names without their prefix (``"32F_FAST_TF32"`` is ``COMPUTE_32F_FAST_TF32``); either form is
+    accepted by :class:`~mathpy.MatmulOptions`.
+
+    Notes
+    -----
+    The GPU passes it to cuBLASLt; the CPU engine emulates the 32F, 16F, TF32/16F/16BF fast modes, 64F and 32I
+    (int8 products) compute types.
+
+    Examples
+    --------
+    >>> import mathpy
+    >>> mathpy.MatmulOptions(compute_type=mathpy.MatmulComputeType.COMPUTE_32I).compute_type
+    '32I'
+    """
 
     COMPUTE_16F = 64
     COMPUTE_16F_PEDANTIC = 65

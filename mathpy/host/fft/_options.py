@@ -23,7 +23,22 @@ _RESULT_LAYOUTS = ("natural", "optimized")
 
 class FFTDirection(enum.IntEnum):
     """The direction of a transform, wherever one is taken (``execute(direction=...)``): FORWARD (-1, the sign of
-    the exponent) or INVERSE (+1). The strings "forward" / "inverse" and the ints -1 / +1 are the same."""
+    the exponent) or INVERSE (+1). The strings "forward" / "inverse" and the ints -1 / +1 are the same.
+
+    Notes
+    -----
+    The same on the CPU and the GPU; the stateful FFT is unnormalised either way.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy.fft
+    >>> x = np.ones(4, np.complex64)
+    >>> with mathpy.fft.FFT(x) as f:
+    ...     f.plan()
+    ...     f.execute(direction=mathpy.fft.FFTDirection.INVERSE)
+    array([4.+0.j, 0.+0.j, 0.+0.j, 0.+0.j], dtype=complex64)
+    """
 
     FORWARD = -1
     INVERSE = 1
