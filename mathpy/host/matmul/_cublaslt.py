@@ -343,8 +343,7 @@ class CublasLtEngine:
         if float8 and (op_a, op_b) != (Operation.T, Operation.N):
             what += (". float8 needs A row-major and B column-major (cuBLASLt's 'TN' form: pass b as a transposed "
                      "row-major array, e.g. b = bt.T)")
-        if p.compute_type == "32I":  # IMMA rules; the API stages A row-major and B column-major ("TN")
-            what += ". int8 needs M, K and leading dimensions multiple of 4 (pad them, or use execution='cpu')"
+        what += ". int8: M, K, leading dimensions multiple of 4, or execution='cpu'" if p.compute_type == "32I" else ""
         return what
 
     def _chosen_by_caller(self, algorithm):

@@ -216,44 +216,11 @@ class Matmul:
 
     # -- planning -----------------------------------------------------------------------------------------------------
 
+    @fill(MATMUL_DOCS)
     def plan(self, epilog=None, epilog_inputs=None, preferences=None, algorithms=None, *, stream=None):
         """Choose the epilog and build the plan: validation, layouts, the engine (cuBLASLt's heuristic on a GPU).
 
-        Parameters
-        ----------
-        epilog : MatmulEpilog, str, int or callable, optional
-            An epilog fused into the product: a :class:`~mathpy.MatmulEpilog` (or its name) run by cuBLASLt,
-            floating-point operands only; or a Python function ``f(value, row, col, data)`` /
-            ``f(value, batch, row, col, data)`` fused into mathpy's own GEMM (:mod:`._fused`).
-        epilog_inputs : dict, optional
-            The epilog's inputs by name (``"bias"``, ``"relu_aux"``, ``"gelu_aux"``; ``"data"``, optional, for a
-            Python epilog), of the operands' package and device.
-        preferences : MatmulPlanPreferences or dict, optional
-            How many candidate algorithms to ask for, the largest workspace.
-        algorithms : list, optional
-            Restrict the candidates to these (from an earlier ``plan()`` of the same problem, possibly reconfigured
-            with ``CublasLtAlgorithm.configured``: cuBLASLt checks them).
-        stream : int or stream object, optional
-            The plan's stream from now on (its workspace is allocated there; default: the constructor's).
-
-        Returns
-        -------
-        list
-            The candidate algorithms, the one in use first (one ``CPUAlgorithm`` on the CPU).
-
-        Raises
-        ------
-        ValueError
-            An unknown or misspelled epilog or epilog input (named, with the epilog's inputs), a missing input, an
-            epilog the dtypes do not take, ``result_order="C"`` with a per-row epilog operand, no algorithm.
-        TypeError
-            An epilog input of the wrong dtype or not an array.
-        :class:`~mathpy.InvalidPlanStateError`
-            The Matmul was freed.
-
-        Notes
-        -----
-        Planning again replaces the plan; a failure leaves the Matmul unplanned.
+        {plan}
         """
         self._check_not_freed("plan")
         if stream is not None and self._on_gpu:
@@ -382,29 +349,11 @@ class Matmul:
         """The :class:`~._call.MatmulCall` that ``execute()`` runs (None before ``plan()``)."""
         return self._call
 
+    @fill(MATMUL_DOCS)
     def autotune(self, iterations=3, prune=None, *, release_workspace=False):
         """Time every candidate algorithm on the current operands and keep the fastest.
 
-        Parameters
-        ----------
-        iterations : int, optional
-            Runs per candidate (default 3).
-        prune : int, optional
-            Keep only that many candidates, the fastest.
-        release_workspace : bool, optional
-            Give the workspace back afterwards.
-
-        Returns
-        -------
-        list of (algorithm, float)
-            ``(algorithm, seconds)`` pairs, fastest first.
-
-        Raises
-        ------
-        :class:`~mathpy.InvalidPlanStateError`
-            Before :meth:`plan`, or after :meth:`free`.
-        ValueError
-            ``iterations`` or ``prune`` that is not a positive int.
+        {autotune}
         """
         self._check_planned("autotune")
         self._check_operands("autotune")
@@ -429,28 +378,11 @@ class Matmul:
 
     # -- execution ----------------------------------------------------------------------------------------------------
 
+    @fill(MATMUL_DOCS)
     def execute(self, stream=None, *, algorithm=None, release_workspace=False):
         """Compute the product on the operands' current contents.
 
-        Parameters
-        ----------
-        stream : int or stream object, optional
-            The CUDA stream for this execution (default: the Matmul's). Ignored on the CPU.
-        algorithm : algorithm, optional
-            One of :attr:`algorithms` to run this time (default: the first).
-        release_workspace : bool, optional
-            Give the workspace back after this call (the next one takes it again).
-
-        Returns
-        -------
-        array or (array, dict)
-            The result, in the operands' package and on their device; ``(result, outputs)`` when the epilog has
-            outputs (by name: ``"relu_aux"``, ``"gelu_aux"``, bias gradients, ``"result_amax"``).
-
-        Raises
-        ------
-        :class:`~mathpy.InvalidPlanStateError`
-            Before :meth:`plan`, after :meth:`free`, or after :meth:`release_operands`.
+        {execute}
         """
         if self._grad:
             _torch_route.refuse("Matmul.execute", self._grad)
@@ -470,31 +402,12 @@ class Matmul:
             _algorithms.release_workspace(self._engine)
         return result
 
+    @fill(MATMUL_DOCS)
     def reset_operands(self, a=None, b=None, c=None, epilog_inputs=None, *, alpha=None, beta=None,
                        quantization_scales=None, stream=None):
         """Use other operands from the next :meth:`execute` on, without planning again.
 
-        Parameters
-        ----------
-        a, b, c : array, optional
-            New operands of the same shapes, dtypes, layouts, package and device as the planned ones.
-        epilog_inputs : dict, optional
-            New epilog inputs by name (after :meth:`plan`).
-        alpha, beta : number, optional
-            New scalars.
-        quantization_scales : dict or object, optional
-            New scale tensors (for the scales given as tensors).
-        stream : int or stream object, optional
-            The stream the new operands were made on: the product's stream from now on.
-
-        Raises
-        ------
-        ValueError
-            An operand that differs from the planned one (nothing changes), ``c`` for a Matmul built without it, an
-            epilog input the plan's epilog does not take. After :meth:`release_operands` every operand must be
-            given again.
-        :class:`~mathpy.InvalidPlanStateError`
-            The Matmul was freed.
+        {reset_operands}
         """
         self._check_not_freed("reset_operands")
         if stream is not None and self._on_gpu:
