@@ -34,7 +34,7 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["Config", "Tables", "check_inputs", "solve", "score_norm", "stitch", "crop", "detect", "veto", "match"]
+__all__ = ["Config", "Tables", "check_inputs", "solve", "score_norm", "stitch", "detect", "veto", "match"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,13 +238,6 @@ def _core_to_image(xp, config, stamps):
     return stamps.reshape(c.grid, c.grid, c.core, c.core).transpose(0, 2, 1, 3).reshape(c.n, c.n)
 
 
-def crop(xp, config, stamps):
-    """The (n, n) image made of the stamps' cores (a copy)."""
-    c = config
-    core = stamps[:, c.pad:c.pad + c.core, c.pad:c.pad + c.core]
-    return xp.ascontiguousarray(_core_to_image(xp, config, core))
-
-
 def stitch(xp, config, tables, difference, score, backgrounds, norms, sigma_science):
     """Difference (counts) and score images (n, n) from the stamps' decorrelated difference and unnormalised score
     (B, P, P), both in science-noise units with the background still in: the background plane is removed here
@@ -259,28 +252,55 @@ def stitch(xp, config, tables, difference, score, backgrounds, norms, sigma_scie
     return (xp.ascontiguousarray(_core_to_image(xp, c, d)), xp.ascontiguousarray(_core_to_image(xp, c, z)))
 
 
-def detect(xp, score, threshold, radius=2):
-    """Local maxima of the score above ``threshold`` (their (2 radius + 1)^2 neighbourhood's maximum, clipped at the
-    border): an (m, 2) NumPy array of (row, column) and the (m,) peak values, brightest first.
+def detect(xp, score, threshold, radius=2, method=None):
+    """Local maxima of the score above ``threshold`` (equal to the maximum of their (2 radius + 1)^2 neighbourhood,
+    clipped at the border): an (m, 2) NumPy array of (row, column) and the (m,) peak values, brightest first (ties
+    by position).
 
-    Two waits for the device: the count of pixels above the threshold (it sizes what follows), and one transfer of
-    the candidates with their neighbourhood maxima, which the host then filters."""
+    Two ways to the same pixels, each the natural one where its array lives. On a GPU (CuPy) the maximum filter
+    (mode "nearest" repeats the border pixel, so the clipped neighbourhood's maximum is the same) and the test run on
+    the whole image before the first wait for the device; then come the count of peaks (it sizes what follows), one
+    gather of their values and one transfer. On the CPU (NumPy) nothing waits, and scipy's maximum filter of a
+    4096^2 image costs over a hundred times more than looking at the neighbourhoods of the few pixels above the
+    threshold (2.2 s against 0.014 s with 2025 peaks, measured on a busy 2-core machine), which it does instead.
+    ``method``: "filter" or "candidates" (NumPy only) chooses one; None takes the one for ``xp``."""
+    method = method or ("candidates" if xp is np else "filter")
+    if method == "candidates" and xp is np:
+        flat, values = _peaks_among_candidates(score, threshold, radius)
+    elif method == "filter":
+        flat, values = _peaks_filtered(xp, score, threshold, radius)
+    else:
+        raise ValueError(f"method must be 'filter', 'candidates' (NumPy arrays) or None, got {method!r}")
+    order = np.lexsort((flat, -values))
+    return np.stack(np.divmod(flat[order], score.shape[1]), axis=1), values[order]
+
+
+def _peaks_filtered(xp, score, threshold, radius):
+    """(flat indices, values) of the peaks, NumPy, from a maximum filter of the whole image (xp: NumPy or CuPy)."""
+    if xp is np:
+        import scipy.ndimage as ndimage
+    else:
+        import cupyx.scipy.ndimage as ndimage
+    around = ndimage.maximum_filter(score, size=2 * radius + 1, mode="nearest")
+    flat = xp.flatnonzero((score > threshold) & (score >= around))
+    if flat.size == 0:
+        return np.empty(0, np.int64), np.empty(0, np.float32)
+    flat, values = _to_numpy(xp.stack([flat, score.reshape(-1)[flat]], dtype=np.float64))
+    return flat.astype(np.int64), values.astype(np.float32)
+
+
+def _peaks_among_candidates(score, threshold, radius):
+    """(flat indices, values) of the peaks from the clipped neighbourhoods of the pixels above the threshold (NumPy)."""
     n0, n1 = score.shape
-    flat = xp.flatnonzero(score > threshold)
-    m = int(flat.size)
-    if m == 0:
-        return np.empty((0, 2), np.int64), np.empty(0, np.float32)
-    rows, cols = xp.divmod(flat, n1)
-    d = xp.arange(-radius, radius + 1)
-    nr = xp.clip(rows[:, None] + d, 0, n0 - 1)
-    nc = xp.clip(cols[:, None] + d, 0, n1 - 1)
-    around = score[nr[:, :, None], nc[:, None, :]].reshape(m, -1).max(axis=1)
-    candidates = _to_numpy(xp.stack([flat, score[rows, cols], around], dtype=np.float64))
-    flat, values, around = candidates
+    flat = np.flatnonzero(score > threshold)
+    rows, cols = np.divmod(flat, n1)
+    d = np.arange(-radius, radius + 1)
+    nr = np.clip(rows[:, None] + d, 0, n0 - 1)
+    nc = np.clip(cols[:, None] + d, 0, n1 - 1)
+    around = score[nr[:, :, None], nc[:, None, :]].reshape(flat.size, -1).max(axis=1, initial=-np.inf)
+    values = score[rows, cols]
     peak = values >= around
-    flat, values = flat[peak].astype(np.int64), values[peak].astype(np.float32)
-    order = np.argsort(-values)
-    return np.stack(np.divmod(flat, n1), axis=1)[order], values[order]
+    return flat[peak].astype(np.int64), values[peak].astype(np.float32)
 
 
 def veto(detections, peaks, masked, radius):
