@@ -7,6 +7,7 @@ CuPy and mathpy. The one home of the pipeline code that ``examples/difference_im
 - :mod:`.sfft`: the algorithm shared by all implementations (layout, normal equations, solve, score, detection);
 - :mod:`.array_pipeline`: NumPy / CuPy with array expressions;
 - :mod:`.mathpy_pipeline`: mathpy with stateful FFT plans and fused prolog/epilog callbacks;
+- :mod:`.gathered_solve`, :mod:`.solve_kernel`: mathpy's solve of the normal equations, one numba-cuda kernel;
 - :mod:`.workflow`: running and judging them.
 """
 

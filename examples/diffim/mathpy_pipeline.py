@@ -3,8 +3,9 @@
 Seven stateful ``mathpy.fft.FFT`` plans are made once per configuration and executed for every image pair; all stamps
 of an image go through each plan as one batch. Their prologs and epilogs (Python functions, compiled by numba: to
 LTO-IR that cuFFT links into its kernels on the GPU, to CPU loops on the CPU) do what the array pipeline does in
-separate passes over memory, so that an image pair costs fifteen device operations besides the solve and the
-detection:
+separate passes over memory, so that an image pair costs thirteen device operations besides the detection (one
+copy and a fill before the stamps plan, the seven plans, the solve kernel, a copy and a fill before the kernel
+plan, one copy after the difference plan):
 
 ==========================  =========================================================================================
 plan (transform)            fused into it
@@ -30,9 +31,12 @@ difference (2-D C2C)        prolog: unpacks all four spectra, forms phi^ (I^ - K
                             score, storing the stamp cores only
 ==========================  =========================================================================================
 
-Between them: one gather of the normal equations from where the correlation plans stored their source (one index
-table, ``sfft.Tables.system_index`` mapped onto the correlation buffer), the batched float64 solve shared with the
-array pipeline (``sfft.solve``), one copy of the solution next to the PSF models, and the crop of the stamp cores.
+Between them: one kernel (:mod:`.gathered_solve`) gathers every stamp's normal equations from where the correlation
+plans stored their source (one index table, ``sfft.Tables.system_index`` mapped onto the correlation buffer), solves
+them in float64 and stores the solution where the kernel + PSF plan's prolog reads it; then the PSF models are copied
+next to it, and one copy splits the stamp cores into the contiguous float32 difference and score images that
+detection reads. ``solver="lu"`` gathers the systems and solves them with the array pipeline's batched LU
+(``sfft.solve``) instead.
 
 A callback reads one array of user data (fixed when the plan is made) and the FFT's own input; the buffers below are
 laid out so that every plan finds what it reads there (:class:`Layout`): arrays the callbacks read are persistent and
@@ -50,7 +54,7 @@ import numpy as np
 
 import mathpy.fft
 
-from . import sfft
+from . import gathered_solve, sfft
 from .array_pipeline import NullTimer
 
 __all__ = ["MathpyPipeline", "Layout", "callbacks"]
@@ -293,14 +297,19 @@ def callbacks(config):
 
 
 class MathpyPipeline:
-    """``MathpyPipeline(config, xp=numpy)`` runs on mathpy's CPU execution space, ``xp=cupy`` on the GPU (the buffers
-    live where the plans execute); ``run(...)`` subtracts one image pair (same arguments and results as
-    :meth:`.ArrayPipeline.run`)."""
+    """``MathpyPipeline(config, xp=numpy, solver="fused")`` runs on mathpy's CPU execution space, ``xp=cupy`` on the GPU
+    (the buffers live where the plans execute); ``run(...)`` subtracts one image pair (same arguments and results as
+    :meth:`.ArrayPipeline.run`). ``solver``: "fused" (:mod:`.gathered_solve`: systems of at most
+    ``gathered_solve.MAX_UNKNOWNS`` unknowns) or "lu" (the array pipeline's ``sfft.solve``)."""
 
-    def __init__(self, config, xp=np):
+    def __init__(self, config, xp=np, solver="fused"):
         c = self.config = config
+        if solver not in ("fused", "lu"):
+            raise ValueError(f"solver must be 'fused' or 'lu', got {solver!r}")
         lay = self.layout = Layout(config)
         lay.check()
+        if solver == "fused":
+            gathered_solve.check_unknowns(lay.unknowns)
         self.xp, self.tables = xp, sfft.Tables(config)
         p, b, g, e = c.stamp, c.batch, c.norm_grid, lay.row
         # Buffers the callbacks read (user data must have the shape of the layout the callback sees).
@@ -311,11 +320,14 @@ class MathpyPipeline:
         self.correlations = correlations[:p * lay.columns].reshape(p, lay.columns)
         self._source = correlations.view(np.float32)
         self._source[2 * p * lay.columns:2 * p * lay.columns + 3] = xp.asarray(self.tables.constants)
-        self._system_index = xp.asarray(self._gather_index())
+        system_index = self._gather_index()
+        self._system_index = xp.asarray(system_index)
         self.kernel_spectra = xp.zeros((b, p, p), np.complex64)   # K^ + i P^
         self.model = xp.zeros((b, p, p), np.float32)              # solution, PSF models, sigma, norm sums
         model = self.model.reshape(-1)
         self._solution = model[:b * lay.unknowns].reshape(b, lay.unknowns)
+        self._fused_solve = (gathered_solve.GatheredSolve(xp, self._source, system_index, self._solution)
+                             if solver == "fused" else None)
         self._psfs = model[lay.psf_offset:lay.sigma_offset].reshape(b, -1)
         self._sigma = model[lay.sigma_offset:lay.sigma_offset + 1]
         norm_sums = model[lay.norm_offset:lay.norm_offset + 2 * b * g * g].view(np.complex64).reshape(b, g, g)
@@ -403,30 +415,53 @@ class MathpyPipeline:
         self.xp.stack((science, reference), axis=-1, out=self._pixels)
         self._scales[...] = complex(1 / sigma_science, 1 / sigma_reference)
 
-    def _normal_equations(self):
-        """The stamps' spectra through the two correlation plans, then the augmented normal equations
-        (B, N, N + 1) gathered from their source."""
+    def _correlations(self):
+        """The stamps' spectra through the two correlation plans: the normal equations' source."""
         self.correlation_fft.execute(direction="inverse")
         self.lag_fft.execute(direction="inverse")
-        return self._source[self._system_index]
 
-    def equations(self, science, reference, sigma_science, sigma_reference):
-        """Only the normal equations: the augmented systems [M | r] (B, L + 3, L + 4), float32, of the
-        noise-normalised stamps."""
+    def _solve(self):
+        """Every stamp's normal equations, gathered from their source, solved into the model buffer."""
+        if self._fused_solve is not None:
+            self._fused_solve()
+        else:
+            self.xp.copyto(self._solution, sfft.solve(self.xp, self._source[self._system_index]), casting="same_kind")
+
+    def _images(self, stamps):
+        """The difference and score images (2, n, n) float32 from the stamps' cores, which hold d + i s."""
+        xp, c = self.xp, self.config
+        images = xp.empty((2, c.n, c.n), np.float32)
+        parts = stamps.view(np.float32).reshape(c.grid, c.grid, c.stamp, c.stamp, 2)
+        cores = parts[:, :, c.pad:c.pad + c.core, c.pad:c.pad + c.core, :]       # (gy, gx, row, col, part)
+        # one pass, in the stamps' order: each warp reads 128 contiguous bytes and writes 64 to each image
+        xp.copyto(images.reshape(2, c.grid, c.core, c.grid, c.core).transpose(1, 3, 2, 4, 0), cores)
+        return images
+
+    def _correlate(self, science, reference, sigma_science, sigma_reference):
+        """The stamps' spectra and the normal equations' source, for ``equations`` and ``fit``."""
         c = self.config
         sfft.check_inputs(c, science, reference, np.zeros((c.batch, 2 * c.psf_radius + 1, 2 * c.psf_radius + 1)),
                           sigma_science, sigma_reference)
         self._load(science, reference, sigma_science, sigma_reference)
         self.stamps_fft.execute()
-        return self._normal_equations()
+        self._correlations()
+
+    def equations(self, science, reference, sigma_science, sigma_reference):
+        """Only the normal equations: the augmented systems [M | r] (B, L + 3, L + 4), float32, of the
+        noise-normalised stamps."""
+        self._correlate(science, reference, sigma_science, sigma_reference)
+        return self._source[self._system_index]
 
     def fit(self, science, reference, sigma_science, sigma_reference):
-        """Only the fit: kernels (B, L) and background planes (B, 3) of the noise-normalised stamps."""
-        x = sfft.solve(self.xp, self.equations(science, reference, sigma_science, sigma_reference))
-        return x[:, :self.config.taps].astype(np.float32), x[:, self.config.taps:].astype(np.float32)
+        """Only the fit: kernels (B, L) and background planes (B, 3) of the noise-normalised stamps, float32."""
+        self._correlate(science, reference, sigma_science, sigma_reference)
+        self._solve()
+        x = self._solution
+        return x[:, :self.config.taps].copy(), x[:, self.config.taps:].copy()
 
     def run(self, science, reference, psfs, sigma_science, sigma_reference, timer=None):
-        """Difference (counts) and score (sigma) images (n, n) of one image pair, as views of one complex image."""
+        """Difference (counts) and score (sigma) images (n, n) float32 of one image pair (C-contiguous, two halves of
+        one new array)."""
         xp, c = self.xp, self.config
         timer = timer or NullTimer()
         sfft.check_inputs(c, science, reference, psfs, sigma_science, sigma_reference)
@@ -434,12 +469,11 @@ class MathpyPipeline:
         self._load(science, reference, sigma_science, sigma_reference)
         self.stamps_fft.execute()
         timer.mark("stamps + forward FFTs")
-        system = self._normal_equations()
+        self._correlations()
         timer.mark("normal equations (correlations)")
-        x = sfft.solve(xp, system)
+        self._solve()
         timer.mark("solve")
 
-        xp.copyto(self._solution, x, casting="same_kind")
         xp.copyto(self._psfs, psfs.reshape(c.batch, -1), casting="same_kind")
         self._sigma[...] = sigma_science
         self.kernel_fft.execute()
@@ -450,6 +484,6 @@ class MathpyPipeline:
         stamps = self.difference_fft.execute(direction="inverse")
         timer.mark("difference, decorrelation, score")
 
-        image = sfft.crop(xp, c, stamps)
+        difference, score = self._images(stamps)
         timer.mark("stitch")
-        return image.real, image.imag
+        return difference, score

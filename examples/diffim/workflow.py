@@ -72,18 +72,24 @@ def gpu_available():
         return False
 
 
-def make_pipeline(name, config, gpu=None):
+def make_pipeline(name, config, gpu=None, **options):
     """(pipeline, array module) for an implementation: "numpy" runs on the CPU, "cupy" on the GPU, "mathpy" on the
-    GPU when ``gpu`` (default: when one is available), else on mathpy's CPU execution space."""
+    GPU when ``gpu`` (default: when one is available), else on mathpy's CPU execution space. ``options`` go to
+    :class:`.MathpyPipeline` (e.g. ``solver="lu"``)."""
     if name not in IMPLEMENTATIONS:
         raise ValueError(f"unknown implementation {name!r}; allowed are {', '.join(IMPLEMENTATIONS)}")
+    if options and name != "mathpy":
+        raise ValueError(f"options {sorted(options)} are for the mathpy pipeline, not {name!r}")
     gpu = gpu_available() if gpu is None else gpu
     if name == "numpy":
         return ArrayPipeline(config, np), np
-    if name == "cupy" or gpu:
+    if name == "cupy":
         import cupy
-        return (ArrayPipeline if name == "cupy" else MathpyPipeline)(config, cupy), cupy
-    return MathpyPipeline(config, np), np
+        return ArrayPipeline(config, cupy), cupy
+    if gpu:
+        import cupy
+        return MathpyPipeline(config, cupy, **options), cupy
+    return MathpyPipeline(config, np, **options), np
 
 
 def subtract(pipeline, xp, data, timer=None):
