@@ -12,7 +12,10 @@ import contextlib
 import dataclasses
 import importlib.util
 import io
+import json
+import os
 import pathlib
+import subprocess
 import sys
 
 import numpy as np
@@ -22,7 +25,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 
 import diffim  # noqa: E402
-from diffim import sfft  # noqa: E402
+from diffim import gathered_solve, sfft  # noqa: E402
 
 SMALL = diffim.Config(n=512, core=128)
 
@@ -59,6 +62,8 @@ def test_numpy_pipeline_finds_the_transients(scene, reference):
 
 def test_mathpy_cpu_matches_numpy(scene, reference):
     result, pipeline = _run("mathpy", SMALL, scene)
+    for image in (result.difference, result.score):  # what detection reads: contiguous float32 images
+        assert image.dtype == np.float32 and image.flags.c_contiguous and image.shape == (SMALL.n, SMALL.n)
     data = diffim.inputs(scene, SMALL)
     error = diffim.relative_error(result, reference, data)
     assert error <= diffim.tolerance(SMALL), error
@@ -75,11 +80,13 @@ def test_mathpy_cpu_matches_numpy(scene, reference):
     assert len(sfft.match(again.detections, other.transients)[0]) == len(other.transients)
 
 
-@pytest.mark.parametrize("name", ["numpy", "mathpy"])
-def test_fit_is_the_least_squares_solution(name):
+@pytest.mark.parametrize("name, options", [("numpy", {}), ("mathpy", {}), ("mathpy", {"solver": "lu"})],
+                         ids=["numpy", "mathpy", "mathpy-lu"])
+def test_fit_is_the_least_squares_solution(name, options):
     """The kernels and backgrounds from the Fourier-space normal equations are the least-squares fit of each stamp
     with an explicit design matrix: the reference shifted circularly by every kernel offset, and a plane. Compared
-    through the fitted models (well conditioned), to the pipeline's single-precision tolerance."""
+    through the fitted models (well conditioned), to the pipeline's single-precision tolerance; mathpy with its
+    fused solve (symmetric elimination) and with the array pipeline's LU."""
     from scipy.ndimage import gaussian_filter
 
     config = diffim.Config(n=48, core=16, pad=4, kernel_radius=2, psf_radius=2, norm_grid=16)
@@ -89,7 +96,7 @@ def test_fit_is_the_least_squares_solution(name):
     ramp = 0.1 * np.arange(n)[None, :]
     science = gaussian_filter(reference, 0.8) * 1.3 + 5 + ramp + rng.standard_normal((n, n)) * 0.3
     sigmas = 0.7, 0.4
-    pipeline, _ = diffim.make_pipeline(name, config, gpu=False)
+    pipeline, _ = diffim.make_pipeline(name, config, gpu=False, **options)
     kernels, backgrounds = pipeline.fit(science.astype(np.float32), reference.astype(np.float32), *sigmas)
 
     tables = sfft.Tables(config)
@@ -124,6 +131,129 @@ def test_mathpy_normal_equations_are_the_array_pipelines(scene):
     scale = np.abs(expected).max(axis=(1, 2))
     error = (np.abs(found - expected).max(axis=(1, 2)) / scale).max()
     assert error <= 2 * float(np.finfo(np.float32).eps) * np.log2(config.stamp ** 2), error
+
+
+def _symmetric(systems):
+    """The augmented systems with M replaced by its lower triangle mirrored (what the fused solve reads)."""
+    m = np.tril(systems[..., :-1]) + np.swapaxes(np.tril(systems[..., :-1], -1), 1, 2)
+    return np.concatenate([m, systems[..., -1:]], axis=2)
+
+
+def _solve_error(x, systems):
+    """Largest error of solutions x (B, N) relative to each one's largest entry, against LAPACK's LU of
+    :func:`_symmetric` systems, and the float64 bound N eps cond(M) of a backward-stable solve."""
+    m = _symmetric(systems.astype(np.float64))
+    exact = np.linalg.solve(m[..., :-1], m[..., -1:])[..., 0]
+    error = np.abs(x - exact).max(axis=1) / np.abs(exact).max(axis=1)
+    bound = m.shape[1] * np.finfo(np.float64).eps * np.linalg.cond(m[..., :-1])
+    return error, bound
+
+
+def test_ldlt_solve_solves_the_pipelines_normal_equations(scene):
+    """The fused solve's arithmetic (NumPy) on the pipeline's real systems: LAPACK's answer for the symmetric system
+    of their lower triangle to float64 rounding times the condition number."""
+    data = diffim.inputs(scene, SMALL)
+    systems = diffim.make_pipeline("numpy", SMALL, gpu=False)[0].equations(
+        data.science, data.reference, data.sigma_science, data.sigma_reference)
+    error, bound = _solve_error(gathered_solve.ldlt_solve(systems), systems)
+    assert (error <= bound).all(), (error.max(), bound.min())
+
+
+_SIMULATED_SOLVE = """
+import json, sys
+import numpy as np
+sys.path.insert(0, "examples")
+from numba import cuda
+from diffim.gathered_solve import ldlt_solve, packed_index
+from diffim.solve_kernel import kernel_function
+rng = np.random.default_rng(0)
+for n, threads, b in [(40, 32, 2), (29, 64, 3)]:   # more rows than warps, more unknowns than threads
+    g = rng.standard_normal((b, n, 3 * n))
+    m = g @ g.transpose(0, 2, 1) + 0.1 * np.eye(n)
+    m[:, np.triu_indices(n, 1)[0], np.triu_indices(n, 1)[1]] += 1e-3   # the upper triangle must not be read
+    systems = np.concatenate([m, rng.standard_normal((b, n, 1))], axis=2).astype(np.float32)
+    source = np.concatenate([rng.standard_normal(7).astype(np.float32), systems.reshape(-1)])
+    index = 7 + np.arange(systems.size).reshape(systems.shape)   # the systems sit after other values
+    solution = np.full((b, n), np.nan, np.float32)
+    cuda.jit(kernel_function(n, threads))[b, threads](source, packed_index(index).astype(np.int32), solution)
+    print(json.dumps({"n": n, "systems": systems.tolist(), "solution": solution.tolist(),
+                      "reference": ldlt_solve(systems).tolist()}))
+"""
+
+
+def test_solve_kernel_in_the_simulator():
+    """The numba-cuda kernel of the fused solve, run by numba's CUDA simulator (in a subprocess: the simulator must
+    be on before numba is imported): the NumPy reference of its arithmetic to float32 rounding of the stored
+    solution, and LAPACK's solution of the symmetric system of its lower triangle."""
+    path = str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=path)
+    proc = subprocess.run([sys.executable, "-c", _SIMULATED_SOLVE], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    cases = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert [case["n"] for case in cases] == [40, 29]
+    eps32 = float(np.finfo(np.float32).eps)
+    for case in cases:
+        systems, solution, reference = (np.array(case[k]) for k in ("systems", "solution", "reference"))
+        scale = np.abs(reference).max(axis=1, keepdims=True)
+        assert (np.abs(solution - reference) <= eps32 * scale).all(), case["n"]
+        error, bound = _solve_error(solution, systems)
+        assert (error <= bound + eps32).all(), (case["n"], error.max())
+
+
+def test_solve_kernel_compiles_for_the_gpu():
+    """Without a GPU: the kernel for the pipeline's 84 unknowns compiles to sm_90 PTX with the packed system in 29 KB
+    of shared memory and nothing in local memory."""
+    pytest.importorskip("numba.cuda")
+    from numba import cuda
+    from numba.cuda.cudadrv.error import NvvmSupportError
+    from diffim.solve_kernel import kernel_function
+
+    unknowns = diffim.Config(n=4096).taps + 3
+    try:
+        ptx, _ = cuda.compile_ptx(kernel_function(unknowns), "void(float32[::1], int32[:, ::1], float32[:, ::1])",
+                                  cc=(9, 0), opt=True)
+    except NvvmSupportError as e:  # no NVVM here
+        pytest.skip(str(e))
+    assert f".b8 _cudapy_smem_1[{8 * gathered_solve.packed_size(unknowns)}]" in ptx
+    assert "ld.local" not in ptx and "st.local" not in ptx
+
+
+def test_fused_solve_refuses_what_it_cannot_hold():
+    with pytest.raises(ValueError, match="solver must be 'fused' or 'lu'"):
+        diffim.MathpyPipeline(SMALL, solver="cholesky")
+    large = diffim.Config(n=512, core=128, kernel_radius=5)  # 124 unknowns
+    with pytest.raises(ValueError, match=f"1 to {gathered_solve.MAX_UNKNOWNS} unknowns.*got 124.*solver='lu'"):
+        diffim.MathpyPipeline(large)
+    with pytest.raises(ValueError, match="options.*mathpy"):
+        diffim.make_pipeline("cupy", SMALL, gpu=False, solver="lu")
+
+
+def test_detection_methods_find_the_local_maxima():
+    """Both ways of detecting (a maximum filter of the whole image, neighbourhoods of the pixels above the
+    threshold) give the local maxima an explicit loop finds: border pixels with their clipped neighbourhood, equal
+    neighbours both kept, a pixel next to a larger one just outside the 5 x 5 window kept."""
+    rng = np.random.default_rng(2)
+    score = rng.standard_normal((40, 50)).astype(np.float32) * 2
+    score[0, 0] = score[0, 1] = 9          # a tie on the border
+    score[39, 49] = 8                       # a corner
+    score[20, 20], score[20, 23] = 7, 7.5   # 3 apart: the smaller is no peak
+    score[30, 10], score[30, 13] = 7, 7.5   # 3 apart along the other axis too
+    score[10, 30], score[10, 33] = 7.5, 7
+    threshold, radius = 4.0, 2
+    expected = []
+    for r, c in zip(*np.nonzero(score > threshold)):
+        window = score[max(r - radius, 0):r + radius + 1, max(c - radius, 0):c + radius + 1]
+        if score[r, c] >= window.max():
+            expected.append((-score[r, c], r * score.shape[1] + c, r, c))
+    expected.sort()
+    assert len(expected) > 10
+    for method in ("filter", "candidates"):
+        found, peaks = sfft.detect(np, score, threshold, radius, method=method)
+        np.testing.assert_array_equal(found, [(r, c) for _, _, r, c in expected])
+        np.testing.assert_array_equal(peaks, [-v for v, _, _, _ in expected])
+    with pytest.raises(ValueError, match="method"):
+        sfft.detect(np, score, threshold, method="watershed")
 
 
 def test_every_mathpy_plan_is_one_cufft_plan():
@@ -214,14 +344,21 @@ def test_gpu_pipelines_match_numpy(n):
     scene = diffim.make_scene(n, seed=5)
     data = diffim.inputs(scene, config)
     reference = _run("numpy", config, scene)[0]
-    for name in ("cupy", "mathpy"):
-        result, pipeline = _run(name, config, scene, gpu=True)
+    for name, options in (("cupy", {}), ("mathpy", {"solver": "lu"}), ("mathpy", {})):
+        pipeline, xp = diffim.make_pipeline(name, config, True, **options)
+        result = diffim.to_numpy(diffim.subtract(pipeline, xp, data.to(xp)))
         error = diffim.relative_error(result, reference, data)
-        assert error <= diffim.tolerance(config), (name, error)
+        assert error <= diffim.tolerance(config), (name, options, error)
         recovered, _ = sfft.match(result.detections, scene.transients)
-        assert len(recovered) == len(scene.transients), name
-    # mathpy's plans serve a second pair on the GPU too
+        assert len(recovered) == len(scene.transients), (name, options)
+    # the solve kernel on the GPU: the float64 solutions of the symmetric systems it reads, stored in float32
     import cupy
+    args = cupy.asarray(data.science), cupy.asarray(data.reference), data.sigma_science, data.sigma_reference
+    systems = cupy.asnumpy(pipeline.equations(*args))
+    solution = np.concatenate([cupy.asnumpy(part) for part in pipeline.fit(*args)], axis=1)
+    error, bound = _solve_error(solution, systems)
+    assert (error <= bound + float(np.finfo(np.float32).eps)).all(), error.max()
+    # mathpy's plans serve a second pair on the GPU too
     other = diffim.make_scene(n, seed=6)
     other_data = diffim.inputs(other, config)
     again = diffim.to_numpy(diffim.subtract(pipeline, cupy, other_data.to(cupy)))
