@@ -11,8 +11,10 @@ algorithm (``examples/diffim``); the GPU ones differ only in how they run the FF
           memory;
 - mathpy: seven stateful ``mathpy.fft.FFT`` plans made once and reused for every pair, with prolog/epilog callbacks
           that do the stamp cutting, spectral products, correlation lags, background projections, kernel drawing,
-          score normalisation, decorrelation, score filter and background removal inside cuFFT's kernels; one gather
-          builds the normal equations, which the same batched float64 solve as CuPy's solves.
+          score normalisation, decorrelation, score filter and background removal inside cuFFT's kernels; one
+          numba-cuda kernel gathers the normal equations and solves them in float64 (``diffim.gathered_solve``);
+- mathpy, LU solve: the same with the systems gathered and solved by CuPy's batched LU, as the cupy version does
+          (``solver="lu"``): what the solve kernel is worth.
 
 Reported: median wall time per image pair (the GPU idle before, the detections on the host after), the speedups over
 NumPy and of mathpy over CuPy (target: >= 2x), the time per stage (CUDA events between stages on the GPU,
@@ -52,6 +54,10 @@ for path in (ROOT, os.path.join(ROOT, "examples")):
 
 import diffim  # noqa: E402
 from diffim import sfft  # noqa: E402
+
+#: result name -> (implementation, pipeline options), in the order they run
+RUNS = {"numpy": ("numpy", {}), "cupy": ("cupy", {}), "mathpy": ("mathpy", {}),
+        "mathpy-lu": ("mathpy", {"solver": "lu"})}
 
 STAGES = ("stamps + forward FFTs", "normal equations (correlations)", "solve", "kernel + PSF spectra",
           "difference, decorrelation, score", "stitch", "detection")
@@ -110,7 +116,7 @@ def floors(config):
     compulsory = {
         "stamps + forward FFTs": 2 * image + spectra,        # read both images, write both spectra
         "normal equations (correlations)": spectra + system,  # read the spectra, write the systems
-        "solve": system + 2 * 2 * system,                     # read it, write and read its float64 copy
+        "solve": system,                                      # read it (the solutions are tiny)
         "kernel + PSF spectra": spectra,                      # write K^ and P^ (the coefficients are tiny)
         "difference, decorrelation, score": 2 * spectra + cores,  # read I^, J^, K^, P^; write the cores
         "stitch": cores + 2 * image,                          # read the cores, write difference and score
@@ -121,8 +127,9 @@ def floors(config):
 
 
 def measure(name, config, data, scene, reference, repeats, gpu):
-    """Check one implementation against the NumPy reference, then time it: a dict for the JSON."""
-    pipeline, xp = diffim.make_pipeline(name, config, gpu)
+    """Check one run (:data:`RUNS`) against the NumPy reference, then time it: a dict for the JSON."""
+    implementation, options = RUNS[name]
+    pipeline, xp = diffim.make_pipeline(implementation, config, gpu, **options)
     on_gpu = xp is not np
     device_data = data.to(xp)
     sync = (lambda: xp.cuda.Device().synchronize()) if on_gpu else (lambda: None)
@@ -236,7 +243,7 @@ def tables(results):
     lines.append("| implementation | device | ms per pair | speedup vs NumPy | vs CuPy | transients recovered | "
                  "spurious | error vs NumPy |")
     lines.append("|---|---|---|---|---|---|---|---|")
-    for name in ("numpy", "cupy", "mathpy"):
+    for name in RUNS:
         e = impl.get(name)
         if e is None:
             continue
@@ -250,7 +257,7 @@ def tables(results):
         lines.append(f"| {name} | {e['device']} | {ms:.2f} | {vs_numpy} | {vs_cupy} | "
                      f"{e['recovered']}/{e['injected']} | {e['spurious']} | {e['relative_error']:.1e}{flag} |")
     lines.append("\nTime per stage (ms, medians; GPU: CUDA events between stages)")
-    names = [n for n in ("numpy", "cupy", "mathpy") if "stages_ms" in impl.get(n, {})]
+    names = [n for n in RUNS if "stages_ms" in impl.get(n, {})]
     lines.append("| stage | " + " | ".join(names) + (" | CuPy / mathpy |" if {"cupy", "mathpy"} <= set(names)
                                                     else " |"))
     lines.append("|---" * (len(names) + 1 + ({"cupy", "mathpy"} <= set(names))) + "|")
@@ -274,7 +281,7 @@ def tables(results):
                 pick = (lambda d: sum(d.values())) if stage == "total" else (lambda d: d[stage])  # noqa: E731
                 cells.append(f"{pick(host):.3f} | {pick(device):.3f}")
             lines.append(f"| {stage} | " + " | ".join(cells) + " |")
-    measured = [n for n in ("cupy", "mathpy") if n in names]
+    measured = [n for n in ("cupy", "mathpy") if n in names]  # the floors of the two compared programs
     if measured and "floors" in results:
         lines.append(f"\nFloor per stage: bytes any implementation moves, at {BANDWIDTH / 1e12:.1f} TB/s (the H200's "
                      f"copy bandwidth); 2-pass: with two passes of each 2-D stamp FFT over memory")
@@ -329,7 +336,7 @@ def main(argv=None):
                "environment": environment(gpu), "date": time.strftime("%Y-%m-%d"),
                "tolerance": diffim.tolerance(config), "floors": floors(config), "implementations": {}}
     reference = None
-    for name in ("numpy", "cupy", "mathpy"):
+    for name in RUNS:
         if name != "numpy" and not gpu:
             print(f"{name}: skipped (no GPU)")
             continue

@@ -62,7 +62,8 @@ def difference_imaging_tables():
              "relative_error": 0.0, "within_tolerance": True, "stages_ms": stages, "host_stages_ms": stages}
     results = {"config": {"n": 64, "stamps": 1, "stamp": 32}, "environment": {},
                "floors": dict.fromkeys(bench.STAGES, (1, 2)),
-               "implementations": {"numpy": dict(entry, device="CPU"), "cupy": entry, "mathpy": entry}}
+               "implementations": {"numpy": dict(entry, device="CPU"), "cupy": entry, "mathpy": entry,
+                                   "mathpy-lu": entry}}
     return bench.tables(results)
 
 
