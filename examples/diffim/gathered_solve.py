@@ -2,10 +2,11 @@
 source and solved in float64, by one numba-cuda kernel on the GPU (a NumPy loop of the same arithmetic on the CPU),
 which stores the float32 solution where the kernel + PSF plan's prolog reads it.
 
-Why a kernel of its own: ``sfft.solve`` (``xp.linalg.solve``, cuBLAS' batched LU under CuPy, after a gather and a
-float64 copy of the systems) took 0.34 ms for 256 systems of 84 unknowns on the H200 against a floor of 0.009 ms: it
-issues a dozen small operations whose host time (0.32 ms) is the stage's time. Here one launch does the gather, the
-elimination and the store; each block solves one stamp's system in shared memory.
+Why a kernel of its own: the array pipeline's path (a gather, a float64 copy, CuPy's batched LU on cuBLAS, a copy
+into the model buffer) is about ten operations; on the H200 it took 0.35 ms of GPU time for 256 systems of 84
+unknowns, this kernel 0.26 ms (bench_difference_imaging, "mathpy" against "mathpy-lu"). Both are far from the 0.002
+ms of reading the systems: here each block runs 84 dependent elimination steps, one barrier each, with little work
+per step.
 
 The math: the normal matrix M is symmetric positive definite (a Gram matrix plus a ridge), so Gaussian elimination
 needs no pivoting and, by symmetry, only the lower triangle: ``M = L D L^T`` with L unit lower triangular. The
@@ -19,6 +20,8 @@ float32 tolerance.
 Shared memory holds the packed lower triangle ``(N + 1)(N + 2) / 2 - 1`` float64 values (N = 84: 29 KB), within
 the 48 KB a numba-cuda kernel gets: :data:`MAX_UNKNOWNS` (109: kernel radius 4) is the largest system it takes.
 """
+
+import warnings
 
 import numpy as np
 
@@ -99,7 +102,9 @@ class GatheredSolve:
         # numba views of CuPy's memory made once, without the stream synchronisation numba would otherwise do
         self._arguments = tuple(cuda.from_cuda_array_interface(a.__cuda_array_interface__, owner=a, sync=False)
                                 for a in (source, self.index, solution))
-        self._launch = kernel[b, THREADS, stream]
+        with warnings.catch_warnings():  # one block per stamp by design: numba warns below 128 blocks
+            warnings.filterwarnings("ignore", message=".*under-utilization")
+            self._launch = kernel[b, THREADS, stream]
 
     def __call__(self):
         if self.xp is np:
