@@ -15,6 +15,7 @@ import io
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -215,7 +216,8 @@ def test_solve_kernel_compiles_for_the_gpu():
                                   cc=(9, 0), opt=True)
     except NvvmSupportError as e:  # no NVVM here
         pytest.skip(str(e))
-    assert f".b8 _cudapy_smem_1[{8 * gathered_solve.packed_size(unknowns)}]" in ptx
+    shared = [int(size) for size in re.findall(r"\.shared \.align \d+ \.b8 \w+\[(\d+)\]", ptx)]
+    assert shared == [8 * gathered_solve.packed_size(unknowns)], shared
     assert "ld.local" not in ptx and "st.local" not in ptx
 
 
