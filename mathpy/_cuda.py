@@ -9,7 +9,7 @@ from ._errors import NoDeviceError
 from ._log import logger
 
 __all__ = ["device_count", "is_available", "compute_capability", "device_name", "driver_version",
-           "require_device"]
+           "require_device", "multiprocessor_count"]
 
 
 @functools.cache
@@ -88,6 +88,15 @@ def compute_capability(device_id=0):
     major = _call(driver.cuDeviceGetAttribute, attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
     minor = _call(driver.cuDeviceGetAttribute, attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
     return major, minor
+
+
+@functools.cache
+def multiprocessor_count(device_id=0):
+    """Streaming multiprocessors of ``device_id`` (the grid of a persistent kernel)."""
+    require_device(device_id)
+    driver = _driver()
+    dev = _call(driver.cuDeviceGet, device_id)
+    return _call(driver.cuDeviceGetAttribute, driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)
 
 
 @functools.cache

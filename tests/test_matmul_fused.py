@@ -1,6 +1,7 @@
 """Python epilogs fused into matmul, without a GPU: the CPU execution space (numba) against NumPy for every dtype and
-batch layout, bad epilogs refused before any work, the generic GPU kernel under numba's CUDA simulator, and the
-PTX of the GPU kernels (compiled for sm_90a with no GPU present). The GPU runs are tests/test_matmul_fused_gpu.py."""
+batch layout, bad epilogs refused before any work, the generic GPU kernel under numba's CUDA simulator, and its PTX
+(compiled with no GPU present). The Hopper kernel: tests/test_matmul_fused_hopper.py; the GPU runs:
+tests/test_matmul_fused_gpu.py."""
 
 import json
 import math
@@ -228,33 +229,6 @@ def sm90(monkeypatch):
         compute_capability = (9, 0)
 
     monkeypatch.setattr(dispatcher, "get_current_device", lambda: _Device())
-
-
-def silu_gate(value, row, col, data):
-    return value / (np.float32(1) + np.exp(-value)) * data[row, col]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("b_mn_major, bn", [(True, 256), (False, 128)])
-def test_hopper_kernel_ptx(sm90, b_mn_major, bn):
-    """The sm_90a kernel: TMA copies on mbarriers, four wgmma per k-slice, setmaxnreg, data read through the
-    read-only cache (one load per element for a full-size gate), no local memory, the register cap for setmaxnreg."""
-    from mathpy.device import _gemm_build, _gemm_kernel
-    from mathpy.jit import _matmul_epilog as E
-
-    epilog = E.as_matmul_epilog(silu_gate)
-    config = _gemm_kernel.HopperConfig("bfloat16", "bfloat16", bn=bn, b_mn_major=b_mn_major, epilog="value",
-                                       has_data=True)
-    ptx, name, params, _ = _gemm_build.hopper_ptx(config, (9, 0), E.device_function(epilog),
-                                                  E.data_view_maker("bfloat16", 2))
-    assert re.search(r"^\.target sm_90a", ptx, re.M) and ".maxntid 384, 1, 1" in ptx
-    wgmma = re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n{bn}k16\.f32\.bf16\.bf16", ptx)
-    assert len(wgmma) == 4
-    assert len(re.findall(r"cp\.async\.bulk\.tensor\.2d", ptx)) == 1 + (bn // 64 if b_mn_major else 1)
-    assert "mbarrier.try_wait.parity" in ptx and "setmaxnreg.inc.sync.aligned.u32 232" in ptx
-    assert len(re.findall(r"ld\.global\.nc\.(u16|b16)", ptx)) >= bn  # the gate, one 2-byte load per element
-    assert "cvt.rn.bf16x2.f32" in ptx and not re.search(r"\b(ld|st)\.local", ptx)
-    assert params[-7:] == ["data_ptr", "data_s0", "data_s1", "data_s2", "data_t0", "data_t1", "data_t2"]
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Compiling the whole-GEMM kernels of :mod:`._gemm_kernel` to PTX (no GPU needed: the compute capability is given).
+"""Compiling the whole-GEMM kernels of :mod:`._gemm_hopper` and :mod:`._gemm_kernel` to PTX (no GPU needed: the compute capability is given).
 
 numba-cuda compiles a kernel for ``compute_XY`` and its PTX says ``.target sm_XY``; ``wgmma`` and ``setmaxnreg`` need
 the architecture-specific ``sm_90a``, and ``setmaxnreg`` needs a register cap at kernel entry. Both are added to the
@@ -13,6 +13,7 @@ import re
 import numpy as np
 
 from .._compat import patch_numpy_for_numba_cuda
+from . import _gemm_hopper as HK
 from . import _gemm_kernel as K
 
 __all__ = ["hopper_ptx", "generic_ptx", "generic_simulator_kernel", "kernel_signature", "patch_ptx"]
@@ -79,12 +80,11 @@ def hopper_namespace(config, epilog_fn=None, make_data=None):
     from . import _hopper as H
 
     n_acc = config.bn // 2
-    a_desc = H.wgmma_descriptor(0, 512 if config.a_mn_major else 1, 64)
-    b_desc = H.wgmma_descriptor(0, 512 if config.b_mn_major else 1, 64)
+    assert n_acc in (64, 128)
     ab = "bf16" if config.ab == "bfloat16" else "f16"
-    ns = {
-        "np": np, "cuda": cuda, "U32": np.uint32, "U64": np.uint64, "INT64": np.int64,
-        "ZERO": np.float32(0), "COMPUTE": np.float32, "DSIZE": np.dtype(config.out).itemsize,
+    ns = hopper_constants(config)
+    ns.update({
+        "np": np, "cuda": cuda,
         "SMEM_ADDRESS": H.smem_address, "MBAR_INIT": H.mbar_init, "FENCE_BARRIER_INIT": H.fence_barrier_init,
         "SETMAXNREG_DEC": H.setmaxnreg_dec(config.registers[0]),
         "SETMAXNREG_INC": H.setmaxnreg_inc(config.registers[1]),
@@ -92,13 +92,29 @@ def hopper_namespace(config, epilog_fn=None, make_data=None):
         "TMA2": H.tma_load_2d, "TMA3": H.tma_load_3d, "WGMMA_FENCE": H.wgmma_fence,
         "WGMMA_COMMIT": H.wgmma_commit, "WGMMA_WAIT0": H.wgmma_wait0, "WGMMA_WAIT1": H.wgmma_wait1,
         "WGMMA": H.wgmma(config.bn, ab, config.a_mn_major, config.b_mn_major),
-        "DESC_A": np.uint64(a_desc), "DESC_B": np.uint64(b_desc),
         "LOAD_C": H.load_element(config.out), "STORE_ONE": H.store_element(config.out),
         "STORE_PAIR": H.store_pair(config.out), "ZEROS": H.zeros(n_acc),
-    }
-    assert n_acc in (64, 128)
+        "TMA_STORE2": H.tma_store_2d, "TMA_STORE3": H.tma_store_3d, "BULK_COMMIT": H.bulk_commit,
+        "BULK_WAIT_READ": H.bulk_wait_read, "BULK_WAIT": H.bulk_wait, "CONSUMERS_SYNC": H.named_barrier(1, 256),
+        "SYNCWARP": H.syncwarp, "ST_SHARED": H.st_shared_u32, "OPAQUE": H.opaque_u32, "FENCE_PROXY_ASYNC": H.fence_proxy_async,
+    })
+    if config.store_tile:
+        ns["PACK"] = H.pack_pair(config.out)
     _epilog_namespace(ns, epilog_fn, make_data)
     return ns
+
+
+def hopper_constants(config):
+    """The plain values the Hopper kernel's source names (shared by the GPU build and the simulator)."""
+    from . import _hopper as H
+
+    from numba import types
+
+    a_desc = H.wgmma_descriptor(0, 512 if config.a_mn_major else 1, 64)
+    b_desc = H.wgmma_descriptor(0, 512 if config.b_mn_major else 1, 64)
+    return {"BYTE": types.uint8, "U32": np.uint32, "U64": np.uint64, "INT64": np.int64, "ZERO": np.float32(0), "COMPUTE": np.float32,
+            "DSIZE": np.dtype(config.out).itemsize, "DESC_A": np.uint64(a_desc), "DESC_B": np.uint64(b_desc),
+            "GROUP_M": config.group_m, "BM": config.bm, "BN": config.bn}
 
 
 def hopper_ptx(config, cc=(9, 0), epilog_fn=None, make_data=None):
@@ -107,9 +123,9 @@ def hopper_ptx(config, cc=(9, 0), epilog_fn=None, make_data=None):
         raise ValueError(f"the wgmma kernel needs compute capability 9.0 (sm_90a), not {cc}")
     from numba import cuda
 
-    source = K.hopper_source(config)
+    source = HK.hopper_source(config)
     kernel = _exec(source, hopper_namespace(config, epilog_fn, make_data), "hopper")
-    params = list(K.HOPPER_PARAMS) + (list(K.DATA_PARAMS) if config.has_data else [])
+    params = list(HK.HOPPER_PARAMS) + (list(K.DATA_PARAMS) if config.has_data else [])
     ptx, _ = cuda.compile_ptx(kernel, kernel_signature(params, "float32"), cc=tuple(cc))
     ptx = patch_ptx(ptx, arch_specific=True, max_threads=config.threads, blocks_per_sm=1)
     return ptx, entry_name(ptx), params, source

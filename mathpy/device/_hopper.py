@@ -29,7 +29,8 @@ from numba.cuda.extending import intrinsic  # noqa: E402
 __all__ = ["smem_address", "mbar_init", "mbar_arrive", "mbar_arrive_expect_tx", "mbar_try_wait", "fence_barrier_init",
            "fence_proxy_async", "tma_load_2d", "tma_load_3d", "wgmma_fence", "wgmma_commit", "wgmma_wait0",
            "wgmma_wait1", "wgmma", "setmaxnreg_inc", "setmaxnreg_dec", "wgmma_descriptor", "SWIZZLE_128B_DESCRIPTOR",
-           "load_element", "store_element", "store_pair", "zeros"]
+           "load_element", "store_element", "store_pair", "zeros", "tma_store_2d", "tma_store_3d", "bulk_commit",
+           "bulk_wait_read", "bulk_wait", "named_barrier", "syncwarp", "st_shared_u32", "pack_pair", "opaque_u32"]
 
 _I32, _I64, _F32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
 
@@ -106,6 +107,25 @@ wgmma_fence = _simple("wgmma.fence.sync.aligned;", "~{memory}", 0, ())
 wgmma_commit = _simple("wgmma.commit_group.sync.aligned;", "~{memory}", 0, ())
 wgmma_wait0 = _simple("wgmma.wait_group.sync.aligned 0;", "~{memory}", 0, ())
 wgmma_wait1 = _simple("wgmma.wait_group.sync.aligned 1;", "~{memory}", 0, ())
+bulk_commit = _simple("cp.async.bulk.commit_group;", "~{memory}", 0, ())
+bulk_commit.__doc__ = "Close this thread's group of bulk (TMA) stores."
+bulk_wait_read = _simple("cp.async.bulk.wait_group.read 0;", "~{memory}", 0, ())
+bulk_wait_read.__doc__ = "Wait until this thread's bulk stores have read their shared memory (it may be rewritten)."
+bulk_wait = _simple("cp.async.bulk.wait_group 0;", "~{memory}", 0, ())
+bulk_wait.__doc__ = "Wait until this thread's bulk stores are complete."
+syncwarp = _simple("bar.warp.sync -1;", "~{memory}", 0, ())
+syncwarp.__doc__ = "Synchronise (and order the memory accesses of) the 32 lanes of this warp."
+
+_barrier_cache = {}
+
+
+def named_barrier(barrier, count):
+    """An intrinsic (no arguments): ``bar.sync barrier, count`` -- a barrier among ``count`` threads (whole warps)
+    that leaves the rest of the block running (barrier 0 is ``syncthreads``)."""
+    key = (barrier, count)
+    if key not in _barrier_cache:
+        _barrier_cache[key] = _simple(f"bar.sync {barrier}, {count};", "~{memory}", 0, ())
+    return _barrier_cache[key]
 
 
 def _setmaxnreg(op, count):
@@ -178,6 +198,73 @@ def tma_load_3d(typingctx, dst, tensor_map, c0, c1, c2, mbar):
         text = ("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
                 "[$0], [$1, {$2, $3, $4}], [$5];")
         _void_asm(text, "r,l,r,r,r,r,~{memory}", t, vals, builder)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def tma_store_2d(typingctx, tensor_map, c0, c1, src):
+    """Bulk tensor store of one box of shared memory at ``src`` to coordinates (c0 innermost, c1) of the tensor map;
+    elements outside the tensor are not written. Part of this thread's current bulk group (:data:`bulk_commit`)."""
+    if not _ints(tensor_map, c0, c1, src):
+        return None
+    sig = types.void(tensor_map, c0, c1, src)
+
+    def codegen(context, builder, signature, args):
+        casts = (types.uint64, types.int32, types.int32, types.uint32)
+        vals = [_as(context, builder, v, ty, c) for v, ty, c in zip(args, signature.args, casts)]
+        text = "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [$0, {$1, $2}], [$3];"
+        _void_asm(text, "l,r,r,r,~{memory}", signature.args, vals, builder)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def tma_store_3d(typingctx, tensor_map, c0, c1, c2, src):
+    """As :func:`tma_store_2d` with a third (batch) coordinate."""
+    if not _ints(tensor_map, c0, c1, c2, src):
+        return None
+    sig = types.void(tensor_map, c0, c1, c2, src)
+
+    def codegen(context, builder, signature, args):
+        casts = (types.uint64, types.int32, types.int32, types.int32, types.uint32)
+        vals = [_as(context, builder, v, ty, c) for v, ty, c in zip(args, signature.args, casts)]
+        text = "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [$0, {$1, $2, $3}], [$4];"
+        _void_asm(text, "l,r,r,r,r,~{memory}", signature.args, vals, builder)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def opaque_u32(typingctx, value):
+    """``value`` unchanged, through an asm the compiler may not move: addresses derived from it are computed where
+    they are used instead of being hoisted out of a loop into registers (64 hoisted addresses spill)."""
+    if not _ints(value):
+        return None
+    sig = types.uint32(value)
+
+    def codegen(context, builder, signature, args):
+        val = _as(context, builder, args[0], signature.args[0], types.uint32)
+        fnty = ir.FunctionType(_I32, [_I32])
+        return builder.call(ir.InlineAsm(fnty, "mov.b32 $0, $1;", "=r,r", side_effect=True), [val])
+
+    return sig, codegen
+
+
+@intrinsic
+def st_shared_u32(typingctx, address, value):
+    """Store a 32-bit value at a shared-window address (a plain store the compiler can schedule)."""
+    if not _ints(address, value):
+        return None
+    sig = types.void(address, value)
+
+    def codegen(context, builder, signature, args):
+        addr = _as(context, builder, args[0], signature.args[0], types.uint32)
+        val = _as(context, builder, args[1], signature.args[1], types.uint32)
+        builder.store(val, builder.inttoptr(addr, _I32.as_pointer(3)), align=4)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -347,6 +434,32 @@ def store_pair(kind):
 
     _access_cache[key] = store
     return store
+
+
+def pack_pair(kind):
+    """``f(v0, v1) -> uint32``: two compute-precision values rounded (to nearest even) to 16-bit ``kind`` and packed,
+    ``v0`` in the low half (the lower address in memory)."""
+    key = ("pack", kind)
+    if key in _access_cache:
+        return _access_cache[key]
+
+    @intrinsic
+    def pack(typingctx, v0, v1):
+        if not all(isinstance(v, (types.Float, types.Integer)) for v in (v0, v1)):
+            return None
+        sig = types.uint32(v0, v1)
+
+        def codegen(context, builder, signature, args):
+            lo = _as(context, builder, args[0], signature.args[0], types.float32)
+            hi = _as(context, builder, args[1], signature.args[1], types.float32)
+            fnty = ir.FunctionType(_I32, [_F32, _F32])
+            return builder.call(ir.InlineAsm(fnty, f"cvt.rn.{_cvt_text(kind)}x2.f32 $0, $2, $1;", "=r,f,f"),
+                                [lo, hi])
+
+        return sig, codegen
+
+    _access_cache[key] = pack
+    return pack
 
 
 _zeros_cache = {}

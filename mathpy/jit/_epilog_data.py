@@ -1,6 +1,13 @@
 """The kernel-side ``data`` of a matmul epilog: a read-only strided view whose ``[]`` is lowered to one
 ``ld.global.nc`` load (CUDA C++'s ``__ldg``) per element, 16-bit floats widened to float32.
 
+A *staged* view (:func:`staged_maker`) also knows a copy of the block's tile of ``data`` in shared memory: the
+Hopper kernel copies ``data[batch, m0:m0 + bm, n0:n0 + bn]`` there with TMA while the tile's product is computed
+(16-bit data of the result's shape). An index inside that tile reads shared memory (about 30 cycles instead of a
+trip to device memory per element); any other index reads device memory as above, so every index pattern the
+function uses stays correct. The tile's layout is the epilog buffer's (:func:`tile_offset_ir`): boxes of 64 columns,
+``bm`` rows of 128 bytes each, the 16-byte chunks of row ``r`` permuted by ``r % 8`` (TMA's 128-byte swizzle).
+
 Imported only when a GEMM kernel with a data-reading epilog is compiled (it imports numba-cuda). The view is built in
 the kernel from scalar kernel parameters (pointer, shape, strides in elements), so the launcher passes no numba array.
 """
@@ -15,7 +22,7 @@ from numba.cuda.cudaimpl import registry as lowering_registry
 from numba.cuda.extending import intrinsic, models, register_model
 from numba.cuda.typing.templates import AbstractTemplate, signature
 
-__all__ = ["EpilogDataType", "maker"]
+__all__ = ["EpilogDataType", "maker", "staged_maker", "tile_offset_ir"]
 
 _STORAGE = {  # dtype name -> (LLVM storage type, bytes, numba type of the value read)
     "float16": (ir.HalfType(), 2, types.float32), "bfloat16": (ir.IntType(16), 2, types.float32),
@@ -27,16 +34,24 @@ _STORAGE = {  # dtype name -> (LLVM storage type, bytes, numba type of the value
 
 
 class EpilogDataType(types.Type):
-    def __init__(self, dtype_name, ndim):
-        self.dtype_name, self.ndim = dtype_name, ndim
+    """``tile``: None, or (bm, bn) of the staged copy in shared memory."""
+
+    def __init__(self, dtype_name, ndim, tile=None):
+        self.dtype_name, self.ndim, self.tile = dtype_name, ndim, tile
         self.value_type = _STORAGE[dtype_name][2]
-        super().__init__(name=f"mathpy_epilog_data[{dtype_name}, {ndim}d]")
+        staged = "" if tile is None else f", staged {tile[0]}x{tile[1]}"
+        super().__init__(name=f"mathpy_epilog_data[{dtype_name}, {ndim}d{staged}]")
+
+
+_STAGED_FIELDS = ("sbase", "b", "m0", "n0")  # shared address of the copy; batch index and origin of the tile
 
 
 @register_model(EpilogDataType)
 class _Model(models.StructModel):
     def __init__(self, dmm, fe_type):
         members = [("ptr", types.uint64)] + [(f"t{i}", types.int64) for i in range(3)]
+        if fe_type.tile is not None:
+            members += [(name, types.int64) for name in _STAGED_FIELDS]
         super().__init__(dmm, fe_type, members)
 
 
@@ -66,23 +81,23 @@ class _SetItem(AbstractTemplate):
         return None
 
 
-def _load(context, builder, sig, args):
-    data_ty, index_ty = sig.args
-    storage, size, value_ty = _STORAGE[data_ty.dtype_name]
-    view = context.make_helper(builder, data_ty, value=args[0])
-    if isinstance(index_ty, types.Integer):
-        indices = [(args[1], index_ty)]
-    else:
-        indices = [(builder.extract_value(args[1], i), t) for i, t in enumerate(index_ty.types)]
-    i64 = ir.IntType(64)
-    offset = ir.Constant(i64, 0)
-    for position, (value, ty) in enumerate(indices):
-        value = context.cast(builder, value, ty, types.int64)
-        offset = builder.add(offset, builder.mul(value, getattr(view, f"t{position}")))
-    address = builder.add(view.ptr, builder.mul(offset, ir.Constant(i64, size)))
-    pointer = builder.inttoptr(address, storage.as_pointer(1))  # global address space: ld.global.nc
-    raw = builder.load(pointer, align=size)
-    raw.set_metadata("invariant.load", builder.module.add_metadata([]))
+_I64 = ir.IntType(64)
+
+
+def tile_offset_ir(builder, row, col, bm):
+    """Byte offset (i64) of element (row, col) of a 16-bit tile in the epilog buffer: box ``col // 64`` of ``bm``
+    rows of 128 bytes, 16-byte chunk ``(col % 64) // 8`` of row ``row`` stored at chunk ``that ^ (row % 8)``
+    (``_gemm_hopper.tile_offset`` is the same formula in Python)."""
+    def c(v):
+        return ir.Constant(_I64, v)
+
+    box = builder.mul(builder.lshr(col, c(6)), c(bm * 128))
+    chunk = builder.xor(builder.and_(builder.lshr(col, c(3)), c(7)), builder.and_(row, c(7)))
+    within = builder.shl(builder.and_(col, c(7)), c(1))
+    return builder.add(builder.add(box, builder.mul(row, c(128))), builder.or_(builder.shl(chunk, c(4)), within))
+
+
+def _widen(context, builder, data_ty, raw):
     if data_ty.dtype_name == "bfloat16":
         wide = builder.shl(builder.zext(raw, ir.IntType(32)), ir.Constant(ir.IntType(32), 16))
         return builder.bitcast(wide, ir.FloatType())
@@ -91,6 +106,59 @@ def _load(context, builder, sig, args):
     if data_ty.dtype_name == "bool":
         return builder.icmp_unsigned("!=", raw, ir.Constant(raw.type, 0))
     return raw
+
+
+def _global_load(context, builder, data_ty, view, indices):
+    storage, size, _ = _STORAGE[data_ty.dtype_name]
+    offset = ir.Constant(_I64, 0)
+    for position, value in enumerate(indices):
+        offset = builder.add(offset, builder.mul(value, getattr(view, f"t{position}")))
+    address = builder.add(view.ptr, builder.mul(offset, ir.Constant(_I64, size)))
+    pointer = builder.inttoptr(address, storage.as_pointer(1))  # global address space: ld.global.nc
+    raw = builder.load(pointer, align=size)
+    raw.set_metadata("invariant.load", builder.module.add_metadata([]))
+    return _widen(context, builder, data_ty, raw)
+
+
+def _staged_load(context, builder, data_ty, view, indices):
+    """Shared memory when the index lies in the staged tile (the last two indices address rows and columns, a third
+    before them the batch), device memory otherwise."""
+    storage, size, _ = _STORAGE[data_ty.dtype_name]
+    bm, bn = data_ty.tile
+    row = builder.sub(indices[-2], view.m0)
+    col = builder.sub(indices[-1], view.n0)
+    # row in [0, bm) and col in [0, bn) (powers of two) as masks: the compiler folds them away from the known bits of
+    # the kernel's own coordinates, so data[row, col] costs one shared load and no branch
+    outside = builder.or_(builder.and_(row, ir.Constant(_I64, -bm)), builder.and_(col, ir.Constant(_I64, -bn)))
+    inside = builder.icmp_unsigned("==", outside, ir.Constant(_I64, 0))
+    if data_ty.ndim == 3:
+        inside = builder.and_(inside, builder.icmp_signed("==", indices[0], view.b))
+    with builder.if_else(inside, likely=True) as (shared, device):
+        with shared:
+            address = builder.add(view.sbase, tile_offset_ir(builder, row, col, bm))
+            raw = builder.load(builder.inttoptr(address, storage.as_pointer(3)), align=size)
+            from_shared = _widen(context, builder, data_ty, raw)
+            shared_block = builder.block
+        with device:
+            from_device = _global_load(context, builder, data_ty, view, indices)
+            device_block = builder.block
+    value = builder.phi(from_shared.type)
+    value.add_incoming(from_shared, shared_block)
+    value.add_incoming(from_device, device_block)
+    return value
+
+
+def _load(context, builder, sig, args):
+    data_ty, index_ty = sig.args
+    view = context.make_helper(builder, data_ty, value=args[0])
+    if isinstance(index_ty, types.Integer):
+        indices = [(args[1], index_ty)]
+    else:
+        indices = [(builder.extract_value(args[1], i), t) for i, t in enumerate(index_ty.types)]
+    indices = [context.cast(builder, value, ty, types.int64) for value, ty in indices]
+    if data_ty.tile is not None:
+        return _staged_load(context, builder, data_ty, view, indices)
+    return _global_load(context, builder, data_ty, view, indices)
 
 
 lowering_registry.lower(operator.getitem, EpilogDataType, types.Integer)(_load)
@@ -116,6 +184,36 @@ def maker(dtype_name, ndim):
             view.ptr = context.cast(builder, args[0], signature.args[0], types.uint64)
             for i in range(3):
                 setattr(view, f"t{i}", context.cast(builder, args[4 + i], signature.args[4 + i], types.int64))
+            return view._getvalue()
+
+        return sig, codegen
+
+    _makers[key] = make
+    return make
+
+
+def staged_maker(dtype_name, ndim, bm, bn):
+    """``MAKE_DATA(ptr, s0, s1, s2, t0, t1, t2, sbase, b, m0, n0)`` -> a view of ``ndim`` (2 or 3) dimensions of a
+    16-bit ``data`` of the result's shape whose tile (batch ``b``, rows ``m0:m0 + bm``, columns ``n0:n0 + bn``) is
+    staged in shared memory at ``sbase``."""
+    if _STORAGE[dtype_name][1] != 2 or ndim not in (2, 3):
+        raise ValueError(f"only 2- or 3-dimensional 16-bit data is staged, not {ndim}-d {dtype_name}")
+    key = (dtype_name, ndim, bm, bn)
+    if key in _makers:
+        return _makers[key]
+    data_ty = EpilogDataType(dtype_name, ndim, (bm, bn))
+
+    @intrinsic
+    def make(typingctx, ptr, s0, s1, s2, t0, t1, t2, sbase, b, m0, n0):
+        sig = data_ty(ptr, s0, s1, s2, t0, t1, t2, sbase, b, m0, n0)
+
+        def codegen(context, builder, signature, args):
+            view = context.make_helper(builder, data_ty)
+            view.ptr = context.cast(builder, args[0], signature.args[0], types.uint64)
+            for i in range(3):
+                setattr(view, f"t{i}", context.cast(builder, args[4 + i], signature.args[4 + i], types.int64))
+            for i, name in enumerate(_STAGED_FIELDS):
+                setattr(view, name, context.cast(builder, args[7 + i], signature.args[7 + i], types.int64))
             return view._getvalue()
 
         return sig, codegen

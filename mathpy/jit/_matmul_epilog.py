@@ -154,9 +154,13 @@ def device_function(epilog):
     return cuda.jit(device=True, forceinline=True)(epilog.function)
 
 
-def data_view_maker(dtype_name, ndim):
+def data_view_maker(dtype_name, ndim, tile=None):
     """An intrinsic ``MAKE_DATA(ptr, s0, s1, s2, t0, t1, t2)`` building the kernel-side read-only view of a data
-    array (shape ``s``, strides ``t`` in elements; the first ``ndim`` used)."""
+    array (shape ``s``, strides ``t`` in elements; the first ``ndim`` used). ``tile`` = (bm, bn): the view of a data
+    array whose block tile the kernel stages in shared memory (``MAKE_DATA`` then also takes the buffer's address, the
+    batch index and the tile's first row and column)."""
     from . import _epilog_data
 
+    if tile is not None:
+        return _epilog_data.staged_maker(dtype_name, ndim, *tile)
     return _epilog_data.maker(dtype_name, ndim)

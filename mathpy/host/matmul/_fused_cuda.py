@@ -1,18 +1,25 @@
-"""The GPU engine of matmuls with a fused Python epilog: picks a kernel from :mod:`mathpy.device._gemm_kernel`,
-compiles it once per process (numba-cuda to PTX, the driver to SASS), and launches it on the plan's stream.
+"""The GPU engine of matmuls with a fused Python epilog: picks a kernel (:mod:`mathpy.device._gemm_hopper` or
+:mod:`mathpy.device._gemm_kernel`), compiles it once per process (numba-cuda to PTX, the driver to SASS), and launches it on the plan's stream.
 
 Kernel choice (``algorithms[0]``):
 
 - ``"wgmma"`` on compute capability 9.0 for float16/bfloat16 A and B whose layouts a TMA tensor map can describe
   (one unit stride; leading dimension and batch stride multiples of 16 bytes; data 16-byte aligned, checked at each
-  execute) and a row-major C: the warp-specialised TMA + wgmma kernel, 128 x 256 tiles (128 x 128 when N <= 128).
+  execute) and a row-major C: the persistent, warp-specialised TMA + wgmma kernel of
+  :mod:`mathpy.device._gemm_hopper`, 128 x 256 tiles (128 x 128 when N <= 128), one block per SM. A 16-bit result
+  that a tensor map can describe leaves through shared memory with bulk tensor stores (``store_tile``); a 16-bit
+  ``data`` of the result's shape (``data[row, col]``, ``data[batch, row, col]``) is staged tile by tile in shared
+  memory while the product is computed (``stage_data``). Pointers that are not 16-byte aligned at an execute fall
+  back to a variant without them (compiled then, once).
 - ``"generic"`` otherwise: the block GEMM of :mod:`mathpy.device` (tensor cores for 16-bit types on sm_80+) on
   64 x 64 tiles, any strides.
 
 The tensor maps depend on the operands' addresses, so each execute encodes them on the host
-(``cuTensorMapEncodeTiled``) and copies them (256 bytes, from pageable memory: staged at once, ordered on the stream)
-into a buffer from the package's stream-ordered allocator; the kernel reads them from global memory.
+(``cuTensorMapEncodeTiled``) and copies them (128 bytes each, from pageable memory: staged at once, ordered on the
+stream) into a buffer from the package's stream-ordered allocator; the kernel reads them from global memory.
 """
+
+import dataclasses
 
 import ctypes
 import threading
@@ -28,7 +35,8 @@ from ._fused import grid_tiles
 __all__ = ["FusedCUDAEngine"]
 
 _lock = threading.Lock()
-#: Benchmarks may force a wgmma tile shape here (``bn``, ``stages``) to compare variants; empty in normal use.
+#: Benchmarks may force wgmma kernel settings here (``bn``, ``stages``, ``stage_data``, ``store_tile``: no more than
+#: the operands allow) to compare variants; empty in normal use.
 CONFIG_OVERRIDE = {}
 _kernels = {}  # (kind, config, epilog function, data dtype/ndim, device) -> _Kernel
 
@@ -70,7 +78,10 @@ def _compile(kind, config, epilog, data, cc, description=None):
     from ...device import _gemm_build
 
     epi = E.device_function(epilog) if epilog is not None else None
-    maker = E.data_view_maker(data.dtype, data.ndim) if data is not None else None
+    maker = None
+    if data is not None:
+        staged = kind == "wgmma" and config.stage_data
+        maker = E.data_view_maker(data.dtype, data.ndim, (config.bm, config.bn) if staged else None)
     try:
         if kind == "wgmma":
             ptx, name, params, _ = _gemm_build.hopper_ptx(config, cc, epi, maker)
@@ -99,7 +110,8 @@ def _kernel(kind, config, epilog, data, device_id, description=None):
         return found
 
 
-_SOURCES = ("device/_gemm_kernel.py", "device/_gemm_build.py", "device/_hopper.py", "device/_matmul.py",
+_SOURCES = ("device/_gemm_kernel.py", "device/_gemm_hopper.py", "device/_gemm_build.py", "device/_hopper.py",
+            "device/_matmul.py",
             "device/_intrinsics.py", "device/_codegen.py", "jit/_epilog_data.py", "jit/_matmul_epilog.py",
             "host/matmul/_fused_cuda.py")
 _sources_digest = []
@@ -161,13 +173,46 @@ def _tma_ok(layout, itemsize):
     return layout.batch_stride == 0 or layout.batch == 1 or (layout.batch_stride * itemsize) % 16 == 0
 
 
+def _store_tile_ok(p):
+    """D can leave through bulk tensor stores: 16-bit, row-major, rows and batches 16-byte multiples apart."""
+    d = p.d
+    return (d.dtype.name in ("bfloat16", "float16") and d.col_stride == 1 and (d.row_stride * 2) % 16 == 0
+            and (p.batch == 1 or (d.batch_stride * 2) % 16 == 0))
+
+
+def _stage_data_ok(data, p):
+    """``data`` can be staged tile by tile: 16 bits, the result's shape (with or without the batch axis), rows
+    contiguous and 16-byte multiples apart."""
+    if data is None or data.dtype not in ("bfloat16", "float16", "int16"):
+        return False
+    if data.shape not in ((p.m, p.n), (p.batch, p.m, p.n)):
+        return False
+    strides = data.strides
+    return (strides[-1] == 1 and (strides[-2] * 2) % 16 == 0 and strides[-2] >= p.n
+            and (data.ndim == 2 or p.batch == 1 or (strides[0] * 2) % 16 == 0))
+
+
+def hopper_config(p, data, ab, out, epilog_kind, stage, store):
+    """The wgmma kernel's configuration for problem ``p`` (``CONFIG_OVERRIDE`` applied)."""
+    from ...device import _gemm_hopper as HK
+
+    bn = CONFIG_OVERRIDE.get("bn", 128 if p.n <= 128 else 256)
+    stage = stage and CONFIG_OVERRIDE.get("stage_data", True)
+    store = store and CONFIG_OVERRIDE.get("store_tile", True)
+    stages = CONFIG_OVERRIDE.get("stages") or HK.max_stages(bn, stage or store)
+    return HK.HopperConfig(
+        ab, out, bn=bn, stages=stages, a_mn_major=p.a.row_stride == 1 and p.m > 1,
+        b_mn_major=p.b.col_stride == 1 and p.n > 1, batched_a=p.a.batch > 1 and p.a.batch_stride != 0,
+        batched_b=p.b.batch > 1 and p.b.batch_stride != 0, has_c=p.c is not None, epilog=epilog_kind,
+        has_data=data is not None, stage_data=stage, batched_data=stage and data.ndim == 3, store_tile=store,
+        batched_d=store and p.batch > 1)
+
+
 class FusedCUDAEngine:
     """Executes a :class:`~._problem.MatmulProblem` with a fused Python epilog on the GPU; arguments of
     :meth:`execute` as for the cuBLASLt engine (device pointers; ``epilog_inputs["data"]`` the data pointer)."""
 
     def __init__(self, problem, *, execution=None, options=None, preferences=None, allocator=None):
-        from ...device import _gemm_kernel as K
-
         self.problem, self.execution = problem, execution
         self.device_id = execution.device_id
         # the package whose stream-ordered pool holds each execute's tensor maps (as cuBLASLt's workspaces)
@@ -186,14 +231,10 @@ class FusedCUDAEngine:
                   and (p.c is None or p.c.col_stride == 1) and p.d.col_stride == 1 and p.n % 2 == 0)
         self._hopper_config = None
         if hopper:
-            bn = CONFIG_OVERRIDE.get("bn", 128 if p.n <= 128 else 256)
-            self._hopper_config = K.HopperConfig(
-                ab.name, out.name, bn=bn, stages=CONFIG_OVERRIDE.get("stages", 4 if bn == 256 else 6),
-                a_mn_major=p.a.row_stride == 1 and p.m > 1,
-                b_mn_major=p.b.col_stride == 1 and p.n > 1, batched_a=p.a.batch > 1 and p.a.batch_stride != 0,
-                batched_b=p.b.batch > 1 and p.b.batch_stride != 0, has_c=p.c is not None, epilog=epilog_kind,
-                has_data=self._data is not None)
+            self._hopper_config = hopper_config(p, self._data, ab.name, out.name, epilog_kind,
+                                                _stage_data_ok(self._data, p), _store_tile_ok(p))
             self._hopper = _kernel("wgmma", self._hopper_config, self._epilog, self._data, self.device_id)
+            self._sms = _cuda.multiprocessor_count(self.device_id)
         self._generic = None
         self.algorithms = ["wgmma" if hopper else "generic"]
         if not hopper:
@@ -235,19 +276,44 @@ class FusedCUDAEngine:
                           data_t0=strides[0], data_t1=strides[1], data_t2=strides[2])
         with _runtime.device_scope(self.device_id):
             if self._hopper_config is not None and a % 16 == 0 and b % 16 == 0:
-                self._launch_hopper(a, b, values, stream)
+                self._launch_hopper(a, b, d, values, stream)
             else:
                 self._launch_generic(a, b, values, stream)
 
-    def _launch_hopper(self, a, b, values, stream):
-        config, p = self._hopper_config, self.problem
-        maps = _encode_maps(config, p, a, b)
-        buffer = self._package.on(self.device_id, stream).empty((256,), np.uint8)
+    def _hopper_variant(self, d, data_ptr):
+        """The planned kernel, or (an unaligned D or data at this execute) the variant without tile stores / staged
+        data."""
+        config = self._hopper_config
+        stage = config.stage_data and data_ptr % 16 == 0
+        store = config.store_tile and d % 16 == 0
+        if (stage, store) == (config.stage_data, config.store_tile):
+            return config, self._hopper
+        from ...device import _gemm_hopper as HK
+
+        config = dataclasses.replace(config, stage_data=stage, batched_data=stage and config.batched_data,
+                                     store_tile=store, batched_d=store and config.batched_d,
+                                     stages=HK.max_stages(config.bn, stage or store))
+        return config, _kernel("wgmma", config, self._epilog, self._data, self.device_id)
+
+    def _launch_hopper(self, a, b, d, values, stream):
+        p = self.problem
+        config, kernel = self._hopper_variant(d, values.get("data_ptr", 0))
+        data = self._data
+        data_map = None
+        if config.stage_data:
+            data_map = (values["data_ptr"], data.strides[-2], data.strides[0] if data.ndim == 3 else 0)
+        maps = _encode_maps(config, p, a, b, data_map, d)
+        buffer = self._package.on(self.device_id, stream).empty((128 * len(maps),), np.uint8)
         address = self._package.pointer(buffer)
         _upload(address, maps, stream)
         tiles_m, tiles_n = grid_tiles(p.m, p.n, config.bm, config.bn)
-        values.update(tmap_a=address, tmap_b=address + 128, tiles_m=tiles_m, tiles_n=tiles_n)
-        self._hopper.launch((tiles_m * tiles_n, p.batch, 1), stream, values)
+        extra = iter(range(2, len(maps)))
+        values.update(tmap_a=address, tmap_b=address + 128,
+                      tmap_data=address + 128 * next(extra) if config.stage_data else 0,
+                      tmap_d=address + 128 * next(extra) if config.store_tile else 0,
+                      batches=p.batch, tiles_m=tiles_m, tiles_n=tiles_n)
+        # persistent: one block per SM (or per tile when there are fewer)
+        kernel.launch((min(tiles_m * tiles_n * p.batch, self._sms), 1, 1), stream, values)
         self._keep = (buffer, maps)  # alive until the copy is staged and the launch enqueued
 
     def _launch_generic(self, a, b, values, stream):
@@ -264,28 +330,23 @@ class FusedCUDAEngine:
         self._keep = None
 
 
-def _encode_maps(config, p, a, b):
-    """The two CUtensorMap objects (A, B) for this execute's addresses."""
+def _encode_maps(config, p, a, b, data=None, d=None):
+    """The CUtensorMap objects of this execute (A, B, then the staged data and D when the config uses them);
+    ``data``: (address, leading dimension, batch stride) in elements."""
     from cuda.bindings import driver
 
-    dtype = (driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 if config.ab == "bfloat16" else
-             driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16)
-    a_box, b_box = config.tma_boxes()
+    from ...device import _gemm_hopper as HK
+
+    kinds = driver.CUtensorMapDataType
+    dtype = kinds.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 if config.ab == "bfloat16" else kinds.CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+    specs = HK.tensor_map_specs(config, p.m, p.n, p.k, p.batch, (a, p.a.ld, p.a.batch_stride),
+                                (b, p.b.ld, p.b.batch_stride), data, (d, p.d.ld, p.d.batch_stride))
     maps = []
-    for address, layout, box, mn_major, batched, (inner, outer) in (
-            (a, p.a, a_box, config.a_mn_major, config.batched_a, (p.k, p.m)),
-            (b, p.b, b_box, config.b_mn_major, config.batched_b, (p.k, p.n))):
-        if mn_major:  # contiguous along M (A) / N (B): dims (MN, K)
-            dims = [outer, inner]
-        else:
-            dims = [inner, outer]
-        strides = [layout.ld * 2]
-        if batched:
-            dims.append(p.batch)
-            strides.append(layout.batch_stride * 2)
+    for i, (address, dims, strides, box) in enumerate(specs):
         u64, u32 = driver.cuuint64_t, driver.cuuint32_t
         result = driver.cuTensorMapEncodeTiled(
-            dtype, len(dims), address, [u64(max(x, 1)) for x in dims], [u64(x) for x in strides],
+            dtype if i < 2 else kinds.CU_TENSOR_MAP_DATA_TYPE_UINT16,  # data and D: 16-bit copies, no conversion
+            len(dims), address, [u64(max(x, 1)) for x in dims], [u64(x) for x in strides],
             [u32(x) for x in list(box) + [1] * (len(dims) - 2)], [u32(1)] * len(dims),
             driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
             driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
