@@ -111,6 +111,40 @@ def test_batched_with_c_and_batch_index():
     _check(out, ref, torch.float16, k)
 
 
+def gate_and_neighbour(value, batch, row, col, data):
+    # its own element (staged in shared memory) and one 300 columns on, usually in another tile (device memory)
+    return value * data[batch, row, col] + np.float32(0.5) * data[batch, row, (col + 300) % 2100]
+
+
+def test_staged_batched_data_over_more_tiles_than_sms():
+    """bf16 with a 3-D bf16 data array staged tile by tile (one per batch entry), read inside and outside the
+    block's tile, 162 tiles (more than the H200's 132 SMs: blocks loop), edge tiles in M, N and K."""
+    batch, m, n, k = 2, 1100, 2100, 200
+    a, b = _operands(m, n, k, torch.bfloat16, batch=(batch,), seed=11)
+    data = torch.randn(batch, m, n, device="cuda").to(torch.bfloat16)
+    with mathpy.Matmul(a, b) as mm:
+        mm.plan(epilog=gate_and_neighbour, epilog_inputs={"data": data})
+        out = _poisoned_run(mm)
+    x = a.double().cpu().numpy() @ b.double().cpu().numpy()
+    d = data.double().cpu().numpy()
+    ref = x * d + 0.5 * d[:, :, (np.arange(n) + 300) % n]
+    _check(out, ref, torch.bfloat16, k)
+
+
+def test_unaligned_data_runs_the_variant_without_staging():
+    """A gate whose address is not 16-byte aligned cannot be copied by TMA: that execute falls back to a kernel that
+    reads it from device memory, with the same results."""
+    m, n, k = 384, 512, 128
+    a, b = _operands(m, n, k, torch.bfloat16, seed=13)
+    flat = torch.randn(m * n + 1, device="cuda").to(torch.bfloat16)
+    shifted = flat[1:].view(m, n)  # 2 bytes past an aligned address
+    aligned = shifted.clone()
+    x = a.double().cpu().numpy() @ b.double().cpu().numpy()
+    for gate in (shifted, aligned):
+        out = mathpy.matmul(a, b, epilog=silu_gate, epilog_inputs={"data": gate})
+        _check(out, _ref_silu(x, gate.double().cpu().numpy()), torch.bfloat16, k)
+
+
 def test_cpu_and_gpu_agree():
     a, b = _operands(96, 64, 48, torch.float32, seed=7)
     gate = torch.randn(96, 64, device="cuda")

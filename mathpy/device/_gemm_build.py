@@ -1,4 +1,5 @@
-"""Compiling the whole-GEMM kernels of :mod:`._gemm_hopper` and :mod:`._gemm_kernel` to PTX (no GPU needed: the compute capability is given).
+"""Compiling the whole-GEMM kernels of :mod:`._gemm_hopper` and :mod:`._gemm_kernel` to PTX (no GPU needed: the
+compute capability is given).
 
 numba-cuda compiles a kernel for ``compute_XY`` and its PTX says ``.target sm_XY``; ``wgmma`` and ``setmaxnreg`` need
 the architecture-specific ``sm_90a``, and ``setmaxnreg`` needs a register cap at kernel entry. Both are added to the
@@ -96,7 +97,8 @@ def hopper_namespace(config, epilog_fn=None, make_data=None):
         "STORE_PAIR": H.store_pair(config.out), "ZEROS": H.zeros(n_acc),
         "TMA_STORE2": H.tma_store_2d, "TMA_STORE3": H.tma_store_3d, "BULK_COMMIT": H.bulk_commit,
         "BULK_WAIT_READ": H.bulk_wait_read, "BULK_WAIT": H.bulk_wait, "CONSUMERS_SYNC": H.named_barrier(1, 256),
-        "SYNCWARP": H.syncwarp, "ST_SHARED": H.st_shared_u32, "OPAQUE": H.opaque_u32, "FENCE_PROXY_ASYNC": H.fence_proxy_async,
+        "SYNCWARP": H.syncwarp, "ST_SHARED": H.st_shared_u32, "OPAQUE": H.opaque_u32,
+        "FENCE_PROXY_ASYNC": H.fence_proxy_async,
     })
     if config.store_tile:
         ns["PACK"] = H.pack_pair(config.out)
@@ -112,7 +114,8 @@ def hopper_constants(config):
 
     a_desc = H.wgmma_descriptor(0, 512 if config.a_mn_major else 1, 64)
     b_desc = H.wgmma_descriptor(0, 512 if config.b_mn_major else 1, 64)
-    return {"BYTE": types.uint8, "U32": np.uint32, "U64": np.uint64, "INT64": np.int64, "ZERO": np.float32(0), "COMPUTE": np.float32,
+    return {"BYTE": types.uint8, "U32": np.uint32, "U64": np.uint64, "INT64": np.int64, "ZERO": np.float32(0),
+            "COMPUTE": np.float32,
             "DSIZE": np.dtype(config.out).itemsize, "DESC_A": np.uint64(a_desc), "DESC_B": np.uint64(b_desc),
             "GROUP_M": config.group_m, "BM": config.bm, "BN": config.bn}
 

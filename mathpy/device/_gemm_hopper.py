@@ -145,7 +145,8 @@ def max_stages(bn, tile_buffer, limit=None):
 def tile_offset(row, col, bm=128):
     """Byte offset of element (row, col) of a 16-bit tile in the epilog buffer (what a TMA copy of 64 x bm boxes with
     the 128-byte swizzle writes): box ``col // 64``, row ``row`` of 128 bytes, 16-byte chunk ``(col % 64) // 8`` moved
-    to ``that ^ (row % 8)``. The kernel's stores and the staged ``data`` view (``_epilog_data.tile_offset_ir``) use it."""
+    to ``that ^ (row % 8)``. The kernel's stores and the staged ``data`` view (``_epilog_data.tile_offset_ir``) use
+    it."""
     chunk = ((col >> 3) & 7) ^ (row & 7)
     return (col >> 6) * bm * 128 + row * 128 + (chunk << 4) + ((col & 7) << 1)
 

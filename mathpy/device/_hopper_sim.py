@@ -32,11 +32,11 @@ from .._compat import patch_numpy_for_numba_cuda
 patch_numpy_for_numba_cuda()
 
 from ._gemm_hopper import tile_offset  # noqa: E402
-from ._gemm_sim import _DataView, _read, _widen, _write, bf16_round, simulator_namespace  # noqa: E402
+from ._gemm_sim import _DataView, _widen, bf16_round, simulator_namespace  # noqa: E402
 
 __all__ = ["hopper_simulator_namespace", "run_hopper_case", "SIM_HOPPER_CASES", "SHARED_BASE"]
 
-SHARED_BASE = 1024  # the shared-window "address" of the dynamic shared array (1024-aligned; wgmma descriptors hold 18 bits)
+SHARED_BASE = 1024  # the shared "address" of the dynamic shared array (1024-aligned; descriptors hold 18 bits)
 _DEADLINE_S = 120.0  # a wait longer than this is a deadlock of the kernel's protocol
 
 

@@ -1,5 +1,6 @@
 """The GPU engine of matmuls with a fused Python epilog: picks a kernel (:mod:`mathpy.device._gemm_hopper` or
-:mod:`mathpy.device._gemm_kernel`), compiles it once per process (numba-cuda to PTX, the driver to SASS), and launches it on the plan's stream.
+:mod:`mathpy.device._gemm_kernel`), compiles it once per process (numba-cuda to PTX, the driver to SASS), and launches
+it on the plan's stream.
 
 Kernel choice (``algorithms[0]``):
 
