@@ -8,12 +8,15 @@
 3. Block GEMM on many small batched GEMMs (64^3, 128^3; fp32, fp16, bf16, fp64) vs cuBLAS batched GEMM
    (torch.bmm, cupy.matmul); targets >= 0.7x for fp16/bf16, >= 0.6x for fp32/fp64. fp16/bf16 run on the tensor
    cores (mma.sync.m16n8k16 as inline PTX), fp64 on the fp64 tensor cores (mma.sync.m8n8k4.f64), fp32 on the CUDA
-   cores; each with the one-buffer kernel and the double-buffered one (cp.async of the next k-slice).
+   cores; each with the one-buffer kernel, the double-buffered one (cp.async of the next k-slice) and, for 128^3, the
+   multistage one (a ring of k-slice buffers, all of a block's slices in flight at once, over 48 KiB of shared memory
+   through mathpy.device.allow_shared_memory).
 
 Every result is checked against the reference library before it is timed. Prints a table and saves
 benchmarks/results/bench_device.png (and .json).
 Usage:  python benchmarks/bench_device.py [--quick]      (--sweep: time other FFT block configurations instead;
-        --smoke: tiny sizes, to check the script itself; --gemm: the block GEMM section only)
+        --smoke: tiny sizes, to check the script itself; --gemm: the block GEMM section only; --size 128: that GEMM
+        size only; --prec float16,float64: those precisions only; --lean: one kernel variant per GEMM case)
 """
 
 import json
@@ -35,12 +38,15 @@ from numba import cuda  # noqa: E402
 import _report  # noqa: E402  (the Markdown table docs/benchmarks.md shows)
 import mathpy.device  # noqa: E402
 from mathpy.device._checks import (  # noqa: E402
-    bf16_bits, bf16_to_float32, convolution_kernel, fft_kernel, matmul_kernel, matmul_pipelined_kernel,
+    bf16_bits, bf16_to_float32, convolution_kernel, fft_kernel, matmul_kernel, matmul_multistage_kernel,
+    matmul_pipelined_kernel,
 )
 
 QUICK = "--quick" in sys.argv
 SMOKE = "--smoke" in sys.argv  # tiny sizes: checks the script itself (e.g. under the simulator), not the GPU
 LEAN = "--lean" in sys.argv  # block GEMM: one kernel variant per case (less compile time)
+SIZES = (int(sys.argv[sys.argv.index("--size") + 1]),) if "--size" in sys.argv else (64, 128)
+MULTISTAGE_SHARED = 232448  # sm_90's opt-in limit of dynamic shared memory per block (227 KiB)
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
@@ -214,16 +220,22 @@ def fused_cufft_convolution(x, filt, n):
 
 
 # ------------------------------------------------------------------ 3. batched GEMM
+# multistage kernel: (k-slice, buffers) per precision for 128^3, every slice of K = 128 in flight at once: 4 x 32 for
+# 16-bit types (76 KiB: two blocks per SM), 8 x 16 for fp64 in 6 buffers (222 KiB, one block per SM)
+MULTISTAGE = {"float16": (32, 4), "bfloat16": (32, 4), "float32": (32, 4), "float64": (16, 6)}
+
+
 def _gemm_variants(size, prec):
-    """(kernel, k-slice, description arguments) to time for one size and precision: the one-buffer kernel with the
-    largest k-slice that fits 48 KiB, and the double-buffered kernel (the next slice copied during the mma)."""
+    """(kernel, description, buffers) to time for one size and precision: the one-buffer kernel with the largest
+    k-slice that fits 48 KiB, the double-buffered kernel (the next slice copied during the mma) and, for 128^3, the
+    multistage kernel (MULTISTAGE)."""
     # fp32: the row-major arrangement takes the vector tiles (16-byte shared loads), the col-major one the strided
     # 1-element tiles; both are timed
     arrangements = ["row_major"] if prec in ("float16", "bfloat16", "float64") else ["row_major", "col_major"]
     out = []
     kernels = ("registers", "pipelined")
-    if LEAN:  # one kernel per case: the one-buffer kernel for 64^3, the double-buffered one for 128^3
-        arrangements, kernels = arrangements[:1], (("registers",) if size <= 64 else ("pipelined",))
+    if LEAN:  # one kernel per case: the one-buffer kernel for 64^3, the multistage one for 128^3
+        arrangements, kernels = arrangements[:1], (("registers",) if size <= 64 else ())
     for arrangement in arrangements:
         for kernel in kernels:
             for kb in (size, size // 2, size // 4, size // 8, size // 16):
@@ -233,14 +245,21 @@ def _gemm_variants(size, prec):
                     continue
                 if kernel == "pipelined" and (2 * G.shared_memory_size_ab > 48 * 1024 or size // kb < 2):
                     continue
-                out.append((kernel, G))
+                out.append((kernel, G, 2 if kernel == "pipelined" else 1))
                 break
+    if size == 128:
+        kb, stages = MULTISTAGE[prec]
+        G = mathpy.device.matmul(size, size, kb, prec, a_arrangement="row_major")
+        if stages * G.shared_memory_size_ab <= MULTISTAGE_SHARED:
+            out.append(("multistage", G, stages))
     return out
 
 
 def bench_gemm():
-    cases = [(64, 4096), (128, 2048)]
+    cases = [case for case in ((64, 4096), (128, 2048)) if case[0] in SIZES]
     precisions = ["float16", "bfloat16", "float32", "float64"]
+    if "--prec" in sys.argv:  # e.g. --prec float16,float64
+        precisions = sys.argv[sys.argv.index("--prec") + 1].split(",")
     if QUICK:
         precisions = precisions[:2]
     if SMOKE:
@@ -271,13 +290,18 @@ def bench_gemm():
                 peers["torch.bmm"] = gpu_time(lambda: torch.bmm(at, bt))
             best_peer = min(peers.values()) if peers else float("nan")
             flops = 2.0 * batch * size**3
-            for kernel, G in _gemm_variants(size, prec):
+            for kernel, G, buffers in _gemm_variants(size, prec):
                 c = cp.full((batch, size, size), np.nan if prec != "bfloat16" else 0xFFFF, dtype=G.storage_dtype)
                 an, bn, cn = as_numba(a), as_numba(b), as_numba(c)
-                if kernel == "pipelined":
-                    launch = matmul_pipelined_kernel(G, size)[batch, G.block_dim, 0, 2 * G.shared_memory_size_ab]
+                shared = buffers * G.shared_memory_size_ab
+                if kernel == "multistage":
+                    k_fn = matmul_multistage_kernel(G, size, buffers)
+                    mathpy.device.allow_shared_memory(k_fn, shared, an, bn, cn, 1.0, 0.0)
+                elif kernel == "pipelined":
+                    k_fn = matmul_pipelined_kernel(G, size)
                 else:
-                    launch = matmul_kernel(G, size)[batch, G.block_dim, 0, G.shared_memory_size_ab]
+                    k_fn = matmul_kernel(G, size)
+                launch = k_fn[batch, G.block_dim, 0, shared]
                 launch(an, bn, cn, 1.0, 0.0)
                 cuda.synchronize()
                 out = cp.asarray(bf16_to_float32(cp.asnumpy(c))) if prec == "bfloat16" else c
@@ -289,6 +313,8 @@ def bench_gemm():
                     rows.append((f"GEMM {prec}", f"{size}^3 x {batch} ({kernel}, kb={G.k}) WRONG", float("nan"),
                                  peers, float("nan"), "-", f"err {err:.1e}"))
                     continue
+                if kernel == "multistage":
+                    kernel = f"multistage x{buffers}"
                 t_m = gpu_time(lambda: launch(an, bn, cn, 1.0, 0.0))
                 engine = (f"{'mma' if prec != 'float64' else 'dmma'}, {G.block_size} thr, warp "
                           f"{G.warp_tile_m}x{G.warp_tile_n}" if G.tensor_cores

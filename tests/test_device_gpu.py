@@ -123,6 +123,11 @@ MATMUL_CASES = [
     for mode, kw in (("pipelined", {}), ("registers", {"a_arrangement": "col_major"}))
 ] + [
     (32, 32, 16, "float64", 48, "pipelined", {"misaligned": True}),
+    # rings of k-slice buffers, over 48 KiB of shared memory (allow_shared_memory): 76 KiB for fp16, 222 KiB for fp64
+    (128, 128, 32, "float16", 128, "multistage", {"stages": 4}),
+    (128, 128, 16, "float64", 128, "multistage", {"stages": 6}),
+    (64, 64, 16, "bfloat16", 160, "multistage", {"stages": 3}),
+    (32, 32, 16, "float16", 80, "multistage", {"misaligned": True, "stages": 4}),
 ]
 
 

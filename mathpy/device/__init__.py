@@ -61,10 +61,11 @@ Design
   (4 k of an A row, 4 columns of a B row), else the k loop reads A (broadcast within a warp, or conflict-free when A
   is stored column-major) and consecutive B columns element by element. On sm_80+ the copies into shared memory
   are 16-byte ``cp.async`` where the arrays are 16-byte aligned; ``load_ab_async`` + ``wait_loads`` let a kernel copy
-  the next k-slice while it multiplies the current one. fp16/bf16 with m % 16 == n % 8 == k % 16 == 0 and whole
-  warps: each warp
-  owns a tile of 16 x 8 fragments of C and runs ``mma.sync.aligned.m16n8k16`` (sm_80+, fp32 accumulation) on
-  fragments read from padded shared memory; under the simulator the same description runs its k loop on scalars
+  the next k-slice while it multiplies the current one, and ``commit_loads`` + ``wait_pending_loads`` keep several
+  k-slices in flight (more than 48 KiB of shared memory: :func:`allow_shared_memory` before the launch). fp16/bf16
+  with m % 16 == n % 8 == k % 16 == 0 and whole warps: each warp owns a tile of 16 x 8 fragments of C and runs
+  ``mma.sync.aligned.m16n8k16`` (sm_80+, fp32 accumulation) on fragments read from padded shared memory; under the
+  simulator the same description runs its k loop on scalars
   with the same ownership of C. fp16 and bf16 accumulate in fp32. bf16: NumPy/numba arrays have no bfloat16
   dtype, so bf16 operands are ``uint16``/``int16`` arrays of bf16 bit patterns (``torch_tensor.view(torch.int16)``),
   converted exactly on load and rounded to nearest-even on store.
@@ -75,6 +76,7 @@ from .._compat import patch_numpy_for_numba_cuda
 patch_numpy_for_numba_cuda()  # before any numba-cuda compile, also of the user's kernels (NumPy >= 2.5)
 
 from ._fft import FFTDescription, fft  # noqa: E402
+from ._launch import allow_shared_memory  # noqa: E402
 from ._matmul import MatmulDescription, matmul  # noqa: E402
 
-__all__ = ["fft", "FFTDescription", "matmul", "MatmulDescription"]
+__all__ = ["fft", "FFTDescription", "matmul", "MatmulDescription", "allow_shared_memory"]

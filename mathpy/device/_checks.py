@@ -17,8 +17,8 @@ import numba  # noqa: E402  (after the NumPy fix; kernels need `cuda` as a modul
 from numba import cuda  # noqa: E402
 
 __all__ = ["fft_kernel", "convolution_kernel", "run_fft_case", "run_convolution_case", "matmul_kernel",
-           "matmul_pipelined_kernel", "matmul_shared_kernel", "run_matmul_case", "bf16_bits", "bf16_to_float32",
-           "TOLERANCE"]
+           "matmul_pipelined_kernel", "matmul_multistage_kernel", "matmul_shared_kernel", "run_matmul_case",
+           "bf16_bits", "bf16_to_float32", "TOLERANCE"]
 
 
 def bf16_bits(x):
@@ -205,6 +205,49 @@ def matmul_pipelined_kernel(GEMM, k_total):
 
 
 @functools.lru_cache(maxsize=None)
+def matmul_multistage_kernel(GEMM, k_total, stages):
+    """As :func:`matmul_kernel` with ``stages`` shared-memory buffers in a ring: the copies of the next
+    ``stages - 1`` k-slices are in flight (one ``cp.async`` group each) while one is multiplied, so a block has its
+    whole A and B on the way at once when ``stages`` covers K. Needs ``stages * GEMM.shared_memory_size_ab`` bytes of
+    dynamic shared memory (over 48 KiB: :func:`mathpy.device.allow_shared_memory` first)."""
+    if k_total % GEMM.k:
+        raise ValueError(f"k_total={k_total} must be a multiple of the description's k={GEMM.k}")
+    if not 2 <= stages <= 9:
+        raise ValueError(f"stages={stages} must be 2..9 (cp.async keeps at most 7 groups waiting)")
+    storage = numba.from_dtype(GEMM.storage_dtype)
+    compute = numba.from_dtype(GEMM.compute_dtype)
+    sa, sb, acc_size, kb = GEMM.a_size, GEMM.b_size, GEMM.accumulator_size, GEMM.k
+    size = sa + sb
+    n_slices = k_total // kb
+    ahead = stages - 1
+
+    @_gemm_jit(GEMM)
+    def kernel(a, b, c, alpha, beta):
+        smem = cuda.shared.array(0, storage)
+        acc = cuda.local.array(acc_size, compute)
+        batch = cuda.blockIdx.x
+        GEMM.clear(acc)
+        for s in range(ahead):  # the first stages - 1 slices, one group each (empty groups past K)
+            if s < n_slices:
+                r = s * size
+                GEMM.load_ab_async(a, b, batch, s * kb, smem[r:r + sa], smem[r + sa:r + size])
+            GEMM.commit_loads()
+        for s in range(n_slices):
+            GEMM.wait_pending_loads(ahead - 1)  # slice s has landed (for this thread's copies)
+            cuda.syncthreads()  # ... for every thread's, and the buffer refilled next is no longer read
+            nxt = s + ahead
+            if nxt < n_slices:
+                r = (nxt % stages) * size
+                GEMM.load_ab_async(a, b, batch, nxt * kb, smem[r:r + sa], smem[r + sa:r + size])
+            GEMM.commit_loads()
+            cur = (s % stages) * size
+            GEMM.mma(smem[cur:cur + sa], smem[cur + sa:cur + size], acc)
+        GEMM.store_accumulator_batched(alpha, acc, beta, c, batch)
+
+    return kernel
+
+
+@functools.lru_cache(maxsize=None)
 def matmul_shared_kernel(GEMM):
     """A batched kernel doing the whole GEMM with A, B and C in shared memory (``execute``)."""
     storage = numba.from_dtype(GEMM.storage_dtype)
@@ -237,10 +280,10 @@ def _from_storage(GEMM, x):
 
 
 def run_matmul_case(m, n, k, precision, k_total=None, mode="registers", batch=2, alpha=1.5, beta=-0.5,
-                    misaligned=False, **kw):
+                    misaligned=False, stages=3, **kw):
     """Run one block GEMM case; returns the max error relative to the largest reference value. mode: "registers"
-    (mma over K slices), "pipelined" (two buffers, the next slice copied during the mma) or "shared" (execute with
-    C in shared memory, k_total == k). ``misaligned``: A and B are
+    (mma over K slices), "pipelined" (two buffers, the next slice copied during the mma), "multistage" (``stages``
+    buffers in a ring) or "shared" (execute with C in shared memory, k_total == k). ``misaligned``: A and B are
     views one element into wider arrays (odd strides, unaligned data), so copies take the element-wise path."""
     from . import matmul
 
@@ -260,6 +303,13 @@ def run_matmul_case(m, n, k, precision, k_total=None, mode="registers", batch=2,
     elif mode == "pipelined":
         matmul_pipelined_kernel(GEMM, k_total)[batch, GEMM.block_dim, 0, 2 * GEMM.shared_memory_size_ab](
             d_a, d_b, d_c, alpha, beta)
+    elif mode == "multistage":
+        from ._launch import allow_shared_memory
+
+        kernel = matmul_multistage_kernel(GEMM, k_total, stages)
+        shared = stages * GEMM.shared_memory_size_ab
+        allow_shared_memory(kernel, shared, d_a, d_b, d_c, alpha, beta)
+        kernel[batch, GEMM.block_dim, 0, shared](d_a, d_b, d_c, alpha, beta)
     else:
         matmul_shared_kernel(GEMM)[batch, GEMM.block_dim, 0, GEMM.shared_memory_size](d_a, d_b, d_c, alpha, beta)
     out = _from_storage(GEMM, d_c.copy_to_host())
@@ -319,6 +369,8 @@ SIM_MATMUL_CASES = [
     (16, 16, 8, "float64", 24, "pipelined", {"block_size": 32}),  # fp64 tensor-core ownership (m8n8k4), 1 warp
     (32, 16, 16, "float16", 48, "pipelined", {"block_size": 64}),
     (16, 16, 8, "float32", 24, "pipelined", {}),
+    (16, 16, 8, "float32", 40, "multistage", {}),  # 5 slices through a ring of 3 buffers
+    (32, 16, 16, "float16", 80, "multistage", {"block_size": 64, "stages": 4}),
 ]
 
 

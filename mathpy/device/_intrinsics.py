@@ -17,7 +17,8 @@ from numba.cuda.extending import intrinsic  # noqa: E402
 
 __all__ = ["load_c64", "store_c64", "load_c64_readonly", "pack2_u32", "pair_u32", "mma_f16_f32", "mma_bf16_f32",
            "aligned8", "load4_u16", "store4_u16", "store4_u16_strided", "aligned16", "cp_async16", "cp_async_wait_all",
-           "pack2_f16", "pack2_bf16", "store2_u16", "mma_f64", "load4_f32_shared"]
+           "cp_async_commit", "cp_async_wait_group", "pack2_f16", "pack2_bf16", "store2_u16", "mma_f64",
+           "load4_f32_shared"]
 
 
 def _element_pointer(context, builder, arrty, arr, index_types, indices):
@@ -330,6 +331,43 @@ def cp_async_wait_all(typingctx):
     def codegen(context, builder, signature, args):
         fnty = ir.FunctionType(ir.VoidType(), [])
         builder.call(ir.InlineAsm(fnty, "cp.async.wait_all;", "~{memory}", side_effect=True), [])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def cp_async_commit(typingctx):
+    """Close this thread's group of ``cp.async`` copies issued since the last commit (``cp.async.commit_group``)."""
+    sig = types.void()
+
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(ir.VoidType(), [])
+        builder.call(ir.InlineAsm(fnty, "cp.async.commit_group;", "~{memory}", side_effect=True), [])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+_MAX_PENDING = 7
+
+
+@intrinsic
+def cp_async_wait_group(typingctx, pending):
+    """Wait until at most ``pending`` (0..7; more counts as 7) of this thread's committed ``cp.async`` groups are in
+    flight. The PTX instruction takes the count as an immediate: one predicated wait per count, of which the
+    assembler keeps the one a constant argument selects."""
+    if not isinstance(pending, types.Integer):
+        return None
+    sig = types.void(pending)
+
+    def codegen(context, builder, signature, args):
+        n = context.cast(builder, args[0], signature.args[0], types.uint32)
+        n = builder.select(builder.icmp_unsigned(">", n, ir.Constant(ir.IntType(32), _MAX_PENDING)),
+                           ir.Constant(ir.IntType(32), _MAX_PENDING), n)
+        waits = " ".join(f"setp.eq.u32 p, $0, {i}; @p cp.async.wait_group {i};" for i in range(_MAX_PENDING + 1))
+        fnty = ir.FunctionType(ir.VoidType(), [ir.IntType(32)])
+        builder.call(ir.InlineAsm(fnty, "{ .reg .pred p; " + waits + " }", "r,~{memory}", side_effect=True), [n])
         return context.get_dummy_value()
 
     return sig, codegen

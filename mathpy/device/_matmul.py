@@ -90,6 +90,10 @@ class MatmulDescription(DescriptionNamespace):
       for this thread's copies (then synchronise the block). With two buffers a kernel copies the next k-slice while
       it multiplies the current one (``_checks.matmul_pipelined_kernel``). Where the copies are synchronous
       (CUDA cores, the simulator) ``wait_loads`` does nothing.
+    - ``commit_loads()`` closes the group of copies started since the last commit; ``wait_pending_loads(n)`` waits
+      until at most ``n`` committed groups (0..7) are still in flight. With ``s`` buffers a kernel keeps ``s - 1``
+      k-slices in flight while it multiplies one (``_checks.matmul_multistage_kernel``; more than 48 KiB of shared
+      memory needs :func:`mathpy.device.allow_shared_memory` before the launch).
 
     Synchronize the block (``cuda.syncthreads()``) between filling the operands and calling ``execute``/``mma``, and
     before overwriting operands the previous call was reading.
@@ -179,6 +183,8 @@ class MatmulDescription(DescriptionNamespace):
         "load_ab",
         "load_ab_async",
         "wait_loads",
+        "commit_loads",
+        "wait_pending_loads",
         "load_c",
         "store_c",
     )
@@ -673,6 +679,15 @@ def _generate(d):
         src[-3] = "def wait_loads():\n    CP_WAIT()"
         ns.update(PACK2=_intrinsics.pack2_f16 if d.precision == "float16" else _intrinsics.pack2_bf16,
                   STORE2=_intrinsics.store2_u16)
+    # cp.async groups, for kernels with more than two buffers: commit_loads() closes the group of copies issued since
+    # the last one, wait_pending_loads(n) waits until at most n groups are still in flight (synchronous copies: no-ops)
+    if "CP_WAIT" in ns:
+        from . import _intrinsics
+
+        ns.update(CP_COMMIT=_intrinsics.cp_async_commit, CP_WAIT_GROUP=_intrinsics.cp_async_wait_group)
+        src += ["def commit_loads():\n    CP_COMMIT()", "def wait_pending_loads(n):\n    CP_WAIT_GROUP(n)"]
+    else:
+        src += ["def commit_loads():\n    return", "def wait_pending_loads(n):\n    return"]
     ns.update(consts.values)
     source = "\n\n".join(src) + "\n"
     d.source = source
