@@ -17,8 +17,8 @@ result (relative Frobenius error, bf16 tolerance) before it is timed, with the o
 
 Usage: ``PYTHONPATH=. python benchmarks/bench_matmul_epilog.py [--quick] [--variants] [--warm N]``
 (``--variants`` also times the wgmma kernel without its staged data / tile stores; ``--warm N`` first compiles every
-kernel the run needs in N processes at once into mathpy's disk cache, so that the timed process only loads them).
-Prints a table; saves benchmarks/results/bench_matmul_epilog.json and .png.
+kernel the run needs in N processes at once into mathpy's disk cache, so that the timed process only loads them;
+``--compile-only``: stop after that). Prints a table; saves benchmarks/results/bench_matmul_epilog.json and .png.
 """
 
 import json
@@ -279,6 +279,8 @@ def main():
     print(f"bench_matmul_epilog on {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
     if "--warm" in sys.argv:
         warm(int(sys.argv[sys.argv.index("--warm") + 1]))
+        if "--compile-only" in sys.argv:
+            return 0
     passes = cupy_passes()
     for m, n, k in SHAPES:
         t0 = time.perf_counter()
