@@ -18,7 +18,8 @@ result (relative Frobenius error, bf16 tolerance) before it is timed, with the o
 Usage: ``PYTHONPATH=. python benchmarks/bench_matmul_epilog.py [--quick] [--variants] [--warm N]``
 (``--variants`` also times the wgmma kernel without its staged data / tile stores; ``--warm N`` first compiles every
 kernel the run needs in N processes at once into mathpy's disk cache, so that the timed process only loads them;
-``--compile-only``: stop after that). Prints a table; saves benchmarks/results/bench_matmul_epilog.json and .png.
+``--compile-only``: stop after that; ``--epilogs silu*gate``: that epilog only). Prints a table; saves
+benchmarks/results/bench_matmul_epilog.json and .png.
 """
 
 import json
@@ -64,6 +65,8 @@ VARIANTS = {
                   ("direct stores, 4 stages", {"stage_data": False, "store_tile": False})),
     "scale+clamp": (("direct stores, 4 stages", {"store_tile": False}),),
 }
+# --epilogs silu*gate: that epilog only
+EPILOGS = sys.argv[sys.argv.index("--epilogs") + 1].split(",") if "--epilogs" in sys.argv else list(VARIANTS)
 
 
 def silu_gate(value, row, col, data):
@@ -137,6 +140,8 @@ def bench_shape(m, n, k, rows, passes, summary):
             ("silu*gate", silu_gate, gate, lambda d: F.silu(d) * gate, passes and passes[0]),
             ("scale+clamp", scale_clamp, scale, lambda d: (d * scale[:, None]).clamp_(-CLAMP, CLAMP),
              passes and passes[1])):
+        if name not in EPILOGS:
+            continue
         ref = torch_epilog(torch.matmul(a, b))
         peers = {"cuBLASLt + torch eager": gpu_ms(lambda: torch_epilog(torch.matmul(a, b)))}
         if cupy_pass is not None:
@@ -193,6 +198,8 @@ def bench_variants(rows):
     from mathpy.host.matmul import _fused_cuda
 
     for name, variants in VARIANTS.items():
+        if name not in EPILOGS:
+            continue
         for label, override in variants:
             _fused_cuda.CONFIG_OVERRIDE.clear()
             _fused_cuda.CONFIG_OVERRIDE.update(override)
@@ -232,9 +239,9 @@ def warm(workers):
     import concurrent.futures
     import multiprocessing
 
-    jobs = [(name, {}) for name in VARIANTS]
+    jobs = [(name, {}) for name in EPILOGS]
     if VARIANTS_ON:
-        jobs += [(name, override) for name, variants in VARIANTS.items() for _, override in variants]
+        jobs += [(name, override) for name in EPILOGS for _, override in VARIANTS[name]]
     t0 = time.perf_counter()
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         for line in pool.map(_compile_one, jobs):

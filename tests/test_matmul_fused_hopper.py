@@ -196,6 +196,8 @@ def test_hopper_kernel_ptx(sm90, variant):
         assert "ld.global.nc" not in ptx and len(re.findall(r"ld\.shared\.u16", ptx)) == 2 * (bn // 2)
         assert "bar.sync 1, 256" in ptx and "cp.async.bulk.wait_group.read 0" in ptx
         assert len(re.findall(r"st\.shared\.u32", ptx)) == bn // 4 and "cvt.rn.bf16x2.f32" in ptx
+        # bf16 result: the epilog's divisions are div.full.f32 (no branch to a slow path per division)
+        assert "div.full.f32" in ptx and "div.rn.f32" not in ptx
     else:
         assert loads == 2 and stores == 0 and "ld.global.nc.f32" in ptx and "st.global.u32" in ptx
     if shutil.which("ptxas"):  # where the toolkit is installed: no spills (NVVM may be newer than ptxas: patch)
