@@ -234,8 +234,10 @@ def _gemm_variants(size, prec):
     arrangements = ["row_major"] if prec in ("float16", "bfloat16", "float64") else ["row_major", "col_major"]
     out = []
     kernels = ("registers", "pipelined")
-    if LEAN:  # one kernel per case: the one-buffer kernel for 64^3, the multistage one for 128^3
-        arrangements, kernels = arrangements[:1], (("registers",) if size <= 64 else ())
+    if LEAN:  # one kernel per case, the fastest measured on the H200 (docs/benchmarks.md): the one-buffer kernel for
+        # 64^3; for 128^3 the double-buffered one, or the multistage one for fp64
+        arrangements = arrangements[:1]
+        kernels = ("registers",) if size <= 64 else (() if prec == "float64" else ("pipelined",))
     for arrangement in arrangements:
         for kernel in kernels:
             for kb in (size, size // 2, size // 4, size // 8, size // 16):
@@ -247,7 +249,7 @@ def _gemm_variants(size, prec):
                     continue
                 out.append((kernel, G, 2 if kernel == "pipelined" else 1))
                 break
-    if size == 128:
+    if size == 128 and not (LEAN and prec != "float64"):
         kb, stages = MULTISTAGE[prec]
         G = mathpy.device.matmul(size, size, kb, prec, a_arrangement="row_major")
         if stages * G.shared_memory_size_ab <= MULTISTAGE_SHARED:
