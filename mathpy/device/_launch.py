@@ -13,14 +13,52 @@ __all__ = ["allow_shared_memory"]
 
 
 def allow_shared_memory(kernel, nbytes, *args):
-    """Let ``kernel`` (a ``numba.cuda.jit`` kernel) be launched with ``nbytes`` of dynamic shared memory with
-    arguments like ``args`` on the current device; returns ``kernel``. Call it once before the first such launch::
+    """Let a kernel be launched with more than 48 KiB of dynamic shared memory.
+
+    Compiles ``kernel`` for the types of ``args`` (numba-cuda compiles a kernel per argument types at its first
+    launch) and raises that compiled kernel's limit of dynamic shared memory to ``nbytes`` on the current device.
+    Call it once before the first launch that needs the memory.
+
+    Parameters
+    ----------
+    kernel : numba.cuda dispatcher
+        A ``@numba.cuda.jit`` kernel.
+    nbytes : int
+        Bytes of dynamic shared memory the launches will ask for (at most 227 KiB on sm_90, 163 KiB on sm_80).
+    args
+        Arguments like those of the launches (device arrays, scalars): they select the compiled version.
+
+    Returns
+    -------
+    kernel
+        The same kernel, ready for ``kernel[grid, block, stream, nbytes](*args)``.
+
+    Raises
+    ------
+    ValueError
+        ``nbytes`` is not a non-negative integer.
+    numba.cuda.cudadrv.driver.CudaAPIError
+        The device does not allow ``nbytes`` (CUDA_ERROR_INVALID_VALUE).
+
+    Notes
+    -----
+    Under numba's CUDA simulator there is no limit to raise: the kernel is returned as it is.
+
+    Examples
+    --------
+    Four 128 x 128 x 32 fp16 k-slice buffers need more than the default 48 KiB:
+
+    >>> import numpy as np, mathpy.device
+    >>> GEMM = mathpy.device.matmul(128, 128, 32, np.float16)
+    >>> 4 * GEMM.shared_memory_size_ab
+    75776
+
+    On a GPU, with ``kernel = mathpy.device._checks.matmul_multistage_kernel(GEMM, 128, 4)`` and device arrays
+    ``a``, ``b``, ``c``::
 
         mathpy.device.allow_shared_memory(kernel, 4 * GEMM.shared_memory_size_ab, a, b, c, 1.0, 0.0)
-        kernel[grid, GEMM.block_dim, 0, 4 * GEMM.shared_memory_size_ab](a, b, c, 1.0, 0.0)
-
-    Under numba's CUDA simulator there is no limit to raise. A request above what the device allows raises the
-    driver's error (CUDA_ERROR_INVALID_VALUE)."""
+        kernel[batch, GEMM.block_dim, 0, 4 * GEMM.shared_memory_size_ab](a, b, c, 1.0, 0.0)
+    """
     patch_numpy_for_numba_cuda()
     import numba
 
