@@ -27,8 +27,8 @@ from numba.cuda.typing.templates import AbstractTemplate, signature
 
 from ._spec import CallbackSpec
 
-__all__ = ["CC_ERRORS", "CallbackPointer", "MISSING_NVVM_ERRORS", "NUMBA_ERRORS", "build_ltoir", "numba_type",
-           "nvvm_version"]
+__all__ = ["CC_ERRORS", "CallbackPointer", "MISSING_NVVM_ERRORS", "NUMBA_ERRORS", "build_llvm_ir", "build_ltoir",
+           "numba_type", "nvvm_version"]
 
 NUMBA_ERRORS = (numba_errors.NumbaError, NvvmError)  # the user's function does not compile
 CC_ERRORS = (CCSupportError,)                         # the compute capability is not supported by this NVVM
@@ -173,6 +173,17 @@ def build_ltoir(spec: CallbackSpec, fn, inner_name):
     """Compile ``fn`` for ``spec`` and return LTO-IR bytes exporting ``spec.mangled_name`` with cuFFT's exact type.
 
     Raises numba's errors unchanged (the caller turns them into a CallbackCompileError)."""
+    library = _build_library(spec, fn, inner_name)
+    return bytes(library.get_ltoir(cc=tuple(spec.compute_capability)))
+
+
+def build_llvm_ir(spec: CallbackSpec, fn, inner_name):
+    """The NVVM IR (LLVM assembly text, one module per ``; ModuleID``) that :func:`build_ltoir` turns into LTO-IR: the
+    wrapper and the user's function. Tests execute it on the host to check the wrapper without a GPU."""
+    return _build_library(spec, fn, inner_name).get_llvm_str()
+
+
+def _build_library(spec, fn, inner_name):
     return_type, args = _numba_signature(spec)
     cc = tuple(spec.compute_capability)
     cres = compile_cuda(fn, return_type, args, cc=cc, nvvm_options={"opt": 3, "gen-lto": None}, abi="c",
@@ -235,7 +246,7 @@ def build_ltoir(spec: CallbackSpec, fn, inner_name):
     library.add_ir_module(module)
     library.add_linking_library(cres.library)  # its functions become linkonce_odr: only the wrapper is exported
     library.finalize()
-    return bytes(library.get_ltoir(cc=cc))
+    return library
 
 
 def nvvm_version():
