@@ -37,7 +37,7 @@ MUTATIONS = [
      "call_args.append(builder.extract_value(arg, 0))\n                call_args.append(builder.extract_value(arg, 1))",
      "call_args.append(builder.extract_value(arg, 1))\n                call_args.append(builder.extract_value(arg, 0))",
      ["tests/test_jit_wrapper_cpu.py"],
-     ["tests/test_jit_gpu.py -m gpu", "tests/test_fft_callbacks_gpu.py -m gpu"]),
+     ["tests/test_jit_gpu.py -m gpu", "tests/test_fft_callback_semantics.py -m gpu"]),
 ]
 
 

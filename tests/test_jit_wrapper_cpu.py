@@ -1,7 +1,7 @@
 """The GPU code of compiled callbacks, executed on the host (tests/_host_callback.py): the cuFFT-typed wrapper passes
 the element's real and imaginary parts, the offset and the user data to the user's function in the right places, for
 every element type and for user data of several dtypes; and it agrees with the CPU engine's numba-compiled callbacks.
-float16 user data compiles to PTX conversions, which only a GPU runs (tests/test_fft_callbacks_gpu.py)."""
+float16 user data compiles to PTX conversions, which only a GPU runs (tests/test_fft_callback_semantics.py)."""
 
 import numpy as np
 import pytest

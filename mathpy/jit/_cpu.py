@@ -2,7 +2,8 @@
 
 Semantics match the GPU exactly: the callback is called once per element with the element's offset (a uint64, as
 cuFFT passes it) into the 1-D view of the operand's whole memory span, and ``user_info`` is the same 1-D array
-(read-only) or None.
+(read-only) or None. One difference numba imposes: its CPU target has no float16 type, so float16 user data is read
+as float32 here (the same values; arithmetic on them is float32 where the GPU's may be float16).
 """
 
 import threading
@@ -74,6 +75,8 @@ def _prepare(buffer_1d, offsets, user_info):
     if user_info is not None:
         user_info = np.asarray(user_info)
         user_info = np.ascontiguousarray(user_info.reshape(-1) if user_info.ndim != 1 else user_info)
+        if user_info.dtype == np.float16:  # numba's CPU target has no float16: the same values as float32
+            user_info = user_info.astype(np.float32)
         user_info = user_info.view()
         user_info.flags.writeable = False  # as on the GPU, where user data is read through non-coherent loads
     return buffer_1d, offsets, flat, user_info
