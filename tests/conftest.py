@@ -9,8 +9,16 @@ import importlib.util
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, settings
 
 from mathpy import _cuda
+
+from _hypothesis import THOROUGH
+
+# Property-based tests: `default` keeps each test's small count (tests/_hypothesis.py); `thorough` runs THOROUGH
+# (10,000) examples per public API per array package: pytest --hypothesis-profile=thorough
+settings.register_profile("thorough", max_examples=THOROUGH, deadline=None, database=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
 def _has(module):

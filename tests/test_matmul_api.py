@@ -7,10 +7,11 @@ import hypothesis.extra.numpy as hnp
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from _matmul_reference import strides_in_bytes
+from _hypothesis import property_settings
 from _tolerance import assert_within, matmul_bound
 from mathpy import InvalidPlanStateError
 from mathpy.host.matmul import Matmul, MatmulEpilog, MatmulOptions, matmul, matmul_plan_cache
@@ -61,15 +62,17 @@ def make_layout(shape, how):
     return rand(*shape)[..., ::-1]
 
 
-@settings(max_examples=120, deadline=None)
-@given(matmul_case())
-def test_numpy_matmul_semantics(case):
+@property_settings(120)
+@given(case=matmul_case())
+def test_numpy_matmul_semantics(xp, case):
     a_shape, b_shape, how_a, how_b = case
     a, b = make_layout(a_shape, how_a), make_layout(b_shape, how_b)
     expected = np.matmul(a, b)
-    result = matmul(a, b)
-    assert np.shape(result) == expected.shape
-    np.testing.assert_allclose(result, expected, rtol=1e-12, atol=1e-12)
+    result = matmul(xp.asarray(a), xp.asarray(b))
+    assert xp.is_native(result)
+    got = xp.to_numpy(result)
+    assert got.shape == expected.shape
+    assert_within(got, expected, matmul_bound(a, b, np.float64, exact=expected), "matmul")
 
 
 def test_transposed_and_strided_operands_are_not_copied():
