@@ -1,6 +1,6 @@
 """CUFFTEngine against an emulation of cuFFT's documented contract, on the CPU.
 
-:class:`EmulatedCufft` stands in for the cuFFT binding: ``cufftXtMakePlanMany`` records the plan's arguments and
+:class:`EmulatedCufft` (tests/_cufft_emulator.py) stands in for the cuFFT binding: ``cufftXtMakePlanMany`` records the plan's arguments and
 ``cufftXtExec`` executes them on host memory as cuFFT's advanced data layout defines them (element ``(b, x0, x1, x2)``
 at ``b * idist + ((x0 * inembed[1] + x1) * inembed[2] + x2) * istride``; NULL embeds: the basic layout, strides and
 distances ignored; real/complex sides from the data types; unnormalised). The engine runs unchanged (its layout
@@ -9,113 +9,22 @@ same logical arrays, so any argument the engine gets wrong (a swapped distance, 
 gives a wrong answer here. What cuFFT does beyond its documentation is measured on the GPU (tests/test_fft_cuda.py).
 """
 
-import contextlib
-import ctypes
 import math
-import types
 
 import numpy as np
 import pytest
 
 from mathpy._errors import UnsupportedLayoutError
 from mathpy._execution import ExecutionCUDA
-from mathpy.bindings import cufft as real_cufft
 from mathpy.host.fft import _cufft
 from mathpy.host.fft._layout import Transform
 
-_REAL = {real_cufft.CUDA_R_32F: np.float32, real_cufft.CUDA_R_64F: np.float64}
-_COMPLEX = {real_cufft.CUDA_C_32F: np.complex64, real_cufft.CUDA_C_64F: np.complex128}
-
-
-def _host_view(buffers, pointer, count, dtype):
-    """``count`` elements of ``dtype`` at host address ``pointer``, writable; they must lie inside one of the
-    ``buffers`` (arrays) given to the plan: cuFFT would read or write foreign memory there."""
-    nbytes = count * np.dtype(dtype).itemsize
-    if not any(b.ctypes.data <= pointer and pointer + nbytes <= b.ctypes.data + b.nbytes for b in buffers):
-        raise AssertionError(f"the plan addresses {nbytes} bytes at {pointer:#x}, outside the operands")
-    return np.frombuffer((ctypes.c_char * nbytes).from_address(pointer), dtype=dtype)
-
-
-def _element_indices(dims, embed, stride, dist, batch):
-    """Element offsets of every (b, x0, ...) of one side of a plan, shaped (batch, *dims)."""
-    index = np.zeros((batch, *dims), np.int64)
-    index += (np.arange(batch) * dist).reshape((batch,) + (1,) * len(dims))
-    for k, extent in enumerate(dims):
-        step = stride * math.prod(embed[k + 1:])
-        shape = [1] * (len(dims) + 1)
-        shape[k + 1] = extent
-        index += (np.arange(extent) * step).reshape(shape)
-    return index
-
-
-class EmulatedCufft:
-    """The cuFFT binding's surface as CUFFTEngine uses it, executing plans on host memory."""
-
-    def __init__(self):
-        self.plans, self.executes, self.buffers = {}, 0, []
-        self.data_type, self.check = real_cufft.data_type, real_cufft.check
-        self.lib = types.SimpleNamespace(
-            cufftCreate=self._create, cufftDestroy=lambda handle: self.plans.pop(handle),
-            cufftSetAutoAllocation=lambda handle, value: None, cufftSetWorkArea=lambda handle, pointer: None,
-            cufftXtMakePlanMany=self._make_plan)
-
-    def _create(self, handle_ref):
-        handle = len(self.plans) + 100
-        self.plans[handle] = None
-        handle_ref._obj.value = handle
-
-    def _make_plan(self, handle, rank, n, inembed, istride, idist, in_type, onembed, ostride, odist, out_type,
-                   batch, work_ref, exec_type):
-        n = tuple(n[:rank])
-        kind = "R2C" if in_type in _REAL else "C2R" if out_type in _REAL else "C2C"
-        halved = n[:-1] + (n[-1] // 2 + 1,)
-        in_dims = halved if kind == "C2R" else n
-        out_dims = halved if kind == "R2C" else n
-
-        def side(dims, embed, stride, dist):
-            if embed is None:  # the basic layout: cuFFT ignores stride and distance
-                return dims, 1, math.prod(dims)
-            return tuple(embed[:rank]), stride, dist
-
-        in_dtype = (_REAL | _COMPLEX)[in_type]
-        out_dtype = (_REAL | _COMPLEX)[out_type]
-        self.plans[handle] = (kind, n, in_dims, side(in_dims, inembed, istride, idist), in_dtype, out_dims,
-                              side(out_dims, onembed, ostride, odist), out_dtype, batch)
-        work_ref._obj.value = 0
-
-    def _exec(self, handle, input_pointer, output_pointer, direction):
-        kind, n, in_dims, in_side, in_dtype, out_dims, out_side, out_dtype, batch = self.plans[handle.value]
-        self.executes += 1
-        in_index = _element_indices(in_dims, *in_side, batch)
-        out_index = _element_indices(out_dims, *out_side, batch)
-        data = _host_view(self.buffers, input_pointer, int(in_index.max()) + 1, in_dtype)[in_index].astype(
-            np.complex128 if kind != "R2C" else np.float64)
-        axes = tuple(range(1, len(n) + 1))
-        if kind == "R2C":
-            result = np.fft.rfftn(data, axes=axes)
-        elif kind == "C2R":
-            result = np.fft.irfftn(data, s=n, axes=axes) * math.prod(n)
-        elif direction == -1:
-            result = np.fft.fftn(data, axes=axes)
-        else:
-            result = np.fft.ifftn(data, axes=axes) * math.prod(n)
-        output = _host_view(self.buffers, output_pointer, int(out_index.max()) + 1, out_dtype)
-        output[out_index] = result.astype(out_dtype)
-        return 0
-
-    def unchecked(self, name):
-        return {"cufftXtExec": self._exec, "cufftSetStream": lambda handle, stream: 0}[name]
+from _cufft_emulator import emulated_cufft  # noqa: F401  (the fixture)
 
 
 @pytest.fixture
-def emulated(monkeypatch):
-    emulator = EmulatedCufft()
-    monkeypatch.setattr(_cufft, "cufft", emulator)
-    monkeypatch.setattr(_cufft, "_exec", None)
-    monkeypatch.setattr(_cufft._cuda, "require_device", lambda device_id=0: None)
-    monkeypatch.setattr(_cufft._cuda, "device_scope", lambda device_id: contextlib.nullcontext())
-    monkeypatch.setattr(_cufft._cuda, "device_count", lambda: 1)
-    return emulator
+def emulated(emulated_cufft):  # noqa: F811
+    return emulated_cufft
 
 
 def _strided(buffer, shape, strides):
