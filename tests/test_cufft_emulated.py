@@ -1,12 +1,13 @@
 """CUFFTEngine against an emulation of cuFFT's documented contract, on the CPU.
 
-:class:`EmulatedCufft` (tests/_cufft_emulator.py) stands in for the cuFFT binding: ``cufftXtMakePlanMany`` records the plan's arguments and
-``cufftXtExec`` executes them on host memory as cuFFT's advanced data layout defines them (element ``(b, x0, x1, x2)``
-at ``b * idist + ((x0 * inembed[1] + x1) * inembed[2] + x2) * istride``; NULL embeds: the basic layout, strides and
-distances ignored; real/complex sides from the data types; unnormalised). The engine runs unchanged (its layout
-arguments, looped executes, two-part plans, in-place plans), and every result is compared with NumPy's FFT of the
-same logical arrays, so any argument the engine gets wrong (a swapped distance, a wrong embed, a wrong loop offset)
-gives a wrong answer here. What cuFFT does beyond its documentation is measured on the GPU (tests/test_fft_cuda.py).
+:class:`EmulatedCufft` (tests/_cufft_emulator.py) stands in for the cuFFT binding: ``cufftXtMakePlanMany`` records
+the plan's arguments and ``cufftXtExec`` executes them on host memory as cuFFT's advanced data layout defines them
+(element ``(b, x0, x1, x2)`` at ``b * idist + ((x0 * inembed[1] + x1) * inembed[2] + x2) * istride``; NULL embeds:
+the basic layout, strides and distances ignored; real/complex sides from the data types; unnormalised). The engine
+runs unchanged (its layout arguments, looped executes, two-part plans, in-place plans), and every result is compared
+with NumPy's FFT of the same logical arrays, so any argument the engine gets wrong (a swapped distance, a wrong
+embed, a wrong loop offset) gives a wrong answer here. What cuFFT does beyond its documentation is measured on the
+GPU (tests/test_fft_cuda.py).
 """
 
 import math
