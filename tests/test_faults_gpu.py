@@ -1,0 +1,153 @@
+"""Faults and threads on a real GPU (``pytest -m gpu tests/test_faults_gpu.py``; skipped without one):
+
+- a real out-of-memory: the device is filled with raw allocations, then an FFT and a matmul are planned and a
+  planned FFT is executed: each gives a MemoryError (or a CUDALibraryError naming an allocation status), leaves no
+  cuFFT handle behind, and everything works again once memory is back;
+- an operand the user drops while the stream that reads it still runs;
+- 16 threads sharing the stateless plan caches and one FFT plan, each checking its own results.
+
+The CPU side of the fault tests (every library status, KeyboardInterrupt) is tests/test_faults.py.
+"""
+
+import threading
+
+import numpy as np
+import pytest
+
+import mathpy.fft as mfft
+from mathpy._errors import CUDALibraryError
+from mathpy.host.fft import _cufft
+from mathpy.host.matmul import matmul, matmul_plan_cache
+
+from _fft_reference import rand
+from _tolerance import assert_fft_close, assert_within, matmul_bound
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture
+def cp():
+    return pytest.importorskip("cupy")
+
+
+def _fill_device(cp):
+    """Take every free byte of the device with raw cudaMalloc calls (CuPy's pool emptied first); returns them."""
+    cp.get_default_memory_pool().free_all_blocks()
+    taken, size = [], 1 << 36
+    while size >= 1 << 16:
+        try:
+            taken.append(cp.cuda.runtime.malloc(size))
+        except cp.cuda.runtime.CUDARuntimeError:
+            size //= 2
+    return taken
+
+
+def _release(cp, taken):
+    for pointer in taken:
+        cp.cuda.runtime.free(pointer)
+    taken.clear()
+
+
+def _is_out_of_memory(error):
+    if isinstance(error, MemoryError):
+        return True
+    return isinstance(error, CUDALibraryError) and ("ALLOC_FAILED" in str(error) or "MemoryAllocation" in str(error))
+
+
+def test_out_of_memory_at_plan_and_execute(cp):
+    x_host = rand((256, 4096), np.complex64)
+    a_host, b_host = rand((512, 256), np.float32, seed=1), rand((256, 384), np.float32, seed=2)
+    x, a, b = cp.asarray(x_host), cp.asarray(a_host), cp.asarray(b_host)
+    mfft.fft(cp.asarray(x_host[:1, :8]))  # libraries loaded, cuBLASLt's handle made, before memory runs out
+    matmul(a[:8, :8], b[:8, :8])
+    mfft.plan_cache_clear()
+    matmul_plan_cache.clear()
+    planned = mfft.FFT(x)
+    planned.plan()
+    handles = _cufft.live_handles()
+    taken = _fill_device(cp)
+    try:
+        failures = {}
+        for what, call in (("FFT plan", lambda: mfft.FFT(x).plan()),
+                           ("stateless fft", lambda: mfft.fft(x, axis=0)),
+                           ("matmul", lambda: matmul(a, b)),
+                           ("planned FFT execute", lambda: planned.execute())):
+            try:
+                call()
+                failures[what] = None
+            except Exception as e:  # noqa: BLE001 (the error's type is what is checked)
+                failures[what] = e
+        assert _cufft.live_handles() <= handles + 1  # at most the planned one's, nothing from the failed plans
+    finally:
+        _release(cp, taken)
+    for what, error in failures.items():
+        assert error is None or _is_out_of_memory(error), f"{what}: {type(error).__name__}: {error}"
+    assert any(error is not None for error in failures.values()), "filling the device made nothing fail"
+    cp.get_default_memory_pool().free_all_blocks()
+    assert _cufft.live_handles() == handles
+    # usable again: the planned FFT, new plans, the stateless calls
+    assert_fft_close(cp.asnumpy(planned.execute()), np.fft.fft(x_host.astype(np.complex128)), np.float32, 4096)
+    assert_fft_close(cp.asnumpy(mfft.fft(x, axis=0)), np.fft.fft(x_host.astype(np.complex128), axis=0), np.float32,
+                     256)
+    exact = a_host.astype(np.float64) @ b_host
+    assert_within(cp.asnumpy(matmul(a, b)), exact, matmul_bound(a_host, b_host, np.float32, exact=exact), "matmul")
+    planned.free()
+
+
+def test_operand_dropped_while_its_stream_runs(cp):
+    """The user drops the input right after an asynchronous FFT on a non-blocking stream, and the memory is handed
+    out again at once (to an array written on the default stream): the FFT must still read the original data."""
+    host = rand((1024, 16384), np.complex64, seed=3)
+    expected = np.fft.fft(host[:4].astype(np.complex128))
+    stream = cp.cuda.Stream(non_blocking=True)
+    x = cp.asarray(host)
+    cp.cuda.Device().synchronize()
+    with stream:
+        busy = mfft.fft(mfft.fft(mfft.fft(x)))  # queued work ahead, so the stream is busy when x is dropped
+        y = mfft.fft(x)
+    del x, busy
+    junk = cp.full(host.shape, 7 + 7j, np.complex64)  # may reuse the dropped input's memory
+    stream.synchronize()
+    del junk
+    assert_fft_close(cp.asnumpy(y[:4]), expected, np.float32, 16384, "FFT of a dropped operand")
+
+
+def test_sixteen_threads_share_caches_and_plans(cp):
+    shapes = [(8, 256), (4, 1000), (16, 64), (2, 4096)]
+    inputs = {shape: rand(shape, np.complex64, seed=i) for i, shape in enumerate(shapes)}
+    expected = {shape: np.fft.fft(x.astype(np.complex128)) for shape, x in inputs.items()}
+    shared_host = rand((32, 512), np.complex64, seed=9)
+    shared_expected = np.fft.fft(shared_host.astype(np.complex128))
+    shared = mfft.FFT(cp.asarray(shared_host))
+    shared.plan()
+    mats = [(rand((64, 32), np.float32, seed=20 + i), rand((32, 48), np.float32, seed=30 + i)) for i in range(4)]
+    errors, barrier = [], threading.Barrier(16)
+
+    def work(index):
+        try:
+            cp.cuda.Device(0).use()
+            stream = cp.cuda.Stream(non_blocking=True)
+            barrier.wait()
+            with stream:
+                for repeat in range(25):
+                    shape = shapes[(index + repeat) % len(shapes)]
+                    y = mfft.fft(cp.asarray(inputs[shape]))
+                    z = shared.execute(stream=stream)
+                    a, b = mats[(index + repeat) % len(mats)]
+                    d = matmul(cp.asarray(a), cp.asarray(b))
+                    stream.synchronize()
+                    assert_fft_close(cp.asnumpy(y), expected[shape], np.float32, shape[-1], f"thread {index} fft")
+                    assert_fft_close(cp.asnumpy(z), shared_expected, np.float32, 512, f"thread {index} FFT plan")
+                    exact = a.astype(np.float64) @ b
+                    assert_within(cp.asnumpy(d), exact, matmul_bound(a, b, np.float32, exact=exact),
+                                  f"thread {index} matmul")
+        except BaseException as e:  # noqa: BLE001 (reported by the main thread)
+            errors.append((index, e))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    shared.free()
+    assert not errors, errors[:3]
