@@ -23,7 +23,8 @@ execute (one that a finalizer requests inside an execute on the same thread wait
 freed plan raises InvalidPlanStateError: the stateless calls' prepared calls rely on this instead of borrowing the
 plan from the cache at every call. A plan without workspace (most small transforms) costs one ctypes call per execute
 on any stream. Batch axes that one plan cannot fold into a single distance (only without callbacks) are
-covered by a short loop of executes at precomputed pointer offsets.
+covered by a short loop of executes at precomputed pointer offsets; an R2C/C2R execute whose real-side offset is not a
+whole number of complex elements (cuFFT refuses those pointers) runs on aligned copies.
 
 Rules the engine enforces (errors are raised before anything is allocated):
 
@@ -138,7 +139,6 @@ class CUFFTEngine:
             return
         params = cufft_params(transform, allow_loops=not callbacks)  # UnsupportedLayoutError if it cannot
         _check_half_strides(transform, params)
-        _check_loop_alignment(transform, params)
 
         offsets = _loop_offsets(params, transform)
         execute, set_stream, set_work_area = _hot_functions()  # resolves the library (LibraryNotFoundError) first
@@ -255,7 +255,7 @@ class CUFFTEngine:
             if status:
                 cufft.check("cufftXtExec", status)
         else:
-            self._execute_loop(handle, input_ptr, output_ptr, direction)
+            self._execute_loop(handle, input_ptr, output_ptr, direction, stream)
         if workspace is not None:  # the launch is queued: the pool may reuse it for later work on this stream
             workspace.release()
 
@@ -331,11 +331,43 @@ class CUFFTEngine:
             first.execute(input_ptr, output_ptr, -1, stream)
             second.execute(output_ptr, output_ptr, -1, stream)
 
-    def _execute_loop(self, handle, input_ptr, output_ptr, direction):
+    def _execute_loop(self, handle, input_ptr, output_ptr, direction, stream):
         for input_offset, output_offset in self._offsets:
-            status = self._exec(handle, input_ptr + input_offset, output_ptr + output_offset, direction)
+            ip, op = input_ptr + input_offset, output_ptr + output_offset
+            if (ip | op) & self._align:
+                # R2C/C2R batch steps that are not a whole number of complex elements (no plan group avoids
+                # them): this execute's real side is misaligned for cuFFT, so it runs on aligned copies
+                self._execute_one_staged(handle, ip, op, direction, stream)
+                continue
+            status = self._exec(handle, ip, op, direction)
             if status:
                 cufft.check("cufftXtExec", status)
+
+    def _execute_one_staged(self, handle, input_ptr, output_ptr, direction, stream):
+        """One execute of the plan on aligned copies of the spans it touches (device-to-device, ordered on
+        ``stream``); the output span is copied in first so the bytes between strided elements come back unchanged."""
+        t, params = self.transform, self.params
+        in_span = _plan_span(params, "input", t.fft_type) * _element_size(t, "input")
+        out_span = _plan_span(params, "output", t.fft_type) * _element_size(t, "output")
+        queue = self._allocator.package.on(self.device_id, stream)
+        keep = []  # the staging buffers live until the copies are queued; the pool frees them in stream order
+
+        def stage(ptr, nbytes):
+            buffer = queue.empty((nbytes,), np.uint8)
+            keep.append(buffer)
+            staged = queue.package.pointer(buffer)
+            _runtime.copy_device_to_device(staged, ptr, nbytes, stream)
+            return staged
+
+        nbytes = max(in_span, out_span) if input_ptr == output_ptr else out_span
+        if input_ptr == output_ptr:
+            staged_in = staged_out = stage(input_ptr, nbytes)
+        else:
+            staged_in, staged_out = stage(input_ptr, in_span), stage(output_ptr, out_span)
+        status = self._exec(handle, staged_in, staged_out, direction)
+        if status:
+            cufft.check("cufftXtExec", status)
+        _runtime.copy_device_to_device(output_ptr, staged_out, nbytes, stream)
 
     def free(self):
         """Destroy the cuFFT handle and drop the workspace now. Idempotent. Waits for an execute running on another
@@ -393,17 +425,16 @@ def _split(transform):
             Transform("C2C", t.precision, t.output_shape, t.output_strides, t.output_shape, t.output_strides, others))
 
 
-def _check_loop_alignment(transform, params):
-    """Looped executes of an R2C/C2R must start every real-side pointer on a complex element (cuFFT's rule)."""
-    if transform.fft_type == "C2C" or not params.loops:
-        return
-    real = 1 if transform.fft_type == "R2C" else 2
-    if any(loop[real] % 2 for loop in params.loops):
-        raise UnsupportedLayoutError(
-            f"{transform.fft_type} over axes {transform.axes} with real strides "
-            f"{transform.input_strides if transform.fft_type == 'R2C' else transform.output_strides} needs executes at "
-            f"real offsets that are not a whole number of complex elements, which cuFFT refuses: copy to "
-            f"engine_layout(...) first")
+def _plan_span(params, side, fft_type):
+    """Elements from the first to the last one that one execute of the plan addresses on ``side``."""
+    n = params.n
+    halved = n[:-1] + (n[-1] // 2 + 1,)
+    complex_side = (side == "input" and fft_type == "C2R") or (side == "output" and fft_type == "R2C")
+    dims = halved if complex_side else n
+    embed, stride, dist = ((params.inembed, params.istride, params.idist) if side == "input" else
+                           (params.onembed, params.ostride, params.odist))
+    inner = sum((d - 1) * math.prod(embed[k + 1:]) for k, d in enumerate(dims))
+    return 1 + (params.batch - 1) * dist + stride * inner
 
 
 def _element_size(transform, side):
