@@ -57,6 +57,9 @@ def test_compile_every_element_type(kind, element):
 
 @pytest.mark.parametrize("user", [None, "void", "int32", "uint8", "float16", "float64", "complex64", "bool"])
 def test_user_info_dtypes(user):
+    """Each user-data dtype compiles for the GPU. That such callbacks compute the right thing is checked by running
+    them: tests/test_jit_wrapper_cpu.py (the GPU code on the host) and tests/test_fft_callback_semantics.py (through
+    the FFT API on every package, cuFFT with -m gpu)."""
     if user in (None, "void"):
         ltoir = jit.compile_prolog(prolog_plain, "complex64", user, compute_capability=CC)
     else:
