@@ -9,8 +9,9 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 out="${1:-sanitizer-logs}"
 mkdir -p "$out"
 sanitizer="${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}"
-sample=(tests/test_fft_cuda.py tests/test_fft_callback_semantics.py tests/test_matmul_epilog.py
-        -m gpu -k "(c2c_prolog or r2c_epilog or c2r or in_place_c2c or user_data or epilog_matches) and not benchmark_size and not ten_thousand and not torch")
+select="(c2c_prolog or r2c_epilog or c2r or in_place_c2c or user_data or epilog_matches)"
+select="$select and not benchmark_size and not ten_thousand and not torch"
+sample=(tests/test_fft_cuda.py tests/test_fft_callback_semantics.py tests/test_matmul_epilog.py -m gpu -k "$select")
 status=0
 for tool in memcheck racecheck; do
     echo "=== compute-sanitizer --tool $tool ==="

@@ -114,8 +114,9 @@ class EmulatedCufft:
             return 4  # CUFFT_INVALID_VALUE
         in_index = _element_indices(in_dims, *in_side, batch)
         out_index = _element_indices(out_dims, *out_side, batch)
-        data = _host_view(self.buffers + self.allocations, input_pointer, int(in_index.max()) + 1, in_dtype)[in_index].astype(
-            np.complex128 if kind != "R2C" else np.float64)
+        buffers = self.buffers + self.allocations
+        data = _host_view(buffers, input_pointer, int(in_index.max()) + 1, in_dtype)[in_index]
+        data = data.astype(np.complex128 if kind != "R2C" else np.float64)
         axes = tuple(range(1, len(n) + 1))
         if kind == "R2C":
             result = np.fft.rfftn(data, axes=axes)
@@ -125,7 +126,7 @@ class EmulatedCufft:
             result = np.fft.fftn(data, axes=axes)
         else:
             result = np.fft.ifftn(data, axes=axes) * math.prod(n)
-        output = _host_view(self.buffers + self.allocations, output_pointer, int(out_index.max()) + 1, out_dtype)
+        output = _host_view(buffers, output_pointer, int(out_index.max()) + 1, out_dtype)
         output[out_index] = result.astype(out_dtype)
         return 0
 
