@@ -21,7 +21,7 @@ MUTATIONS = [
      "lt.set_attribute(desc, lt.MatmulDesc.TRANSA, op_b)\n        lt.set_attribute(desc, lt.MatmulDesc.TRANSB, op_a)",
      ["tests/test_matmul_cuda.py::TestEnginePlanning"],
      ["tests/test_matmul_cuda.py -m gpu -k 'layout or transpose'"]),
-    ("cuBLASLt EPILOGUE_AUX_LD = rows instead of the aux leading dimension", "mathpy/host/matmul/_cublaslt.py",
+    ("cuBLASLt EPILOGUE_AUX_LD = rows instead of the aux leading dimension", "mathpy/host/matmul/_epilog_operands.py",
      "lt.MatmulDesc.EPILOGUE_AUX_LD, layout.col_stride)",
      "lt.MatmulDesc.EPILOGUE_AUX_LD, layout.rows)",
      ["tests/test_matmul_cuda.py::TestEnginePlanning"],

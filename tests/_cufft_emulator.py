@@ -16,13 +16,16 @@ import types
 import numpy as np
 import pytest
 
+from _fake_gpu import HostMemory, pretend_a_gpu
+from mathpy import _runtime
 from mathpy.bindings import cufft as real_cufft
+from mathpy.bindings._types import DataType
 from mathpy.host.fft import _cufft
 
-__all__ = ["EmulatedCufft", "emulated_cufft"]
+__all__ = ["EmulatedCufft", "RecordingMemory", "emulated_cufft"]
 
-_REAL = {real_cufft.CUDA_R_32F: np.float32, real_cufft.CUDA_R_64F: np.float64}
-_COMPLEX = {real_cufft.CUDA_C_32F: np.complex64, real_cufft.CUDA_C_64F: np.complex128}
+_REAL = {DataType.R_32F: np.float32, DataType.R_64F: np.float64}
+_COMPLEX = {DataType.C_32F: np.complex64, DataType.C_64F: np.complex128}
 
 
 def _host_view(buffers, pointer, count, dtype):
@@ -52,7 +55,7 @@ class EmulatedCufft:
     def __init__(self, workspace=0):
         self.plans, self.executes, self.buffers, self.fail, self.workspace = {}, 0, [], {}, workspace
         self.allocations = []  # arrays the engine allocated (workspaces, staging copies)
-        self.data_type, self.check = real_cufft.data_type, real_cufft.check
+        self.check = real_cufft.check
         self.lib = types.SimpleNamespace(**{name: self._checked(name, function) for name, function in (
             ("cufftCreate", self._create), ("cufftDestroy", lambda handle: self.plans.pop(handle)),
             ("cufftSetAutoAllocation", lambda handle, value: None),
@@ -132,40 +135,35 @@ class EmulatedCufft:
 
     def unchecked(self, name):
         return {"cufftXtExec": self._exec,
-                "cufftSetStream": lambda handle, stream: self._failure("cufftSetStream") or 0}[name]
+                "cufftSetStream": lambda handle, stream: self._failure("cufftSetStream") or 0,
+                "cufftSetWorkArea": lambda handle, area: self._failure("cufftSetWorkArea") or 0}[name]
+
+
+class RecordingMemory(HostMemory):
+    """The engines' allocator seam: host arrays, kept in ``arrays`` (the emulator checks addresses against them)."""
+
+    def __init__(self):
+        super().__init__()
+        self.arrays = []
+
+    def _empty(self, shape, dtype, device_id, zero):
+        array = super()._empty(shape, dtype, device_id, zero)
+        self.arrays.append(array)
+        return array
 
 
 @pytest.fixture
 def emulated_cufft(monkeypatch):
-    """CUFFTEngine on an EmulatedCufft, with the device checks mocked and workspaces as host arrays (recorded in
-    ``.allocations``)."""
+    """CUFFTEngine on an EmulatedCufft, with mathpy's device queries answering "one GPU" and workspaces and staging
+    buffers as host arrays (``.allocations``); create engines with ``allocator=emulator.memory.on(0, stream)``."""
     emulator = EmulatedCufft()
     monkeypatch.setattr(_cufft, "cufft", emulator)
-    monkeypatch.setattr(_cufft, "_exec", None)
-    monkeypatch.setattr(_cufft._cuda, "require_device", lambda device_id=0: None)
-    monkeypatch.setattr(_cufft._cuda, "device_scope", lambda device_id: contextlib.nullcontext())
-    monkeypatch.setattr(_cufft._cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(_cufft, "_order_after", lambda resources, previous, stream: None)
-    monkeypatch.setattr(_cufft, "_synchronize", lambda stream: None)
-    monkeypatch.setattr(_cufft, "_memcpy", lambda destination, source, nbytes, stream: ctypes.memmove(
+    monkeypatch.setattr(_cufft, "_hot", {})  # the hot-path functions, made again from the emulator
+    pretend_a_gpu(monkeypatch)
+    monkeypatch.setattr(_runtime, "device_scope", lambda device_id: contextlib.nullcontext())
+    monkeypatch.setattr(_runtime, "synchronize", lambda stream: None)
+    monkeypatch.setattr(_runtime, "copy_device_to_device", lambda destination, source, nbytes, stream: ctypes.memmove(
         destination, source, nbytes))
-
-    def empty(package, shape, dtype, device_id, stream=None):
-        array = np.zeros(shape, dtype)
-        emulator.allocations.append(array)
-        return array
-    monkeypatch.setattr(_cufft._operands, "empty", empty)
+    emulator.memory = RecordingMemory()
+    emulator.allocations = emulator.memory.arrays
     return emulator
-
-
-@pytest.fixture
-def emulated(monkeypatch):
-    emulator = EmulatedCufft()
-    monkeypatch.setattr(_cufft, "cufft", emulator)
-    monkeypatch.setattr(_cufft, "_exec", None)
-    monkeypatch.setattr(_cufft._cuda, "require_device", lambda device_id=0: None)
-    monkeypatch.setattr(_cufft._cuda, "device_scope", lambda device_id: contextlib.nullcontext())
-    monkeypatch.setattr(_cufft._cuda, "device_count", lambda: 1)
-    return emulator
-
-

@@ -37,11 +37,11 @@ def _span(shape, strides):
 
 
 def _reference(t, x):
-    n = [(t.output_shape if t.kind == "C2R" else t.input_shape)[a] for a in t.axes]
-    wide = x.astype(np.float64 if t.kind == "R2C" else np.complex128)
-    if t.kind == "R2C":
+    n = [(t.output_shape if t.fft_type == "C2R" else t.input_shape)[a] for a in t.axes]
+    wide = x.astype(np.float64 if t.fft_type == "R2C" else np.complex128)
+    if t.fft_type == "R2C":
         return np.fft.rfftn(wide, axes=t.axes)
-    if t.kind == "C2R":
+    if t.fft_type == "C2R":
         return np.fft.irfftn(wide, s=n, axes=t.axes) * math.prod(n)
     return np.fft.fftn(wide, axes=t.axes)
 
@@ -50,8 +50,8 @@ def run_engine(emulator, t):
     """Execute Transform ``t`` with CUFFTEngine on host buffers; returns (result, NumPy reference)."""
     precision = np.dtype(t.precision)
     complex_ = np.result_type(precision, np.complex64)
-    in_dtype = precision if t.kind == "R2C" else complex_
-    out_dtype = precision if t.kind == "C2R" else complex_
+    in_dtype = precision if t.fft_type == "R2C" else complex_
+    out_dtype = precision if t.fft_type == "C2R" else complex_
     rng = np.random.default_rng(sum(t.input_shape) + 7 * len(t.axes))
     in_span, out_span = _span(t.input_shape, t.input_strides), _span(t.output_shape, t.output_strides)
     in_buffer = (rng.standard_normal(in_span) + (1j * rng.standard_normal(in_span) if in_dtype.kind == "c" else 0))
@@ -59,9 +59,9 @@ def run_engine(emulator, t):
     x = _strided(in_buffer, t.input_shape, t.input_strides).copy()
     out_buffer = np.full(out_span, np.nan, out_dtype)
     emulator.buffers[:] = [in_buffer, out_buffer]
-    engine = _cufft.CUFFTEngine(t, execution=ExecutionCUDA(0), package="cupy")
+    engine = _cufft.CUFFTEngine(t, execution=ExecutionCUDA(0), allocator=emulator.memory.on(0, 0))
     try:
-        engine.execute(in_buffer.ctypes.data, out_buffer.ctypes.data, -1 if t.kind != "C2R" else 1, 0)
+        engine.execute(in_buffer.ctypes.data, out_buffer.ctypes.data, -1 if t.fft_type != "C2R" else 1, 0)
     finally:
         engine.free()
     return _strided(out_buffer, t.output_shape, t.output_strides), _reference(t, x)

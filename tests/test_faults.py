@@ -26,7 +26,7 @@ from mathpy.host.matmul import _cublaslt as engine_module
 from mathpy.host.matmul._cublaslt import CublasLtEngine
 from mathpy.host.matmul._problem import MatmulProblem, col_major, row_major
 
-from _cufft_emulator import emulated_cufft  # noqa: F401  (the fixture)
+from _cufft_emulator import RecordingMemory, emulated_cufft  # noqa: F401  (the fixture)
 
 CUFFT_STATUSES = sorted(s for s in cufft_binding.STATUS_NAMES if s)
 CUBLAS_STATUSES = sorted(s for s in lt.STATUS_NAMES if s and s != 15)  # 15: "no algorithm", not a failure
@@ -43,7 +43,7 @@ def cufft(emulated_cufft):  # noqa: F811
 
 
 def _engine(transform=R2C, **kwargs):
-    return _cufft.CUFFTEngine(transform, execution=ExecutionCUDA(0), package="cupy", **kwargs)
+    return _cufft.CUFFTEngine(transform, execution=ExecutionCUDA(0), allocator=_cufft.cufft.memory.on(0, 0), **kwargs)
 
 
 def _workspaces_released(emulator):
@@ -178,22 +178,15 @@ def cublaslt():
     for name in names:
         getattr(lt.library, name)  # resolve the real functions first
     real = dict(lt.library._resolved)
-    workspaces = []
-
-    def empty(package, shape, dtype, device_id, stream=None):
-        array = np.zeros(shape, dtype)
-        workspaces.append(weakref.ref(array))
-        return array
-
+    memory = RecordingMemory()
     with mock.patch.dict(lt.library._resolved, {name: wrapped(name) for name in names}), \
             mock.patch.object(engine_module._cuda, "require_device"), \
             mock.patch.object(engine_module._cuda, "device_count", return_value=1), \
             mock.patch.object(engine_module._cuda, "compute_capability", return_value=(9, 0)), \
             mock.patch.object(engine_module, "get_handle", return_value=0), \
-            mock.patch.object(engine_module._operands, "empty", side_effect=empty), \
             mock.patch.object(engine_module.lt, "heuristics", side_effect=_heuristics) as heuristics:
         state.heuristics = heuristics
-        state.workspaces = workspaces
+        state.memory = memory
 
         def inject(name, failure, nth=1):
             state.failures[name] = [nth, failure]
@@ -207,14 +200,17 @@ def _problem():
                          col_major(m, n, 1, np.float32), "32F", np.dtype(np.float32), None, (), ())
 
 
-def _build():
-    return CublasLtEngine(_problem(), execution=ExecutionCUDA(0), package="torch", stream=0)
+def _build(state):
+    return CublasLtEngine(_problem(), execution=ExecutionCUDA(0), allocator=state.memory.on(0, 0))
 
 
 def _all_released(state):
     gc.collect()
     assert state.live == 0, f"{state.live} cuBLASLt descriptors were not destroyed"
-    assert all(ref() is None for ref in state.workspaces), "a workspace is still referenced"
+    refs = [weakref.ref(array) for array in state.memory.arrays]
+    state.memory.arrays.clear()
+    gc.collect()
+    assert all(ref() is None for ref in refs), "a workspace is still referenced"
 
 
 @pytest.mark.parametrize("status", CUBLAS_STATUSES)
@@ -225,7 +221,7 @@ def _all_released(state):
 def test_cublaslt_planning_failure(cublaslt, function, nth, status):
     cublaslt.inject(function, status, nth)
     with pytest.raises(CUDALibraryError) as error:
-        _build()
+        _build(cublaslt)
     assert f"{lt.STATUS_NAMES[status]} ({status})" in str(error.value) and function in str(error.value)
     del error  # its traceback holds the failed constructor's frame (and so its locals) alive
     _all_released(cublaslt)
@@ -236,14 +232,14 @@ def test_cublaslt_heuristic_failure_is_a_clear_error(cublaslt, status):
     failure = CUDALibraryError("cublasLt", "cublasLtMatmulAlgoGetHeuristic", status, lt.STATUS_NAMES[status])
     cublaslt.heuristics.side_effect = failure
     with pytest.raises(ValueError, match=f"no algorithm for this product.*{lt.STATUS_NAMES[status]}") as error:
-        _build()
+        _build(cublaslt)
     del error
     _all_released(cublaslt)
 
 
 @pytest.mark.parametrize("status", CUBLAS_STATUSES)
 def test_cublaslt_execute_failure_leaves_the_plan_usable(cublaslt, status):
-    engine = _build()
+    engine = _build(cublaslt)
     calls = []
 
     def failing(*args):
@@ -266,10 +262,10 @@ def test_keyboard_interrupt_while_planning_cublaslt(cublaslt, where):
     else:
         cublaslt.inject(where, KeyboardInterrupt(), 2)
     with pytest.raises(KeyboardInterrupt) as error:
-        _build()
+        _build(cublaslt)
     del error
     _all_released(cublaslt)
     cublaslt.heuristics.side_effect = _heuristics
     cublaslt.failures.clear()
-    _build().free()
+    _build(cublaslt).free()
     _all_released(cublaslt)
