@@ -439,7 +439,7 @@ class TestEnginePlanning:
                                                 col_major(8, 8, 1, np.float32)))
             workspace = engine._resources.workspace
             assert engine.workspace_bytes == 256 and workspace.nbytes == 256
-            assert engine._args[13:15] == [workspace.__array_interface__["data"][0], 256]
+            assert engine._args[13:15] == [workspace.pointer, 256]  # a mathpy._workspace.Workspace
             engine.algorithms[:] = [engine.algorithms[2]]
             assert engine.workspace_bytes == 0 and engine._args[13:15] == [0, 0]
 
