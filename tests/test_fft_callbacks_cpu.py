@@ -193,7 +193,7 @@ def test_float16_user_data_on_the_cpu_is_never_a_bare_numba_error():
         except mathpy.CallbackCompileError as error:
             assert "float16" in str(error) and "scale_epilog" in str(error)
             return
-        np.testing.assert_allclose(f.execute(), np.fft.fft(x) * 0.5, atol=1e-4)
+        np.testing.assert_allclose(f.execute(), np.fft.fftn(x) * 0.5, atol=1e-4)  # FFT(x): all axes
 
 
 def test_long_double_transforms_take_no_callbacks():
