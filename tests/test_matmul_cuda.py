@@ -338,6 +338,18 @@ class TestEnginePlanning:
         assert (_desc(engine, lt.MatmulDesc.TRANSA), _desc(engine, lt.MatmulDesc.TRANSB)) == (0, 0)
         assert [_layout(engine, 3, x) for x in (lt.MatrixLayout.ROWS, lt.MatrixLayout.COLS)] == [5, 4]  # D.T
 
+    @pytest.mark.parametrize("k, n", [(1, 10), (6, 1)])
+    def test_bgradb_takes_a_vector_b_transposed(self, mocked_engine, k, n):
+        """A one-row or one-column B fits op(B) = N and T alike; BGRADB has kernels only for T (cuBLASLt 13.1: an
+        op(B) = N plan found no algorithm on the H200 for 6 x 10 x 1 and 16 x 1 x 6 products)."""
+        m = 16 if n == 1 else 6
+        problem = make_problem(col_major(m, k, 1, np.float64), row_major(k, n, 1, np.float64),
+                               col_major(m, n, 1, np.float64), compute="64F", scale=np.float64,
+                               epilog=MatmulEpilog.BGRADB)
+        engine = mocked_engine(problem)
+        assert _desc(engine, lt.MatmulDesc.TRANSB) == 1
+        assert [_layout(engine, 1, x) for x in (lt.MatrixLayout.ROWS, lt.MatrixLayout.COLS)] == [n, k]
+
     def test_complex_scalars(self, mocked_engine):
         dtype = np.complex64
         engine = mocked_engine(make_problem(row_major(4, 4, 1, dtype), row_major(4, 4, 1, dtype),

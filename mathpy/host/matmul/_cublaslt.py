@@ -197,7 +197,7 @@ class CublasLtEngine:
             epilog = SWAPPED_EPILOGS[epilog]
         self._swap = swap
         op_a, rows_a, cols_a, ld_a = as_column_major(a)
-        op_b, rows_b, cols_b, ld_b = as_column_major(b)
+        op_b, rows_b, cols_b, ld_b = as_column_major(b, Operation.T if epilog is MatmulEpilog.BGRADB else None)
         op_d, rows_d, cols_d, ld_d = as_column_major(d)
         if op_d is not Operation.N:
             raise UnsupportedLayoutError(f"the result must be stored column-major or row-major; got {problem.d}")

@@ -27,11 +27,26 @@ __all__ = ["as_column_major", "orient", "SWAPPED_EPILOGS", "Operation"]
 Operation = lt.Operation
 
 
-def as_column_major(layout):
+def as_column_major(layout, prefer=None):
     """``(op, rows, cols, ld)``: ``layout`` (a logical matrix as it enters the product) as cuBLASLt's column-major
     storage ``rows x cols`` with leading dimension ``ld`` and the ``op`` that turns that storage into the matrix.
-    Raises UnsupportedLayoutError when neither stride is 1 (the API copies such operands first)."""
+    ``prefer=Operation.T``: a one-row or one-column matrix, which fits either form, enters transposed (BGRADB has
+    kernels only for op(B) = T). Raises UnsupportedLayoutError when neither stride is 1 (the API copies such operands
+    first).
+
+    >>> from mathpy.host.matmul._problem import row_major, col_major
+    >>> as_column_major(row_major(1, 5, 1, "float32"))                      # one row: as stored
+    (<Operation.N: 0>, 1, 5, 1)
+    >>> as_column_major(row_major(1, 5, 1, "float32"), prefer=Operation.T)  # or transposed, when a kernel needs it
+    (<Operation.T: 1>, 5, 1, 5)
+    >>> as_column_major(col_major(4, 1, 1, "float32"), prefer=Operation.T)
+    (<Operation.T: 1>, 1, 4, 1)
+    """
     r, c, rs, cs = layout.rows, layout.cols, layout.row_stride, layout.col_stride
+    if prefer is Operation.T and c == 1:  # one column: the 1 x r storage of its transpose, elements rs apart
+        return Operation.T, 1, r, max(rs, 1)
+    if prefer is Operation.T and r == 1 and cs == 1:  # one contiguous row: the c x 1 storage of its transpose
+        return Operation.T, c, 1, max(c, 1)
     if r == 1:  # one row: the row stride is never used; store it as a 1 x c column-major matrix
         rs = 1
     if c == 1:  # one column: the column stride is never used
