@@ -44,10 +44,10 @@ def test_inplace_writes_into_c_and_returns_it(xp, layout):
 def test_inplace_stateful_batched_with_an_epilog(xp):
     a, b, c = rand(3, 6, 5), rand(3, 5, 4), rand(3, 6, 4)
     bias = rand(6)
-    c_f = np.ascontiguousarray(np.swapaxes(c, -1, -2)).swapaxes(-1, -2)  # column-major matrices: what BIAS needs
-    c_in = xp.asarray(c_f)
-    if xp.name == "torch":
-        c_in = c_in.transpose(-1, -2).contiguous().transpose(-1, -2)
+    # column-major matrices, what BIAS needs: the package's own transposed view of a contiguous c.T (CuPy's asarray
+    # of a NumPy array that is neither C- nor F-contiguous as a whole makes it C-contiguous)
+    c_t = xp.asarray(np.ascontiguousarray(np.swapaxes(c, -1, -2)))
+    c_in = c_t.transpose(-1, -2) if xp.name == "torch" else c_t.swapaxes(-1, -2)
     with Matmul(xp.asarray(a), xp.asarray(b), c_in, beta=1.0, options=MatmulOptions(inplace=True)) as mm:
         mm.plan(epilog="relu_bias", epilog_inputs={"bias": xp.asarray(bias)})
         assert mm.execute() is c_in
