@@ -93,7 +93,9 @@ def test_out_of_memory_at_plan_and_execute(cp):
     cp.get_default_memory_pool().free_all_blocks()
     assert _cufft.live_handles() == handles  # the planned FFT's: nothing left by the failed plans
     # usable again: the planned FFT, new plans, the stateless calls
-    assert_fft_close(cp.asnumpy(planned.execute()), np.fft.fft(x_host.astype(np.complex128)), np.float32, 4096)
+    # FFT(x) transforms every axis (a 2-D FFT of the 256 x 4096 operand)
+    assert_fft_close(cp.asnumpy(planned.execute()), np.fft.fftn(x_host.astype(np.complex128)), np.float32,
+                     256 * 4096)
     assert_fft_close(cp.asnumpy(mfft.fft(x, axis=0)), np.fft.fft(x_host.astype(np.complex128), axis=0), np.float32,
                      256)
     exact = a_host.astype(np.float64) @ b_host
