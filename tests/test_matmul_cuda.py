@@ -422,6 +422,19 @@ class TestEnginePlanning:
         # a float8 result takes C as bfloat16 (never read without c)
         assert _layout(engine, 2, lt.MatrixLayout.TYPE) == lt.DataType.R_16BF
 
+    def test_scale_tensors_follow_their_operands_when_the_product_is_swapped(self, mocked_engine):
+        """A row-major float32 D is computed as D.T = B.T @ A.T: the scale given for a must then scale cuBLASLt's B
+        (a scale tensor set A's pointer unswapped on the H200, and the result came out scaled by a_scale / b_scale)."""
+        m, n, k = 64, 32, 128
+        scale = MatrixLayout(1, 1, 1, 1, 1, 0, np.dtype(np.float32))
+        problem = make_problem(row_major(m, k, 1, E4M3), col_major(k, n, 1, E4M3), row_major(m, n, 1, np.float32),
+                               inputs=[("a_scale", scale)], b_scale=0.5)
+        engine = mocked_engine(problem)
+        base = engine._resources.scales.__array_interface__["data"][0]
+        assert _desc(engine, lt.MatmulDesc.A_SCALE_POINTER) == base  # b's number, at cuBLASLt's A
+        assert [attribute for _, name, attribute in engine._slots if name == "a_scale"] == \
+            [lt.MatmulDesc.B_SCALE_POINTER]
+
     def test_misaligned_pointer_replans(self, mocked_engine):
         engine = mocked_engine(make_problem(row_major(8, 8, 1, np.float16), row_major(8, 8, 1, np.float16),
                                             col_major(8, 8, 1, np.float16)))

@@ -42,7 +42,7 @@ from ._algorithms import HOST_BOUND_FLOPS, Candidates, CublasLtAlgorithm, needs_
 from ._epilog import MatmulEpilog
 from ._epilog_operands import HANDLERS, SCALE_NAMES
 from ._options import BF16, FLOAT8_DTYPES, MatmulPlanPreferences
-from ._orient import SWAPPED_EPILOGS, Operation, as_column_major, orient
+from ._orient import SWAPPED_EPILOGS, SWAPPED_SCALES, Operation, as_column_major, orient
 
 __all__ = ["CublasLtEngine", "CublasLtAlgorithm", "as_column_major", "orient", "needs_autotune", "get_handle"]
 
@@ -227,9 +227,7 @@ class CublasLtEngine:
         self._c_stand_in = 0  # C's pointer when the problem has no C (0: D's)
         if float8:
             scales = {lt.MatmulDesc.A_SCALE_POINTER: problem.a_scale, lt.MatmulDesc.B_SCALE_POINTER: problem.b_scale}
-            if swap:
-                scales = {lt.MatmulDesc.A_SCALE_POINTER: problem.b_scale,
-                          lt.MatmulDesc.B_SCALE_POINTER: problem.a_scale}
+            scales = {SWAPPED_SCALES[attribute] if swap else attribute: v for attribute, v in scales.items()}
             d_scale = problem.d_scale
             if d_dtype in FLOAT8_DTYPES:
                 scales[lt.MatmulDesc.D_SCALE_POINTER] = d_scale
@@ -265,6 +263,8 @@ class CublasLtEngine:
         for source, pairs in ((0, problem.epilog_inputs), (1, problem.epilog_outputs)):
             for name, layout in pairs:  # each operand's handler sets its own attributes
                 pointer_attribute = HANDLERS[name].set_attributes(desc, layout, d_dtype, batch)
+                if swap:  # a_scale / b_scale tensors follow their operands
+                    pointer_attribute = SWAPPED_SCALES.get(pointer_attribute, pointer_attribute)
                 lt.set_attribute(desc, pointer_attribute, _PLACEHOLDER_POINTER)
                 slots.append((source, name, int(pointer_attribute)))
         self._slots = tuple(slots)

@@ -22,7 +22,7 @@ from ..._errors import UnsupportedLayoutError
 from ...bindings import cublaslt as lt
 from ._epilog import MatmulEpilog
 
-__all__ = ["as_column_major", "orient", "SWAPPED_EPILOGS", "Operation"]
+__all__ = ["as_column_major", "orient", "SWAPPED_EPILOGS", "SWAPPED_SCALES", "Operation"]
 
 Operation = lt.Operation
 
@@ -72,6 +72,10 @@ def orient(problem):
     c = None if problem.c is None else problem.c.transposed()
     return True, problem.b.transposed(), problem.a.transposed(), c, d.transposed()
 
+
+#: The scale pointers of A and B trade places with the operands when ``D.T = B.T @ A.T`` is computed.
+SWAPPED_SCALES = {lt.MatmulDesc.A_SCALE_POINTER: lt.MatmulDesc.B_SCALE_POINTER,
+                  lt.MatmulDesc.B_SCALE_POINTER: lt.MatmulDesc.A_SCALE_POINTER}
 
 SWAPPED_EPILOGS = {None: None, MatmulEpilog.RELU: MatmulEpilog.RELU, MatmulEpilog.GELU: MatmulEpilog.GELU,
                     MatmulEpilog.BGRADA: MatmulEpilog.BGRADB, MatmulEpilog.BGRADB: MatmulEpilog.BGRADA}
