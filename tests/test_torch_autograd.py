@@ -5,6 +5,7 @@ by name. The same tests run on CUDA tensors on a GPU machine (``-m gpu``)."""
 
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -116,6 +117,52 @@ def test_fft_float32_keeps_single_precision(device):
     want, = torch.autograd.grad(torch.fft.rfft(x64).abs().sum(), x64)
     # each gradient element sums 16 terms of size <= 1 from one rounded forward and one rounded backward transform
     torch.testing.assert_close(got.double(), want, rtol=0, atol=64 * EPS[torch.float32] * 16)
+
+
+# Calls in which NumPy's rules decide lengths and axes in their less common ways; with a grad-requiring operand each
+# must give what it gives without one (shape, values, warning, error), as mathpy.fft documents
+NUMPY_RULE_CASES = {
+    "irfftn s=-1 keeps the input's length": lambda f, t: f.irfftn(t, s=(3, -1), axes=(0, 1)),
+    "repeated axis, each time its own length": lambda f, t: f.fftn(t, s=(3, 6), axes=(0, 0)),
+    "repeated real axis": lambda f, t: f.rfftn(t.real, s=(5, 3), axes=(1, 1)),
+    "irfft odd parity": lambda f, t: f.irfft(t, options={"last_axis_parity": "odd"}),
+    "irfftn odd parity": lambda f, t: f.irfftn(t, options={"last_axis_parity": "odd"}),
+    "None in s (warns)": lambda f, t: f.fftn(t, s=(None, 5), axes=(0, 1)),
+    "s without axes (warns)": lambda f, t: f.ifftn(t, s=(3, 5)),
+    "no axes: the input": lambda f, t: f.ifftn(t, axes=()),
+    "no axes, real transform": lambda f, t: f.rfftn(t.real, axes=()),
+    "axis out of range": lambda f, t: f.fft(t, axis=2),
+    "bad norm": lambda f, t: f.hfft(t, norm="unitary"),
+    "zero length": lambda f, t: f.ifft2(t, s=(0, 3)),
+}
+
+
+@pytest.mark.parametrize("case", NUMPY_RULE_CASES)
+def test_fft_with_grad_follows_numpys_rules_as_without(device, case):
+    call = NUMPY_RULE_CASES[case]
+    x = randn(4, 6, dtype=C128, device=device)
+
+    def outcome(t):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                result = call(mfft, t)
+            except Exception as e:  # noqa: BLE001 (the error itself is compared)
+                result = e
+        return result, [(w.category, str(w.message), w.filename) for w in caught]
+
+    (want, want_warnings), (got, got_warnings) = outcome(x.detach()), outcome(x)
+    assert got_warnings == want_warnings  # the same warnings, pointing at the same caller (this file)
+    if isinstance(want, Exception):
+        assert type(got) is type(want) and str(got) == str(want)
+        return
+    assert isinstance(got, torch.Tensor), got
+    assert got.shape == want.shape and got.dtype == want.dtype
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12 * max(1.0, float(want.abs().max())))
+    if got.requires_grad:  # the rules' gradients too
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # compared above; gradcheck calls many times
+            assert gradcheck(lambda t: call(mfft, t), (x,))
 
 
 # --- matmul ------------------------------------------------------------------------------------------------------

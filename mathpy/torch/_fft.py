@@ -16,18 +16,17 @@ Each op has a fake-tensor implementation (shape, dtype, C-contiguous strides) fo
 torch's own (``torch.fft``'s derivatives); ``torch.autograd.gradcheck`` checks them in the tests.
 """
 
-import operator
-
 import torch
 import torch.nn.functional as F
 
 from .. import fft as _mathpy_fft
+from .._options import check_or_create_options
+from ..host.fft import FFTOptions
+from ..host.fft._numpy_rules import check_no_axes, check_norm, cook_1d, cook_nd, stages, swap_norm
 from ._common import plain, reason, refuse
 
 __all__ = ["fft_c2c", "fft_r2c", "fft_c2r", "route"]
 
-_NORMS = ("backward", "ortho", "forward")
-_SWAP = {"backward": "forward", "ortho": "ortho", "forward": "backward"}
 _COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
 _REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
 
@@ -81,16 +80,16 @@ def _setup(ctx, inputs, output):
 
 
 def _c2c_backward(ctx, grad):
-    return fft_c2c(grad, ctx.dim, _SWAP[ctx.norm], not ctx.extra), None, None, None
+    return fft_c2c(grad, ctx.dim, swap_norm(ctx.norm), not ctx.extra), None, None, None
 
 
 def _r2c_backward(ctx, grad):
     n = ctx.x_shape[ctx.dim[-1]]
-    return fft_c2r(grad * _bin_weights(n, 0.5, grad, ctx.dim[-1]), ctx.dim, _SWAP[ctx.norm], n), None, None
+    return fft_c2r(grad * _bin_weights(n, 0.5, grad, ctx.dim[-1]), ctx.dim, swap_norm(ctx.norm), n), None, None
 
 
 def _c2r_backward(ctx, grad):
-    spectrum = fft_r2c(grad, ctx.dim, _SWAP[ctx.norm])
+    spectrum = fft_r2c(grad, ctx.dim, swap_norm(ctx.norm))
     return spectrum * _bin_weights(ctx.extra, 2.0, spectrum, ctx.dim[-1]), None, None, None
 
 
@@ -123,43 +122,49 @@ _FUNCTIONS = {
 
 def route(name, a, n, axes, norm, out, prolog, epilog, options, execution, stream):
     """``mathpy.fft.<name>(a, n_or_s, axis_or_axes, norm, out, ...)`` for a torch tensor that needs autograd or
-    torch.compile: the same result (NumPy 2's rules and dtypes), differentiable, built from the custom ops."""
+    torch.compile: the same result (NumPy 2's rules and dtypes, :mod:`mathpy.host.fft._numpy_rules`), differentiable,
+    built from the custom ops."""
     call = f"mathpy.fft.{name}"
-    _check_supported(call, a, out, prolog, epilog, options, execution, stream)
+    options = _check_supported(call, a, out, prolog, epilog, options, execution, stream)
     if not isinstance(a, torch.Tensor):
         raise TypeError(f"{call}: a is a {type(a).__module__}.{type(a).__name__}; with torch tensors that require grad "
                         f"(or under torch.compile) the operand must be a torch tensor")
     kind, inverse, n_dimensional = _FUNCTIONS[name]
-    norm = _check_norm(norm)
     if name in ("hfft", "ihfft"):  # hfft = irfft(conj(a)), ihfft = conj(rfft(a)), both with the norm swapped
-        norm = _SWAP[norm]
-    if a.dim() == 0:
-        raise ValueError("an FFT needs an operand with at least one dimension")
+        norm = swap_norm(norm)
+    odd = kind == "C2R" and options is not None and options.last_axis_parity == "odd"
     if n_dimensional:
-        lengths, axes = _cook_nd(tuple(a.shape), n, axes, kind == "C2R")
+        # stacklevel: the warnings name the caller of the public function (n_d and _torch_route.fft stand between)
+        lengths, axes, _ = cook_nd(tuple(a.shape), n, axes, kind == "C2R", odd, stacklevel=6)
+        if not axes:
+            check_no_axes(name, kind)
+            check_norm(norm)
+            return a
     else:
-        (axis,) = _normalize_axes((axes,), a.dim())
-        if n is None:
-            n = 2 * (a.shape[axis] - 1) if kind == "C2R" else a.shape[axis]
-        lengths, axes = (_check_n(n),), (axis,)
+        lengths, axes = cook_1d(tuple(a.shape), n, axes, kind == "C2R", odd)
+    norm = check_norm(norm)
     x = _promoted(a, kind != "R2C")
     if name == "hfft":
         x = torch.conj_physical(x)
-    sizes = dict(zip(axes, lengths))
-    if kind == "C2R":
-        sizes[axes[-1]] = lengths[-1] // 2 + 1
-    x = _resized(x, sizes)
-    if kind == "C2C":
-        result = fft_c2c(x, list(axes), norm, not inverse)
-    elif kind == "R2C":
-        result = fft_r2c(x, list(axes), norm)
-    else:
-        result = fft_c2r(x, list(axes), norm, lengths[-1])
-    return torch.conj_physical(result) if name == "ihfft" else result
+    # NumPy's sequence of 1-D transforms, one op per run of distinct axes (an axis named twice is transformed twice,
+    # each time padded or cropped to its own length)
+    for fft_type, stage_axes, stage_lengths in stages(kind, axes, lengths, max_axes=len(axes)):
+        sizes = dict(zip(stage_axes, stage_lengths))
+        if fft_type == "C2R":
+            sizes[stage_axes[-1]] = stage_lengths[-1] // 2 + 1
+        x = _resized(x, sizes)
+        if fft_type == "C2C":
+            x = fft_c2c(x, list(stage_axes), norm, not inverse)
+        elif fft_type == "R2C":
+            x = fft_r2c(x, list(stage_axes), norm)
+        else:
+            x = fft_c2r(x, list(stage_axes), norm, stage_lengths[-1])
+    return torch.conj_physical(x) if name == "ihfft" else x
 
 
 def _check_supported(call, a, out, prolog, epilog, options, execution, stream):
-    """Refuse, naming it, each argument that has no backward (or no place in a compiled graph)."""
+    """Refuse, naming it, each argument that has no backward (or no place in a compiled graph); returns ``options``
+    as FFTOptions (or None)."""
     why = reason(a=a, out=out, **{f"the user data of {name}": getattr(callback, "data", None)
                                   for name, callback in (("prolog=", prolog), ("epilog=", epilog))})
     if out is not None:
@@ -171,9 +176,8 @@ def _check_supported(call, a, out, prolog, epilog, options, execution, stream):
                    f"{why}", "do the elementwise work with torch ops around the transform, or call it under "
                    "torch.no_grad() (outside torch.compile) with tensors whose user data does not require grad")
     if options is not None:
-        from .._options import check_or_create_options
-        from ..host.fft import FFTOptions
-        if check_or_create_options(FFTOptions, options, "options").inplace:
+        options = check_or_create_options(FFTOptions, options, "options")
+        if options.inplace:
             refuse(call, "options.inplace=True", f"overwrites the operand, which has no backward {why}",
                    "leave inplace False")
     if execution is not None:
@@ -182,72 +186,7 @@ def _check_supported(call, a, out, prolog, epilog, options, execution, stream):
     if stream is not None:
         refuse(call, "stream=", f"is not supported here {why}",
                "make the stream current with torch.cuda.stream(...): mathpy runs on torch's current stream")
-
-
-def _check_norm(norm):
-    if norm is None:
-        return "backward"
-    if norm not in _NORMS:
-        raise ValueError(f'Invalid norm value {norm!r}; should be "backward", "ortho" or "forward"')
-    return norm
-
-
-def _check_n(n, what="n"):
-    try:
-        n = operator.index(n)
-    except TypeError:
-        raise TypeError(f"{what} must be an integer, not {type(n).__name__}") from None
-    if n < 1:
-        raise ValueError(f"Invalid number of FFT data points ({n}) specified.")
-    return n
-
-
-def _normalize_axes(axes, ndim):
-    result = []
-    for axis in axes:
-        try:
-            axis = operator.index(axis)
-        except TypeError:
-            raise TypeError(f"axes must be integers, got {axis!r}") from None
-        if not -ndim <= axis < ndim:
-            raise ValueError(f"axis {axis} is out of range for an operand of {ndim} dimension(s) "
-                             f"(allowed: {-ndim}..{ndim - 1})")
-        result.append(axis % ndim)
-    if len(set(result)) != len(result):
-        raise ValueError(f"axes {tuple(axes)} repeat an axis")
-    return tuple(result)
-
-
-def _cook_nd(shape, s, axes, inverse_real):
-    """(lengths, axes) by NumPy's ``s`` / ``axes`` rules (``-1`` in ``s`` keeps the input's length)."""
-    ndim = len(shape)
-    if s is None:
-        axes = tuple(range(ndim)) if axes is None else _normalize_axes(_sequence(axes), ndim)
-        lengths = [shape[a] for a in axes]
-        if inverse_real and axes:
-            lengths[-1] = 2 * (shape[axes[-1]] - 1)
-    else:
-        s = _sequence(s)
-        if axes is None:
-            if len(s) > ndim:
-                raise ValueError(f"s {s} has more entries than the operand has dimensions ({ndim})")
-            axes = tuple(range(ndim - len(s), ndim))
-        else:
-            axes = _normalize_axes(_sequence(axes), ndim)
-        if len(s) != len(axes):
-            raise ValueError(f"Shape s {s} and axes {axes} must have the same length")
-        lengths = []
-        for k, (n, axis) in enumerate(zip(s, axes)):
-            if n == -1:
-                n = 2 * (shape[axis] - 1) if inverse_real and k == len(s) - 1 else shape[axis]
-            lengths.append(_check_n(n, "s"))
-    if not axes:
-        raise ValueError("axes must name at least one axis")
-    return tuple(_check_n(n) for n in lengths), axes
-
-
-def _sequence(value):
-    return (value,) if isinstance(value, int) else tuple(value)
+    return options
 
 
 def _promoted(x, complex_result):

@@ -16,8 +16,8 @@ from ..._options import check_or_create_options
 from ..._streams import stream_pointer
 from . import _stateless
 from ._call import copy_to_out
-from ._numpy_rules import (LONG_DOUBLE, check_n, check_norm, check_out, computation_dtype, cook_nd,
-                           normalize_axis, result_dtype, scale, stage_shape, stages)
+from ._numpy_rules import (LONG_DOUBLE, check_no_axes, check_norm, check_out, computation_dtype, cook_1d, cook_nd,
+                           result_dtype, scale, stage_shape, stages)
 from ._options import FFTOptions
 from ._plan import FFT, plan_cache
 from ._problem import fft_problem
@@ -186,11 +186,8 @@ def one_d(name, kind, inverse, a, n, axis, norm, out, prolog, epilog, options, e
     if result is not None:
         return result
     op = _operands.wrap_operand(a, "a")
-    axis = normalize_axis(axis, op.ndim)
-    if n is None:
-        n = (op.shape[axis] - 1) * 2 + _odd(options) if kind == "C2R" else op.shape[axis]
-    n = check_n(n)
-    return _run(name, kind, op, (axis,), (n,), norm, out, inverse, prolog, epilog, options, execution, stream, key)
+    lengths, axes = cook_1d(op.shape, n, axis, kind == "C2R", odd=kind == "C2R" and _odd(options))
+    return _run(name, kind, op, axes, lengths, norm, out, inverse, prolog, epilog, options, execution, stream, key)
 
 
 def n_d(name, kind, inverse, a, s, axes, norm, out, prolog, epilog, options, execution, stream):
@@ -206,8 +203,7 @@ def n_d(name, kind, inverse, a, s, axes, norm, out, prolog, epilog, options, exe
     if warned:
         key = None  # every call warns, as NumPy's does
     if not axes:
-        if kind != "C2C":
-            raise IndexError(f"{name} needs at least one axis to transform; axes is empty")
+        check_no_axes(name, kind)
         check_norm(norm)
         return _finish_out(None if out is None else _out_operand(out, op), op.tensor)  # NumPy: the input as it is
     return _run(name, kind, op, axes, lengths, norm, out, inverse, prolog, epilog, options, execution, stream, key)

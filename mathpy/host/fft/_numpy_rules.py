@@ -26,8 +26,9 @@ import warnings
 
 import numpy as np
 
-__all__ = ["AxisError", "MAX_AXES", "check_norm", "swap_norm", "check_n", "normalize_axis", "cook_nd", "stages",
-           "stage_shape", "computation_dtype", "result_dtype", "scale", "check_out", "LONG_DOUBLE"]
+__all__ = ["AxisError", "MAX_AXES", "check_norm", "swap_norm", "check_n", "normalize_axis", "cook_1d", "cook_nd",
+           "check_no_axes", "stages", "stage_shape", "computation_dtype", "result_dtype", "scale", "check_out",
+           "LONG_DOUBLE"]
 
 #: NumPy's AxisError: both a ValueError and an IndexError
 AxisError = np.exceptions.AxisError if hasattr(np, "exceptions") else np.AxisError
@@ -99,14 +100,23 @@ def scale(norm, inverse, lengths, real=np.dtype(np.float64)):
     return None
 
 
-# --- s and axes --------------------------------------------------------------------------------------------------
+# --- n and axis, s and axes --------------------------------------------------------------------------------------
 
-def cook_nd(shape, s, axes, inverse_real, odd=False):
+def cook_1d(shape, n, axis, inverse_real, odd=False):
+    """``(lengths, axes)`` of a 1-D function for an operand of ``shape``: NumPy's ``n`` / ``axis`` rules (irfft's
+    default length is ``2 * (m - 1)``, plus 1 when ``odd``)."""
+    axis = normalize_axis(axis, len(shape))
+    if n is None:
+        n = (shape[axis] - 1) * 2 + odd if inverse_real else shape[axis]
+    return (check_n(n),), (axis,)
+
+
+def cook_nd(shape, s, axes, inverse_real, odd=False, stacklevel=4):
     """``(lengths, axes, warned)``: NumPy 2's ``s`` / ``axes`` rules for an operand of ``shape`` (``-1`` in ``s``
     keeps the input's length, ``None`` the 1-D function's default; ``inverse_real``: irfftn, whose last default
     length is ``2 * (m - 1)``, plus 1 when ``odd``: nvmath-python's ``last_axis_parity="odd"``). Emits NumPy's
-    DeprecationWarnings (``warned`` then True: such calls are not remembered, so that every call warns). Axes may
-    repeat."""
+    DeprecationWarnings (``warned`` then True: such calls are not remembered, so that every call warns), attributed
+    ``stacklevel`` frames up: the caller of the public function. Axes may repeat."""
     ndim = len(shape)
     warned = False
     shapeless = s is None
@@ -116,7 +126,7 @@ def cook_nd(shape, s, axes, inverse_real, odd=False):
         s = list(_sequence(s, "s"))
     if axes is None:
         if not shapeless:
-            warnings.warn(_S_WITHOUT_AXES, DeprecationWarning, stacklevel=4)
+            warnings.warn(_S_WITHOUT_AXES, DeprecationWarning, stacklevel=stacklevel)
             warned = True
         axes = list(range(-len(s), 0))
     else:
@@ -127,7 +137,7 @@ def cook_nd(shape, s, axes, inverse_real, odd=False):
     if inverse_real and shapeless and axes:
         s[-1] = (shape[axes[-1]] - 1) * 2 + odd
     if any(n is None for n in s):
-        warnings.warn(_S_WITH_NONE, DeprecationWarning, stacklevel=4)
+        warnings.warn(_S_WITH_NONE, DeprecationWarning, stacklevel=stacklevel)
         warned = True
     lengths = []
     for k, (n, axis) in enumerate(zip(s, axes)):
@@ -137,6 +147,12 @@ def cook_nd(shape, s, axes, inverse_real, odd=False):
             n = shape[axis]
         lengths.append(check_n(n))
     return tuple(lengths), axes, warned
+
+
+def check_no_axes(name, kind):
+    """NumPy's rule for an N-D call over no axes: a C2C one returns its operand as it is, the others raise."""
+    if kind != "C2C":
+        raise IndexError(f"{name} needs at least one axis to transform; axes is empty")
 
 
 def _sequence(value, what):
