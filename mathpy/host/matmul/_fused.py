@@ -20,7 +20,6 @@ array([[ 5., 14.],
 """
 
 import dataclasses
-import math
 import time
 
 import numpy as np
@@ -133,7 +132,3 @@ class FusedCPUEngine:
 
     def free(self):
         """Nothing to release."""
-
-
-def grid_tiles(m, n, bm, bn):
-    return math.ceil(m / bm), math.ceil(n / bn)
