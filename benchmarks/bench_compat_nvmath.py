@@ -21,7 +21,6 @@ Run on the H200 from the repository root, with the nvmath-python 1.0 wheel carri
 """
 
 import os
-import statistics
 import sys
 import time
 
@@ -34,6 +33,7 @@ if ROOT not in sys.path:
 
 sys.path.insert(0, HERE)
 import _report  # noqa: E402  (the Markdown tables docs/benchmarks.md shows)
+from _timing import gpu_ms_interleaved, host_us  # noqa: E402  (measured as bench_fft measures)
 import mathpy  # noqa: E402  (before nvmath: it makes numba-cuda work on NumPy 2.5 before anything compiles)
 import mathpy.compat.nvmath as compat  # noqa: E402
 
@@ -42,7 +42,6 @@ try:
 except ImportError:
     nvmath = None
 
-WARMUP, RUNS, CALLS_PER_SAMPLE = 3, 9, 5
 THREE, TWO = np.float32(3), np.float32(2)
 
 
@@ -64,42 +63,6 @@ CALLBACKS = {"plain": None, "prolog x3": ("prolog", prolog_x3), "epilog x2": ("e
              "epilog *filter[i]": ("epilog", epilog_filter)}
 CASES = [("C2C c64", "complex64", 1024, 32768), ("C2C c64", "complex64", 256, 131072),
          ("C2C c64", "complex64", 16384, 2048), ("R2C f32", "float32", 1024, 32768)]
-
-
-# --- timing --------------------------------------------------------------------------------------------------------
-
-def gpu_ms_interleaved(functions):
-    """Median GPU ms of one call of each of ``functions``, sampled in rounds (each function once per round, several
-    calls per sample) so that clock drift reaches every peer alike."""
-    import cupy as cp
-    for fn in functions.values():
-        for _ in range(WARMUP):
-            fn()
-    cp.cuda.Device().synchronize()
-    samples = {name: [] for name in functions}
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    for _ in range(RUNS):
-        for name, fn in functions.items():
-            start.record()
-            for _ in range(CALLS_PER_SAMPLE):
-                fn()
-            stop.record()
-            stop.synchronize()
-            samples[name].append(cp.cuda.get_elapsed_time(start, stop) / CALLS_PER_SAMPLE)
-    return {name: statistics.median(values) for name, values in samples.items()}
-
-
-def host_us(fn, reps=2000, warmup=100):
-    """Host time per call over ``reps`` asynchronous calls, one synchronisation at the end."""
-    import cupy as cp
-    for _ in range(warmup):
-        fn()
-    cp.cuda.Device().synchronize()
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    cp.cuda.Device().synchronize()
-    return (time.perf_counter() - t0) / reps * 1e6
 
 
 # --- the nvmath-python program, parameterised by the namespace it runs through --------------------------------------

@@ -11,7 +11,6 @@ Uses the public mathpy.fft API; when it cannot be imported it falls back to the 
 """
 
 import os
-import statistics
 import sys
 import time
 
@@ -20,6 +19,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _report  # noqa: E402  (the Markdown tables docs/benchmarks.md shows)
+import _timing  # noqa: E402  (measured as bench_compat_nvmath measures)
+from _timing import gpu_ms_interleaved  # noqa: E402
 from mathpy._compat import patch_numpy_for_numba_cuda  # noqa: E402
 
 patch_numpy_for_numba_cuda()  # numba-cuda 0.30 with NumPy 2.5 (only matters if something imports numba-cuda)
@@ -51,44 +52,14 @@ except Exception as e:  # noqa: BLE001 - report and fall back to the engine
 from mathpy.host.fft._layout import Transform, c_strides  # noqa: E402
 
 MB = 1 << 20
-WARMUP, RUNS = 3, 9
-CALLS_PER_SAMPLE = 5  # transforms timed between one pair of events (event and launch jitter spread over them)
 REPS = 2000
 
 
 # --- timing helpers ------------------------------------------------------------------------------------------------
 
-def gpu_ms_interleaved(functions):
-    """Median GPU time of one call of each of ``functions`` ({name: fn}), sampled in rounds (every function once
-    per round, CALLS_PER_SAMPLE calls per sample) so clock and thermal drift reach all peers alike. CUDA events on
-    the current stream, which torch and CuPy share: the legacy default stream."""
-    for fn in functions.values():
-        for _ in range(WARMUP):
-            fn()
-    cp.cuda.Device().synchronize()
-    samples = {name: [] for name in functions}
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    for _ in range(RUNS):
-        for name, fn in functions.items():
-            start.record()
-            for _ in range(CALLS_PER_SAMPLE):
-                fn()
-            stop.record()
-            stop.synchronize()
-            samples[name].append(cp.cuda.get_elapsed_time(start, stop) / CALLS_PER_SAMPLE)
-    return {name: statistics.median(values) for name, values in samples.items()}
-
-
 def host_us(fn, reps=REPS):
     """Host time per call over ``reps`` asynchronous calls, with one sync at the end (as the overhead anchors)."""
-    for _ in range(200):
-        fn()
-    cp.cuda.Device().synchronize()
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    cp.cuda.Device().synchronize()
-    return (time.perf_counter() - t0) / reps * 1e6
+    return _timing.host_us(fn, reps, warmup=200)
 
 
 def relative_error(a, b):
@@ -281,7 +252,7 @@ def main():
     print(f"cuFFT version {cufft.version()}")
     if API_ERROR:
         print(f"NOTE: mathpy.fft could not be imported ({API_ERROR}); timing the cuFFT engine directly")
-    print("transform time (median of %d runs after %d warm-up):" % (RUNS, WARMUP))
+    print("transform time (median of %d runs after %d warm-up):" % (_timing.RUNS, _timing.WARMUP))
     transforms = transform_times()
     print("host overhead...", flush=True)
     overhead = overheads()

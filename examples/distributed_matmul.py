@@ -44,13 +44,13 @@ def main():
     rng = np.random.default_rng(7)
     a, b = ((rng.standard_normal((n, n)) / np.sqrt(n)).astype(np.float32) for _ in range(2))
     bias = rng.standard_normal(n).astype(np.float32)
-    partitions = [md.Slab(0) if d == "row" else md.Slab(1) if d == "column" else d for d in [dist] * 3]
-    parts = []
-    for partition, g in zip(partitions, (a, b)):
-        sets = partition.partition((n, n), size).sets[rank]
-        parts.append(g[np.ix_(*[np.arange(s.start, s.stop) if isinstance(s, range) else s for s in sets])])
-    d_rows = partitions[2].partition((n, n), size).sets[rank][0]
-    local_bias = bias[np.arange(d_rows.start, d_rows.stop) if isinstance(d_rows, range) else d_rows]
+    # A, B and D are n x n and distributed alike: this rank holds the same rows and columns of each
+    partition = (md.Slab(0) if dist == "row" else md.Slab(1) if dist == "column" else dist).partition((n, n), size)
+    rows, cols = (np.arange(s.start, s.stop) if isinstance(s, range) else s for s in partition.sets[rank])
+
+    def mine(g):
+        """This rank's part of the global n x n matrix ``g``."""
+        return g[np.ix_(rows, cols)]
 
     def to_device(x):
         if not on_gpu:
@@ -58,7 +58,7 @@ def main():
         import torch
         return torch.from_numpy(np.ascontiguousarray(x)).to(f"cuda:{device}", torch.bfloat16)
 
-    a_part, b_part, bias_part = (to_device(x) for x in (*parts, local_bias))
+    a_part, b_part, bias_part = (to_device(x) for x in (mine(a), mine(b), bias[rows]))  # a bias entry per row of D
     with md.Matmul(a_part, b_part, distributions=dist) as mm:
         mm.plan(epilog="relu_bias", epilog_inputs={"bias": bias_part})
         mm.execute()  # warm-up: the first call compiles and allocates
@@ -79,8 +79,7 @@ def main():
     whole = mathpy.matmul(to_device(a), to_device(b), epilog="relu_bias", epilog_inputs={"bias": to_device(bias)})
     if on_gpu:
         d, whole = d.float().cpu().numpy(), whole.float().cpu().numpy()
-    sets = partitions[2].partition((n, n), size).sets[rank]
-    want = whole[np.ix_(*[np.arange(s.start, s.stop) if isinstance(s, range) else s for s in sets])]
+    want = mine(whole)
     error = float(np.max(np.abs(np.asarray(d, np.float64) - want)) / np.max(np.abs(want)))
     errors = context.transport.agree(error)
     if rank == 0:

@@ -23,7 +23,7 @@ from ._packages import device_package, package_of
 from ._strides import is_c_contiguous
 
 __all__ = ["Operand", "wrap_operand", "wrap_operands", "package_of", "device_package", "to_device", "to_host",
-           "empty", "as_package", "asarray"]
+           "empty", "as_package", "asarray", "PLANNED_FACTS", "check_like_planned"]
 
 
 class Operand:
@@ -110,6 +110,19 @@ def wrap_operands(named):
             raise ValueError(f"operands must share one package and device: {first_key} is {_where(first)} but {key} is "
                              f"{_where(op)}")
     return wrapped
+
+
+#: What a plan is built for, of an operand: another operand can take its place when these are all the same.
+PLANNED_FACTS = ("package", "device_id", "shape", "strides", "dtype")
+
+
+def check_like_planned(new, planned, what, hint=""):
+    """ValueError ``"{what} {fact} {new's value!r} differs from the planned {planned's value!r}{hint}"`` for the first
+    of :data:`PLANNED_FACTS` in which Operand ``new`` differs from Operand ``planned``."""
+    for fact in PLANNED_FACTS:
+        value, planned_value = getattr(new, fact), getattr(planned, fact)
+        if value != planned_value:
+            raise ValueError(f"{what} {fact} {value!r} differs from the planned {planned_value!r}{hint}")
 
 
 def _where(op):

@@ -368,22 +368,29 @@ def matmul_random(package, size, rank):
 
 
 def matmul_stateful(package, size, rank):
+    """reset_operands under each local algorithm: B arriving in K blocks (row), A arriving (column), reduce."""
     rng = np.random.default_rng(9)
     m, k, n = 8, 6, 10
-    dists = ("row", "row", "row")
     a1, b1, a2, b2 = (integers(rng, s, np.float32) for s in ((m, k), (k, n), (m, k), (k, n)))
-    pa, pb = local_parts(dists, [(m, k), (k, n)], size, rank, a1, b1)
-    pd = Slab(0).partition((m, n), size)
-    with md.Matmul(package(pa), package(pb), distributions=dists) as mm:
-        mm.plan(epilog="relu")
-        check_close(f"matmul stateful first {package}", mm.execute(), part_of(np.maximum(a1 @ b1, 0), pd, rank), 0,
-                    package)
-        pa, pb = local_parts(dists, [(m, k), (k, n)], size, rank, a2, b2)
-        mm.reset_operands(a=package(pa), b=package(pb))
-        check_close(f"matmul stateful reset {package}", mm.execute(), part_of(np.maximum(a2 @ b2, 0), pd, rank), 0,
-                    package)
-        check_close(f"matmul stateful again {package}", mm.execute(), part_of(np.maximum(a2 @ b2, 0), pd, rank), 0,
-                    package)
+    cases = [(("row", "row", "row"), None, "gather+overlap"), (("column",) * 3, None, "gather+overlap")]
+    if size > 1:
+        cases.append(((Slab(1), Slab(0), Slab(0)), "reduce", "reduce"))
+    for dists, algorithm, expected in cases:
+        pa, pb = local_parts(dists, [(m, k), (k, n)], size, rank, a1, b1)
+        pd = md._distribution.as_distribution(dists[2]).partition((m, n), size)
+        with md.Matmul(package(pa), package(pb), distributions=dists, algorithm=algorithm) as mm:
+            mm.plan(epilog="relu")
+            name = f"matmul stateful {dists[0]} {algorithm} {package}"
+            if size > 1:
+                report(f"{name} runs {expected}", mm.algorithm == expected, mm.algorithm)
+            check_close(f"{name} first", mm.execute(), part_of(np.maximum(a1 @ b1, 0), pd, rank), 0, package)
+            pa, pb = local_parts(dists, [(m, k), (k, n)], size, rank, a2, b2)
+            mm.reset_operands(a=package(pa), b=package(pb))
+            check_close(f"{name} reset", mm.execute(), part_of(np.maximum(a2 @ b2, 0), pd, rank), 0, package)
+            check_close(f"{name} again", mm.execute(), part_of(np.maximum(a2 @ b2, 0), pd, rank), 0, package)
+            pa, = local_parts(dists, [(m, k)], size, rank, a1)
+            mm.reset_operands(a=package(pa))  # one operand: the other's parts stay
+            check_close(f"{name} reset a", mm.execute(), part_of(np.maximum(a1 @ b2, 0), pd, rank), 0, package)
 
 
 def matmul_error_checks(package, size, rank):

@@ -79,9 +79,6 @@ class CuPyPackage(ArrayPackage):
     def contiguous(self, array):
         return cupy.ascontiguousarray(array)
 
-    def astype(self, array, dtype):
-        return array.astype(dtype)
-
     def from_dlpack(self, obj):
         return cupy.from_dlpack(obj)
 

@@ -32,9 +32,6 @@ class NumPyPackage(ArrayPackage):
     def contiguous(self, array):
         return np.ascontiguousarray(array)
 
-    def astype(self, array, dtype):
-        return array.astype(dtype)
-
     def from_dlpack(self, obj):
         return np.from_dlpack(obj)
 

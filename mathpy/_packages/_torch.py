@@ -17,7 +17,6 @@ from ._base import ArrayPackage
 __all__ = ["TorchPackage", "TO_NUMPY", "TO_TORCH"]
 
 
-
 def _tables():
     """(torch dtype -> NumPy dtype, NumPy dtype -> torch dtype)."""
     to_numpy = {t: np.dtype(n) for t, n in {
@@ -54,9 +53,7 @@ class TorchPackage(ArrayPackage):
         return isinstance(obj, torch.Tensor)
 
     def describe(self, tensor):
-        dtype = TO_NUMPY.get(tensor.dtype)
-        if dtype is None:
-            raise TypeError(f"torch dtype {tensor.dtype} is not supported by mathpy")
+        dtype = self.numpy_dtype(tensor.dtype)
         device = tensor.device
         if device.type == "cuda":
             device_id = 0 if device.index is None else device.index
@@ -202,8 +199,3 @@ class TorchPackage(ArrayPackage):
 
     def _upload(self, destination, host):
         destination.copy_(self.from_host(host))
-
-    def _synchronize(self, stream):
-        from .. import _runtime
-        _runtime.synchronize(stream)
-

@@ -152,8 +152,26 @@ Slab.Y = Slab(1)
 Slab.Z = Slab(2)
 
 
+class _Grid(_Distribution):
+    """A ``grid[0] x grid[1]`` grid of ranks (rank ``r`` at ``(r // grid[1], r % grid[1])``) splitting two axes."""
+
+    def _check_grid(self, nranks):
+        if math.prod(self.grid) != nranks:
+            raise ValueError(f"{self}: a {self.grid[0]} x {self.grid[1]} grid needs {math.prod(self.grid)} ranks, "
+                             f"the job has {nranks}")
+
+    def coordinates(self, rank):
+        return divmod(rank, self.grid[1])
+
+    def _grid_extents(self, local_shapes, axes):
+        """The global extents along the split ``axes``: the sums down the grid's first column and along its first
+        row."""
+        p0, p1 = self.grid
+        return (sum(local_shapes[i * p1][axes[0]] for i in range(p0)), sum(local_shapes[j][axes[1]] for j in range(p1)))
+
+
 @dataclasses.dataclass(frozen=True)
-class Pencil(_Distribution):
+class Pencil(_Grid):
     """A ``grid[0] x grid[1]`` grid of ranks splitting ``axes[0]`` and ``axes[1]`` in blocks."""
 
     grid: tuple
@@ -172,12 +190,7 @@ class Pencil(_Distribution):
     def check(self, ndim, nranks):
         if max(self.axes) >= ndim:
             raise ValueError(f"{self} splits axes {self.axes}, but the array has {ndim} dimension(s)")
-        if math.prod(self.grid) != nranks:
-            raise ValueError(f"{self}: a {self.grid[0]} x {self.grid[1]} grid needs {math.prod(self.grid)} ranks, "
-                             f"the job has {nranks}")
-
-    def coordinates(self, rank):
-        return divmod(rank, self.grid[1])
+        self._check_grid(nranks)
 
     def partition(self, shape, nranks, peers=None):
         self.check(len(shape), nranks)
@@ -192,9 +205,7 @@ class Pencil(_Distribution):
     def _infer(self, local_shapes, peers):
         self.check(len(local_shapes[0]), len(local_shapes))
         shape = self._common(local_shapes, set(self.axes))
-        p1 = self.grid[1]
-        shape[self.axes[0]] = sum(local_shapes[i * p1][self.axes[0]] for i in range(self.grid[0]))
-        shape[self.axes[1]] = sum(local_shapes[j][self.axes[1]] for j in range(p1))
+        shape[self.axes[0]], shape[self.axes[1]] = self._grid_extents(local_shapes, self.axes)
         return tuple(shape)
 
 
@@ -247,7 +258,7 @@ class Box(_Distribution):
 
 
 @dataclasses.dataclass(frozen=True)
-class BlockCyclic(_Distribution):
+class BlockCyclic(_Grid):
     """ScaLAPACK's 2-D block-cyclic layout over a ``grid[0] x grid[1]`` grid with ``blocks[0] x blocks[1]`` blocks."""
 
     grid: tuple
@@ -260,12 +271,7 @@ class BlockCyclic(_Distribution):
     def check(self, ndim, nranks):
         if ndim != 2:
             raise ValueError(f"{self} distributes matrices (2-D), not {ndim}-D arrays")
-        if math.prod(self.grid) != nranks:
-            raise ValueError(f"{self}: a {self.grid[0]} x {self.grid[1]} grid needs {math.prod(self.grid)} ranks, "
-                             f"the job has {nranks}")
-
-    def coordinates(self, rank):
-        return divmod(rank, self.grid[1])
+        self._check_grid(nranks)
 
     def partition(self, shape, nranks, peers=None):
         self.check(len(shape), nranks)
@@ -278,8 +284,7 @@ class BlockCyclic(_Distribution):
 
     def _infer(self, local_shapes, peers):
         self.check(len(local_shapes[0]), len(local_shapes))
-        pr, pc = self.grid
-        return (sum(local_shapes[i * pc][0] for i in range(pr)), sum(local_shapes[j][1] for j in range(pc)))
+        return self._grid_extents(local_shapes, (0, 1))
 
 
 _NAMES = {"row": Slab(0), "rows": Slab(0), "column": Slab(1), "columns": Slab(1), "x": Slab(0), "y": Slab(1)}

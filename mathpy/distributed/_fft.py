@@ -298,10 +298,7 @@ class FFT:
         problems = Problems()
         with problems:
             new = _operands.wrap_operand(operand)
-            for what in ("package", "device_id", "shape", "strides", "dtype"):
-                if getattr(new, what) != getattr(self._op, what):
-                    raise ValueError(f"reset_operand: the new operand's {what} {getattr(new, what)!r} differs from "
-                                     f"the planned {getattr(self._op, what)!r}; create a new FFT for it")
+            _operands.check_like_planned(new, self._op, "reset_operand: the new operand's", "; create a new FFT for it")
         agree(self._context.transport, "distributed FFT reset_operand", {}, problems.message)
         first = self._work[0]
         if isinstance(first, _Local) and first.fft is not None:

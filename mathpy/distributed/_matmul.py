@@ -266,10 +266,7 @@ class Matmul:
                 if old is None:
                     raise ValueError("reset_operands(c=...): the Matmul was built without c")
                 op = _operands.wrap_operand(value, name)
-                for what in ("package", "device_id", "shape", "strides", "dtype"):
-                    if getattr(op, what) != getattr(old, what):
-                        raise ValueError(f"reset_operands: the new {name}'s {what} {getattr(op, what)!r} differs "
-                                         f"from the planned {getattr(old, what)!r}")
+                _operands.check_like_planned(op, old, f"reset_operands: the new {name}'s")
                 new[name] = op
             self._product.check_inputs(epilog_inputs)
             self._product.reset({name: op.tensor for name, op in new.items()}, epilog_inputs)

@@ -90,10 +90,12 @@ def _scalar(dtype, value):
 class CPUEngine:
     """Executes a :class:`~._problem.MatmulProblem` with NumPy; see the module docstring for the argument forms."""
 
+    algorithm = _ALGORITHM  # the one entry of ``algorithms``
+
     def __init__(self, problem, *, execution=None, options=None, preferences=None):
         self.problem = problem
         self.execution = execution
-        self.algorithms = [_ALGORITHM]
+        self.algorithms = [self.algorithm]
         self.workspace_bytes = 0
         self._compute = _problem_compute_dtype(problem)
 
@@ -104,21 +106,28 @@ class CPUEngine:
             self.execute(**operands, stream=stream)
         return [(self.algorithms[0], (time.perf_counter() - start) / max(iterations, 1))]
 
-    def execute(self, a, b, c, d, epilog_inputs, epilog_outputs, alpha, beta, stream=None):
+    def _product(self, a, b, c, scale, beta):
+        """``(scale * A @ B + beta * C, A, B)`` in the compute dtype, A and B as the compute type reads them (the
+        bias gradients sum them)."""
         p, ct = self.problem, self._compute
-        spec = p.spec
         A = _round_inputs(a.astype(ct), p.compute_type)
         B = _round_inputs(b.astype(ct), p.compute_type)
         x = np.matmul(A, B)
+        if scale != 1:
+            x *= _scalar(ct, scale)
+        if c is not None and beta != 0:
+            x += _scalar(ct, beta) * c.astype(ct)
+        return x, A, B
+
+    def execute(self, a, b, c, d, epilog_inputs, epilog_outputs, alpha, beta, stream=None):
+        p, ct = self.problem, self._compute
+        spec = p.spec
         a_scale, b_scale, d_scale = (float(epilog_inputs[name][0]) if name in epilog_inputs else getattr(p, name)
                                      for name in ("a_scale", "b_scale", "d_scale"))  # tensors: read now
         scale = alpha
         if a_scale is not None or b_scale is not None:
             scale = scale * (1.0 if a_scale is None else a_scale) * (1.0 if b_scale is None else b_scale)
-        if scale != 1:
-            x *= _scalar(ct, scale)
-        if c is not None and beta != 0:
-            x += _scalar(ct, beta) * c.astype(ct)
+        x, A, B = self._product(a, b, c, scale, beta)
         if spec.bias:
             x += epilog_inputs["bias"].astype(ct)[:, :, None]
         m = p.m

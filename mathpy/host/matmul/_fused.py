@@ -20,14 +20,12 @@ array([[ 5., 14.],
 """
 
 import dataclasses
-import math
-import time
 
 import numpy as np
 
 from ..._strides import c_strides
 from ...jit import _matmul_epilog as E
-from ._cpu import _compute_dtype, _round_inputs, _store
+from ._cpu import CPUEngine, _store
 from ._options import BF16
 
 __all__ = ["FusedEpilog", "DataLayout", "fused_epilog", "check_fused_problem", "stage_data", "FusedCPUEngine",
@@ -102,38 +100,16 @@ def stage_data(op):
     return DataLayout(tuple(op.shape), strides, dtype), copy
 
 
-class FusedCPUEngine:
-    """The CPU engine: NumPy (BLAS) for the product with cuBLASLt's numerics (as :class:`~._cpu.CPUEngine`), then the
-    epilog compiled by numba, then one rounding to the result's dtype. Arguments of :meth:`execute` as for
-    ``CPUEngine`` (NumPy views), with ``epilog_inputs["data"]`` the data array (any strides) when given."""
+class FusedCPUEngine(CPUEngine):
+    """The CPU engine: :class:`~._cpu.CPUEngine`'s product (NumPy's BLAS with cuBLASLt's numerics), then the epilog
+    compiled by numba, then one rounding to the result's dtype. Arguments of :meth:`execute` as for ``CPUEngine``
+    (NumPy views), with ``epilog_inputs["data"]`` the data array (any strides) when given."""
 
-    def __init__(self, problem, *, execution=None, options=None, preferences=None):
-        self.problem = problem
-        self.execution = execution
-        self.algorithms = ["numpy+numba"]
-        self.workspace_bytes = 0
-        self._compute = _compute_dtype(problem.a.dtype)
-
-    def autotune(self, operands, stream=None, iterations=3):
-        start = time.perf_counter()
-        for _ in range(iterations):
-            self.execute(**operands, stream=stream)
-        return [(self.algorithms[0], (time.perf_counter() - start) / max(iterations, 1))]
+    algorithm = "numpy+numba"
 
     def execute(self, a, b, c, d, epilog_inputs, epilog_outputs, alpha, beta, stream=None):
-        p, ct = self.problem, self._compute
-        x = np.matmul(_round_inputs(a.astype(ct), p.compute_type), _round_inputs(b.astype(ct), p.compute_type))
-        if alpha != 1:
-            x *= ct.type(alpha)
-        if c is not None and beta != 0:
-            x += ct.type(beta) * c.astype(ct)
+        p = self.problem
+        x = self._product(a, b, c, alpha, beta)[0]
         x = np.ascontiguousarray(np.broadcast_to(x, (p.batch, p.m, p.n)))
         y = E.apply_cpu(p.fused.epilog, x, epilog_inputs.get("data"))
         _store(y, d)
-
-    def free(self):
-        """Nothing to release."""
-
-
-def grid_tiles(m, n, bm, bn):
-    return math.ceil(m / bm), math.ceil(n / bn)

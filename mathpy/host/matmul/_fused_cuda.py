@@ -20,18 +20,16 @@ The tensor maps depend on the operands' addresses, so each execute encodes them 
 stream) into a buffer from the package's stream-ordered allocator; the kernel reads them from global memory.
 """
 
-import dataclasses
-
 import ctypes
+import dataclasses
+import math
 import threading
 
 import numpy as np
 
 from ... import _cuda, _operands, _packages, _runtime
 from ..._errors import CUDALibraryError
-from ..._log import logger
 from ...jit import _matmul_epilog as E
-from ._fused import grid_tiles
 
 __all__ = ["FusedCUDAEngine"]
 
@@ -161,6 +159,11 @@ def _cached_build(kind, config, epilog, data, cc, description):
                                  "compute": compute, "function": epilog.where,
                                  "nvvm_file": _cache.nvvm_file_id(_device.nvvm_version()[1])}, ptx.encode())
     return built
+
+
+def grid_tiles(m, n, bm, bn):
+    """How many ``bm x bn`` tiles cover an ``m x n`` result, per axis."""
+    return math.ceil(m / bm), math.ceil(n / bn)
 
 
 def _tma_ok(layout, itemsize):
@@ -361,6 +364,3 @@ def _upload(address, maps, stream):
     for i, tmap in enumerate(maps):
         _runtime.copy_host_to_device(address + 128 * i, tmap.getPtr(), 128, stream)
 
-
-def _log_choice(engine):  # pragma: no cover - debug aid
-    logger.debug("fused matmul: %s kernel", engine.algorithms[0])

@@ -24,7 +24,7 @@ import numpy as np
 from ... import _operands
 from ..._strides import c_strides
 from ._epilog import MatmulEpilog
-from ._problem import MatrixLayout
+from ._problem import MatrixLayout, col_major, row_major
 
 __all__ = ["Staged", "Product", "matrix_strides", "batch_stride", "stage_matrix", "stage_a", "stage_b", "c_in_d_order",
            "result_layout", "expand_c", "bring", "engine_view", "drop_vector_axes", "check_inplace", "inplace_layout"]
@@ -173,7 +173,7 @@ def c_in_d_order(staged, d_layout, product):
     if not d_layout.is_col_major or staged.layout.is_col_major:
         return staged
     m, n, batch_shape = product.m, product.n, product.batch_shape
-    layout = MatrixLayout(m, n, 1, max(m, 1), math.prod(batch_shape), m * n, staged.layout.dtype)
+    layout = col_major(m, n, math.prod(batch_shape), staged.layout.dtype)
     return dataclasses.replace(staged, layout=layout, mode="colmajor", full_shape=(*batch_shape, m, n))
 
 
@@ -203,18 +203,18 @@ def result_layout(epilog, d_dtype, a, b, c, product, result_order=None):
         if result_order == "C":
             raise ValueError(f"result_order='C' is not possible with epilog {epilog.name}: its per-row operand "
                              f"needs a column-major result (use result_order=None or 'F')")
-        row_major = False
+        is_row_major = False
     elif result_order is not None:
-        row_major = result_order == "C"
+        is_row_major = result_order == "C"
     else:
-        row_major = None
+        is_row_major = None
         for staged in (c, a, b):  # the first whose order says something
-            if staged is not None and row_major is None:
-                row_major = _row_major_order(staged.op)
-        row_major = row_major is not False
-    if row_major:
-        return MatrixLayout(m, n, max(n, 1), 1, batch, m * n, d_dtype)
-    return MatrixLayout(m, n, 1, max(m, 1), batch, m * n, d_dtype)
+            if staged is not None and is_row_major is None:
+                is_row_major = _row_major_order(staged.op)
+        is_row_major = is_row_major is not False
+    if is_row_major:
+        return row_major(m, n, batch, d_dtype)
+    return col_major(m, n, batch, d_dtype)
 
 
 def _row_major_order(op):

@@ -56,10 +56,10 @@ import dataclasses
 import logging
 import typing
 
-import ml_dtypes
 import numpy as np
 
 from ... import _cuda
+from ..._dtypes import BFLOAT16, FLOAT8_E4M3, FLOAT8_E5M2
 from ..._memory import check_allocator
 from ...bindings._types import CudaDataType, to_dtype
 from ...bindings.cublaslt import MatmulComputeType
@@ -69,8 +69,7 @@ __all__ = ["MatmulOptions", "MatmulPlanPreferences", "MatmulTypes", "resolve_typ
 
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 C64, C128 = np.dtype(np.complex64), np.dtype(np.complex128)
-BF16 = np.dtype(ml_dtypes.bfloat16)
-E4M3, E5M2 = np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2)
+BF16, E4M3, E5M2 = BFLOAT16, FLOAT8_E4M3, FLOAT8_E5M2
 FLOAT8_DTYPES = (E4M3, E5M2)
 I8, I32, BOOL = np.dtype(np.int8), np.dtype(np.int32), np.dtype(np.bool_)
 #: cuBLASLt's dtypes (bool goes through int8 on the GPU; other integers, long double and object arrays are CPU-only)
@@ -84,6 +83,7 @@ _COMPUTE = {F16: ("32F", "16F"), BF16: ("32F",), F32: ("32F", "32F_FAST_TF32", "
             F64: ("64F",), C64: ("32F", "32F_FAST_TF32"), C128: ("64F",), I8: ("32I",)}
 _FLOAT8_RESULTS = (E4M3, E5M2, BF16, F16, F32)
 _NUMPY_KINDS = "biufcO"  # what numpy.matmul takes (NATIVE products on the CPU)
+_ML_DTYPES = {dtype.name: dtype for dtype in (BF16, E4M3, E5M2)}
 
 
 def is_floating(dtype):
@@ -106,8 +106,8 @@ def _as_dtype(value, name):
         return None
     if isinstance(value, CudaDataType):
         value = to_dtype(value)
-    if isinstance(value, str) and value in ("float8_e4m3fn", "float8_e5m2", "bfloat16"):
-        return np.dtype(getattr(ml_dtypes, value))
+    if isinstance(value, str) and value in _ML_DTYPES:  # names NumPy does not know
+        return _ML_DTYPES[value]
     try:
         return np.dtype(value)
     except TypeError:

@@ -10,8 +10,9 @@ at least one argument, and a package change is a TypeError.
 
 import numpy as np
 
-from ..... import _cuda
+from ..... import _cuda, _runtime
 from ..... import matmul as _native_matmul
+from ....._errors import InvalidPlanStateError
 from .....bindings._types import cuda_data_type, to_dtype
 from .....host.matmul import Matmul as _NativeMatmul
 from .....host.matmul import MatmulOptions as _NativeOptions
@@ -142,11 +143,18 @@ def _conjugated(operand):
     return conjugate.resolve_conj() if hasattr(conjugate, "resolve_conj") else conjugate
 
 
+def _used_inputs(epilog, epilog_inputs, logger):
+    """``epilog_inputs``, or None (with nvmath's warning) when there is no epilog to use them."""
+    if epilog is None and epilog_inputs:
+        logger.warning(f"Matmul: The provided epilog inputs {epilog_inputs.keys()} are ignored since an epilog is not "
+                       f"specified.")
+        return None
+    return epilog_inputs
+
+
 def _device_memory(device_id):
-    from cuda.bindings import runtime
-    from ..... import _runtime
     with _runtime.device_scope(device_id):
-        status, free, total = runtime.cudaMemGetInfo()
+        free, total = _runtime.call("cudaMemGetInfo")
     return int(total)
 
 
@@ -177,10 +185,7 @@ class Matmul:
     def plan(self, *, preferences=None, algorithms=None, epilog=None, epilog_inputs=None, stream=None):
         """Plan the product (with an epilog and its inputs); returns the candidate algorithms, best first."""
         self._check_valid()
-        if epilog is None and epilog_inputs:
-            self.logger.warning(f"Matmul: The provided epilog inputs {epilog_inputs.keys()} are ignored since an "
-                                f"epilog is not specified.")
-            epilog_inputs = None
+        epilog_inputs = _used_inputs(epilog, epilog_inputs, self.logger)
         if epilog_inputs and "aux_quantization_scale" in epilog_inputs:
             raise NotImplementedError("epilog input 'aux_quantization_scale' (float8 epilog auxiliary output): not "
                                       "available in mathpy's matmul")
@@ -239,7 +244,6 @@ class Matmul:
 
     def _check_valid(self):
         if self._freed:
-            from ..... import InvalidPlanStateError
             raise InvalidPlanStateError("The Matmul object cannot be used after resources are free'd")
 
 
@@ -257,10 +261,7 @@ def matmul(a, b, /, c=None, *, alpha=None, beta=None, epilog=None, epilog_inputs
     options = check_or_create_options(MatmulOptions, options, "Matrix multiplication options")
     logger = object_logger(options.logger)
     t = _Call(a, b, c, alpha, beta, qualifiers, quantization_scales, options, logger)
-    if epilog is None and epilog_inputs:
-        logger.warning(f"Matmul: The provided epilog inputs {epilog_inputs.keys()} are ignored since an epilog is not "
-                       f"specified.")
-        epilog_inputs = None
+    epilog_inputs = _used_inputs(epilog, epilog_inputs, logger)
     return _native_matmul(t.a, t.b, t.c, alpha=t.alpha, beta=t.beta, epilog=epilog, epilog_inputs=epilog_inputs,
                           options=t.options, preferences=t.preferences(preferences), execution=t.execution,
                           stream=stream, quantization_scales=t.scales)

@@ -1,8 +1,8 @@
-"""nvmath's matmul options, preferences, scales and enumerations, and their translation into mathpy's.
+"""nvmath's matmul options, preferences, scales and enumerations.
 
-The dataclasses are nvmath-python's (mutable, the same fields, defaults and checks); :func:`native_options` and
-:func:`native_preferences` turn them into :class:`mathpy.MatmulOptions` / :class:`mathpy.MatmulPlanPreferences`,
-refusing by name what mathpy's matmul cannot express.
+The dataclasses are nvmath-python's (mutable, the same fields, defaults and checks); ``_matmul`` turns them into
+:class:`mathpy.MatmulOptions` / :class:`mathpy.MatmulPlanPreferences` (``_Call``), refusing by name what mathpy's
+matmul cannot express.
 """
 
 import dataclasses
