@@ -11,7 +11,7 @@ import functools
 
 from ._errors import CUDALibraryError
 
-__all__ = ["call", "device_scope", "synchronize", "copy_host_to_device", "copy_device_to_device", "Event", "EventTimer"]
+__all__ = ["call", "device_scope", "bind_primary_context", "synchronize", "copy_host_to_device", "copy_device_to_device", "Event", "EventTimer"]
 
 
 @functools.cache
@@ -28,6 +28,43 @@ def call(name, *args):
     if not values:
         return None
     return values[0] if len(values) == 1 else tuple(values)
+
+
+@functools.cache
+def _driver():
+    from cuda.bindings import driver
+    return driver
+
+
+def bind_primary_context(device_id):
+    """Make ``device_id``'s primary context current on this thread when the thread has no current context; True if
+    it did (the caller may then retry a launch that failed).
+
+    A thread that has made no CUDA runtime call has none: torch's autograd device threads, or a new Python thread
+    whose tensors come from torch's caching allocator. cuBLASLt and cuFFT launch some kernels through the driver, and
+    there the launch fails (cuFFT says CUFFT_EXEC_FAILED) before any work is queued. Checking only after a failure
+    keeps the hot path free of the check; ``cudaGetDevice`` cannot tell, since it answers 0 on such a thread."""
+    driver = _driver()
+    status, context = driver.cuCtxGetCurrent()
+    if int(status) or int(context):
+        return False
+    context = _primary_context(device_id)
+    (status,) = driver.cuCtxSetCurrent(context)
+    if int(status):
+        raise CUDALibraryError("cuda", "cuCtxSetCurrent", int(status), getattr(status, "name", str(status)))
+    return True
+
+
+@functools.cache
+def _primary_context(device_id):
+    """The device's primary context, retained once per process (the runtime, torch and CuPy share it)."""
+    driver = _driver()
+    status, device = driver.cuDeviceGet(device_id)
+    if not int(status):
+        status, context = driver.cuDevicePrimaryCtxRetain(device)
+    if int(status):
+        raise CUDALibraryError("cuda", "cuDevicePrimaryCtxRetain", int(status), getattr(status, "name", str(status)))
+    return context
 
 
 @contextlib.contextmanager

@@ -184,3 +184,40 @@ def test_sixteen_threads_share_one_fft_plan(cp):
     errors = _in_threads(work)
     shared.free()
     assert not errors, errors[:3]
+
+
+@pytest.mark.parametrize("package", ["torch", "cupy"])
+def test_a_thread_without_a_cuda_context(package):
+    """A thread that has made no CUDA runtime call has no current context (torch's autograd threads are such). A plan
+    made on the main thread runs there: the first H200 run of mathpy.torch's backward gave CUFFT_EXEC_FAILED when the
+    C2C plan of the forward was executed by torch's autograd thread."""
+    xp = pytest.importorskip(package)
+    from cuda.bindings import driver
+    as_array = (lambda h: xp.asarray(h, device="cuda")) if package == "torch" else xp.asarray
+    to_host = (lambda t: t.cpu().numpy()) if package == "torch" else xp.asnumpy
+    host_x = rand((3, 7), np.complex128, seed=11)
+    host_a, host_b = rand((24, 16), np.float64, seed=12), rand((16, 8), np.float64, seed=13)
+    x, a, b = as_array(host_x), as_array(host_a), as_array(host_b)
+    mfft.fft(x), matmul(a, b)  # planned (and the calls remembered) on this thread
+    outcome = {}
+
+    def work():
+        status, context = driver.cuCtxGetCurrent()
+        outcome["context"] = int(context)  # the premise: no context before mathpy's calls
+        try:
+            outcome["fft"], outcome["matmul"] = to_host(mfft.fft(x)), to_host(matmul(a, b))
+            outcome["ifft"] = to_host(mfft.ifft(x))  # the same plan, the other direction (the backward's pattern)
+        except BaseException as error:  # noqa: BLE001 (reported by the main thread)
+            outcome["error"] = error
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    assert outcome["context"] == 0, "the new thread already had a current context: this test would prove nothing"
+    assert "error" not in outcome, outcome["error"]
+    reference = host_x.astype(np.clongdouble)
+    assert_fft_close(outcome["fft"], np.fft.fft(reference), np.float64, 7, "fft on a thread without a context")
+    assert_fft_close(outcome["ifft"], np.fft.ifft(reference), np.float64, 7, "ifft on a thread without a context")
+    exact = host_a.astype(np.longdouble) @ host_b
+    assert_within(outcome["matmul"], exact, matmul_bound(host_a, host_b, np.float64, exact=exact),
+                  "matmul on a thread without a context")

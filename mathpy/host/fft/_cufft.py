@@ -58,6 +58,7 @@ from ._layout import Transform, cufft_params
 
 __all__ = ["CUFFTEngine", "live_handles"]
 
+_EXEC_FAILED = 6  # CUFFT_EXEC_FAILED (bindings.cufft.STATUS_NAMES): also what a launch on a thread without a context gives
 _live_handles = [0]  # cuFFT handles this process created and has not destroyed yet (leak tests read it)
 
 
@@ -211,7 +212,7 @@ class CUFFTEngine:
                 if self._free_pending and not self._busy:
                     self._free()
             if status:
-                cufft.check("cufftXtExec", status)
+                self._exec_failed(status, handle, input_ptr, output_ptr, direction)
         return run
 
     def _execute(self, input_ptr, output_ptr, direction, stream):
@@ -253,11 +254,19 @@ class CUFFTEngine:
         if self._offsets is None:
             status = self._exec(handle, input_ptr, output_ptr, direction)
             if status:
-                cufft.check("cufftXtExec", status)
+                self._exec_failed(status, handle, input_ptr, output_ptr, direction)
         else:
             self._execute_loop(handle, input_ptr, output_ptr, direction, stream)
         if workspace is not None:  # the launch is queued: the pool may reuse it for later work on this stream
             workspace.release()
+
+    def _exec_failed(self, status, handle, input_ptr, output_ptr, direction):
+        """Raise for a failed cufftXtExec, unless it failed only because this thread had no current context (see
+        :func:`mathpy._runtime.bind_primary_context`): then bind the device's and run it again."""
+        if status == _EXEC_FAILED and _runtime.bind_primary_context(self.device_id):
+            status = self._exec(handle, input_ptr, output_ptr, direction)
+        if status:
+            cufft.check("cufftXtExec", status)
 
     def release_workspace(self):
         """Give the home workspace back now (a caller's memory manager's after the work queued on the home stream);
@@ -341,7 +350,7 @@ class CUFFTEngine:
                 continue
             status = self._exec(handle, ip, op, direction)
             if status:
-                cufft.check("cufftXtExec", status)
+                self._exec_failed(status, handle, ip, op, direction)
 
     def _execute_one_staged(self, handle, input_ptr, output_ptr, direction, stream):
         """One execute of the plan on aligned copies of the spans it touches (device-to-device, ordered on
@@ -366,7 +375,7 @@ class CUFFTEngine:
             staged_in, staged_out = stage(input_ptr, in_span), stage(output_ptr, out_span)
         status = self._exec(handle, staged_in, staged_out, direction)
         if status:
-            cufft.check("cufftXtExec", status)
+            self._exec_failed(status, handle, staged_in, staged_out, direction)
         _runtime.copy_device_to_device(output_ptr, staged_out, nbytes, stream)
 
     def free(self):

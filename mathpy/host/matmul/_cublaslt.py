@@ -433,11 +433,19 @@ class CublasLtEngine:
         else:
             status = self._matmul(*args)  # _launch, inlined: this is the hot path
             if status:
-                lt.library.check("cublasLtMatmul", status)
+                self._launch_failed(status, args)
 
     def _launch(self, args):
         """cublasLtMatmul on the argument list; a failed status raises CUDALibraryError."""
         status = self._matmul(*args)
+        if status:
+            self._launch_failed(status, args)
+
+    def _launch_failed(self, status, args):
+        """Raise for a failed cublasLtMatmul, unless it failed only because this thread had no current context (see
+        :func:`mathpy._runtime.bind_primary_context`): then bind the device's and launch again."""
+        if _runtime.bind_primary_context(self.device_id):
+            status = self._matmul(*args)
         if status:
             lt.library.check("cublasLtMatmul", status)
 
