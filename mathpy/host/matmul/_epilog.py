@@ -116,6 +116,8 @@ _SPECS = {
 del E
 
 _VALUES = frozenset(e.value for e in MatmulEpilog)
+# by name, in a plain dict: torch.compile (dynamo in torch 2.11) cannot trace ``in MatmulEpilog.__members__``
+_NAMES = {e.name: e for e in MatmulEpilog}
 EPILOG_INPUT_NAMES = ("bias", "relu_aux", "gelu_aux")
 EPILOG_OUTPUT_NAMES = ("relu_aux", "gelu_aux", "drelu_bgrad", "dgelu_bgrad", "bgrada", "bgradb")
 
@@ -127,8 +129,8 @@ def as_epilog(value):
         return None
     if isinstance(value, MatmulEpilog):
         epilog = value
-    elif isinstance(value, str) and value.upper() in MatmulEpilog.__members__:
-        epilog = MatmulEpilog[value.upper()]
+    elif isinstance(value, str) and value.upper() in _NAMES:
+        epilog = _NAMES[value.upper()]
     elif isinstance(value, int) and not isinstance(value, bool) and value in _VALUES:
         epilog = MatmulEpilog(value)
     else:
