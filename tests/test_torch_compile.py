@@ -28,27 +28,33 @@ def randn(*shape, dtype=F64, device="cpu", seed=0):
     return torch.randn(*shape, dtype=dtype, generator=g).to(device).requires_grad_()
 
 
-def test_ops_pass_opcheck(device):
+def _opcheck_cases(device):
     c = dict(dtype=torch.complex128, device=device)
-    cases = [
-        (_fft.fft_c2c, (randn(3, 8, **c), [1], "ortho", True)),
-        (_fft.fft_c2c, (randn(2, 3, 4, **c), [0, 2], "backward", False)),
-        (_fft.fft_r2c, (randn(3, 8, device=device), [0, 1], "backward")),
-        (_fft.fft_c2r, (randn(3, 5, **c), [0, 1], "forward", 9)),
-        (_matmul.matmul, (randn(3, 4, device=device), randn(4, 5, device=device), None, 1.0, 0.0, "GELU_AUX_BIAS",
-                          randn(3, device=device), None, "", "")),
-        (_matmul.matmul, (randn(2, 3, 4, device=device), randn(4, device=device), randn(3, device=device), 0.5, 2.0,
-                          "DEFAULT", None, None, "", "")),
-        (_matmul.matmul, (randn(3, 4, dtype=torch.float32, device=device), randn(5, 4, dtype=torch.float32,
-                          device=device).mT, None, 1.0, 0.0, "RELU_BIAS", randn(3, dtype=torch.float32,
-                          device=device), None, "", "")),
-        (_linear.mlp_op, (randn(2, 3, 5, device=device), randn(9, 5, device=device), randn(9, device=device),
-                          randn(4, 9, device=device), randn(4, device=device), "gelu", True)),
-        (_linear.mlp_op, (randn(6, 5, device=device), randn(9, 5, device=device), None, randn(4, 9, device=device),
-                          None, "relu", True)),
-    ]
-    for op, args in cases:
-        torch.library.opcheck(op, args)
+    f32 = dict(dtype=torch.float32, device=device)
+    return {
+        "fft_c2c 1-D": (_fft.fft_c2c, (randn(3, 8, **c), [1], "ortho", True)),
+        "fft_c2c 2 of 3 axes": (_fft.fft_c2c, (randn(2, 3, 4, **c), [0, 2], "backward", False)),
+        "fft_r2c": (_fft.fft_r2c, (randn(3, 8, device=device), [0, 1], "backward")),
+        "fft_c2r odd": (_fft.fft_c2r, (randn(3, 5, **c), [0, 1], "forward", 9)),
+        "matmul GELU_AUX_BIAS": (_matmul.matmul, (randn(3, 4, device=device), randn(4, 5, device=device), None, 1.0,
+                                                  0.0, "GELU_AUX_BIAS", randn(3, device=device), None, "", "")),
+        "matmul batched vector c": (_matmul.matmul, (randn(2, 3, 4, device=device), randn(4, device=device),
+                                                     randn(3, device=device), 0.5, 2.0, "DEFAULT", None, None, "",
+                                                     "")),
+        "matmul float32 RELU_BIAS": (_matmul.matmul, (randn(3, 4, **f32), randn(5, 4, **f32).mT, None, 1.0, 0.0,
+                                                      "RELU_BIAS", randn(3, **f32), None, "", "")),
+        "mlp gelu": (_linear.mlp_op, (randn(2, 3, 5, device=device), randn(9, 5, device=device),
+                                      randn(9, device=device), randn(4, 9, device=device), randn(4, device=device),
+                                      "gelu", True)),
+        "mlp relu no bias": (_linear.mlp_op, (randn(6, 5, device=device), randn(9, 5, device=device), None,
+                                              randn(4, 9, device=device), None, "relu", True)),
+    }
+
+
+@pytest.mark.parametrize("case", list(_opcheck_cases("meta")))
+def test_ops_pass_opcheck(device, case):
+    op, args = _opcheck_cases(device)[case]
+    torch.library.opcheck(op, args)
 
 
 class Model(torch.nn.Module):
