@@ -25,7 +25,7 @@ import torch
 from ..host.matmul import matmul as _mathpy_matmul
 from ..host.matmul._epilog import epilog_spec, gelu_aux_rows, relu_aux_rows
 from ._common import plain, requires_grad
-from ._matmul import gelu_grad, matmul, product
+from ._matmul import clear_aux_padding, gelu_grad, matmul, product
 
 __all__ = ["Linear", "MLP", "linear", "mlp"]
 
@@ -118,6 +118,8 @@ def mlp_op(x: torch.Tensor, w1: torch.Tensor, b1: Optional[torch.Tensor], w2: to
     empty."""
     x2 = plain(x).reshape(-1, w1.shape[1])
     h, aux = _layer(x2, plain(w1), plain(b1), _epilog(activation, b1 is not None, keep))
+    if aux is not None:
+        clear_aux_padding(aux, f"{activation}_aux", w1.shape[0])
     y, _ = _layer(h, plain(w2), plain(b2), _epilog(None, b2 is not None, False))
     return y.reshape(*x.shape[:-1], w2.shape[0]), h, (aux if aux is not None else h.new_empty(0))
 

@@ -33,7 +33,7 @@ from ..host.matmul import matmul as _mathpy_matmul
 from ..host.matmul._epilog import epilog_spec, gelu_aux_rows, relu_aux_rows
 from ._common import plain, reason, refuse, requires_grad
 
-__all__ = ["matmul", "route", "product", "gelu_grad", "encode_options"]
+__all__ = ["matmul", "route", "product", "gelu_grad", "encode_options", "clear_aux_padding"]
 
 _ANY_ORDER = ("DEFAULT", "RELU", "GELU")  # epilogs without a per-row operand: D may be stored either way
 _DIFFERENTIABLE = ("DEFAULT", "RELU", "BIAS", "RELU_BIAS", "GELU", "GELU_BIAS", "RELU_AUX", "RELU_AUX_BIAS",
@@ -62,7 +62,19 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: Optional[torch.Tensor], alpha: N
     d, outputs = result if spec.outputs else (result, {})
     d_like, extra_like = _fake(a, b, c, spec, d.dtype, "meta")  # the layouts the fake promises, allocating nothing
     extra = outputs[spec.outputs[0]] if spec.outputs else d.new_empty(0)
-    return _in_layout(d, d_like), _in_layout(extra, extra_like)
+    extra = _in_layout(extra, extra_like)
+    if spec.outputs:
+        clear_aux_padding(extra, spec.outputs[0], 1 if a.dim() == 1 else a.shape[-2])
+    return _in_layout(d, d_like), extra
+
+
+def clear_aux_padding(aux, name, m):
+    """Zero the rows of a RELU/GELU aux matrix past the ``m`` rows of the product (cuBLASLt's leading dimension is
+    rounded up and it never writes the rest): an op's outputs must be a function of its inputs, and torch.compile's
+    AOT check compares them whole (the H200 found allocator leftovers there). No work when m needs no padding."""
+    used = {"gelu_aux": m, "relu_aux": -(-m // 8)}.get(name)
+    if used is not None and aux.shape[-2] > used:
+        aux[..., used:, :].zero_()
 
 
 @matmul.register_fake
