@@ -10,6 +10,12 @@ Packages are imported only when an operand of theirs arrives, so ``import mathpy
 
 dtypes are NumPy dtypes throughout; bfloat16 and float8 are the ``ml_dtypes`` ones (:mod:`mathpy._dtypes`).
 
+A torch tensor with a lazy conjugate or negative bit (``x.conj()`` of a complex tensor, ``x.conj().imag``) keeps the
+values before that bit in its memory, which is what mathpy's engines read. :func:`wrap_operand` therefore reads it as
+a resolved copy made when it is wrapped (a stateful FFT or Matmul holds that copy: later writes through the lazy view
+do not reach it), and refuses one that mathpy would write into (``out=``, an in-place operand), as the writes would go
+to the copy. The stateless calls' prepared calls, which run on a tensor's address, never run on such a tensor.
+
 >>> import numpy as np
 >>> op = wrap_operand(np.ones((4, 6), dtype=np.float32)[:, ::2])
 >>> op.package, op.shape, op.strides, op.dtype, op.device_id
@@ -67,11 +73,13 @@ def _wrap(package, array):
     return Operand(array, package.name, *package.describe(array))
 
 
-def wrap_operand(obj, name="operand"):
-    """Wrap any supported array (see the module docstring) as an :class:`Operand`."""
+def wrap_operand(obj, name="operand", written=False):
+    """Wrap any supported array (see the module docstring) as an :class:`Operand`; ``written``: mathpy writes into it
+    (a lazy torch view is then refused, naming ``name``, instead of read as a resolved copy)."""
     package = package_of(obj)
     if package is not None:
-        return _wrap(_packages.get(package), obj)
+        interface = _packages.get(package)
+        return _wrap(interface, interface.resolved(obj, name if written else None))
     if hasattr(obj, "__cuda_array_interface__"):
         holder = _packages.get(device_package())
         return _wrap(holder, holder.adopt(obj))
@@ -100,9 +108,11 @@ def _not_an_array(name, obj):
             f"sequences of numbers, and objects with __dlpack__ or __cuda_array_interface__)")
 
 
-def wrap_operands(named):
-    """Wrap ``{name: array or None}``; all must share one package and one device, else a ValueError names them."""
-    wrapped = {key: (None if value is None else wrap_operand(value, key)) for key, value in named.items()}
+def wrap_operands(named, written=()):
+    """Wrap ``{name: array or None}`` (those named in ``written`` as written into); all must share one package and one
+    device, else a ValueError names them."""
+    wrapped = {key: (None if value is None else wrap_operand(value, key, key in written))
+               for key, value in named.items()}
     present = [(key, op) for key, op in wrapped.items() if op is not None]
     first_key, first = present[0]
     for key, op in present[1:]:

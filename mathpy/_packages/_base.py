@@ -33,13 +33,22 @@ class ArrayPackage:
 
     def facts(self, array):
         """``(key, address)``: cheap hashable facts that fix the array's layout and place (shape, strides, dtype,
-        device, in the package's own terms) and its address: what the stateless calls key their prepared calls on."""
+        device, in the package's own terms) and its address: what the stateless calls key their prepared calls on.
+        ``(None, 0)`` when the address does not hold the array's values (see :meth:`resolved`): no prepared call may
+        run on it."""
         shape, strides, dtype, device_id, pointer = self.describe(array)
         return (tuple(shape), tuple(strides), dtype, device_id), pointer
 
     def pointer(self, array):
         """The address of the array's first element."""
         raise NotImplementedError
+
+    def resolved(self, array, written=None):
+        """``array`` with the values it stands for in its own memory: itself, except that a lazy view (a torch tensor
+        with a conjugate or negative bit, whose memory holds the values before conjugation or negation) becomes a
+        resolved copy. ``written``: the argument's name when mathpy writes into the array; a lazy view is then
+        refused with a ValueError naming it, as writes into the copy would never reach the caller's tensor."""
+        return array
 
     def numpy_dtype(self, native):
         """The NumPy dtype of the package's dtype ``native`` (TypeError when mathpy has none for it)."""

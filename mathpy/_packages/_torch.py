@@ -64,7 +64,20 @@ class TorchPackage(ArrayPackage):
         return tensor.shape, tensor.stride(), dtype, device_id, tensor.data_ptr()
 
     def facts(self, tensor):
+        if tensor.is_conj() or tensor.is_neg():  # data_ptr() holds the values before the lazy bit applies
+            return None, 0
         return (tensor.shape, tensor.stride(), tensor.dtype, tensor.device), tensor.data_ptr()
+
+    def resolved(self, tensor, written=None):
+        # torch applies a conjugate / negative bit only inside its own kernels; mathpy's engines read the raw memory
+        if not (tensor.is_conj() or tensor.is_neg()):
+            return tensor
+        if written is not None:
+            bit, view, fix = ("conjugate", "a lazy .conj() view", ".resolve_conj()") if tensor.is_conj() else \
+                ("negative", "a lazy view such as x.conj().imag", ".resolve_neg()")
+            raise ValueError(f"{written}: a torch tensor with its {bit} bit set ({view}) cannot be written through; "
+                             f"pass a resolved tensor ({fix})")
+        return tensor.resolve_conj().resolve_neg()
 
     def pointer(self, tensor):
         return tensor.data_ptr()

@@ -9,7 +9,9 @@ FFT_DOCS = {
     **COMMON,
     "a": """\
 Input array: a NumPy, CuPy or torch array (on the CPU or a GPU), a sequence of numbers, or an object
-with ``__dlpack__`` / ``__cuda_array_interface__``.""",
+with ``__dlpack__`` / ``__cuda_array_interface__``. A torch tensor with a lazy conjugate or negative bit
+(``x.conj()``, ``x.conj().imag``) is read as its values, resolved into a copy when it is given; one to
+be transformed in place is refused.""",
     "n": """\
 Length of the transformed axis of the output: the input is cropped or zero-padded to it along ``axis``.
 Default: the input's length along ``axis``.""",

@@ -58,7 +58,7 @@ def _out_operand(out, op):
             not hasattr(out, "__dlpack__"):
         raise TypeError(f"return arrays must be of ArrayType (out= must be a NumPy, CuPy or torch array, not "
                         f"{type(out).__name__})")
-    return _operands.wrap_operands({"a": op.tensor, "out": out})["out"]
+    return _operands.wrap_operands({"a": op.tensor, "out": out}, written=("out",))["out"]
 
 
 def scope(op, stream):
@@ -171,6 +171,15 @@ def _odd(options):
     return getattr(options, "last_axis_parity", "even") == "odd"
 
 
+def _inplace(options):
+    """Whether ``options`` (None, a dict or FFTOptions) ask for a transform into the caller's array."""
+    if options is None:
+        return False
+    if isinstance(options, dict):
+        options = check_or_create_options(FFTOptions, options, "options")
+    return getattr(options, "inplace", False) is True
+
+
 def _finish_out(out_op, result):
     if out_op is None or result is out_op.tensor:
         return result
@@ -185,7 +194,7 @@ def one_d(name, kind, inverse, a, n, axis, norm, out, prolog, epilog, options, e
     result, key = _stateless.reuse(name, (n, axis, norm), a, out, prolog, epilog, options, execution, stream)
     if result is not None:
         return result
-    op = _operands.wrap_operand(a, "a")
+    op = _operands.wrap_operand(a, "a", written=_inplace(options))
     lengths, axes = cook_1d(op.shape, n, axis, kind == "C2R", odd=kind == "C2R" and _odd(options))
     return _run(name, kind, op, axes, lengths, norm, out, inverse, prolog, epilog, options, execution, stream, key)
 
@@ -198,7 +207,7 @@ def n_d(name, kind, inverse, a, s, axes, norm, out, prolog, epilog, options, exe
                                    execution, stream)
     if result is not None:
         return result
-    op = _operands.wrap_operand(a, "a")
+    op = _operands.wrap_operand(a, "a", written=_inplace(options))
     lengths, axes, warned = cook_nd(op.shape, s, axes, kind == "C2R", odd=kind == "C2R" and _odd(options))
     if warned:
         key = None  # every call warns, as NumPy's does

@@ -161,7 +161,8 @@ class FFT:
     operand : array
         {a}
         float32, float64, complex64 or complex128 (long double on the CPU); the stateless functions promote
-        other dtypes.
+        other dtypes. The FFT keeps the resolved copy of a lazy torch view: later writes through that view do not
+        reach it (:meth:`reset_operand` takes a new one).
     axes : sequence of ints, optional
         One to three distinct axes to transform (default: all); for R2C and C2R the last one is the halved axis.
     options : FFTOptions or dict, optional
@@ -178,7 +179,8 @@ class FFT:
         An operand that is not an array or has another dtype; long double with GPU execution.
     ValueError
         Repeated or out-of-range axes, more than three axes, an ``fft_type`` the dtype does not allow, a zero-size
-        axis, an in-place FFT that is not C2C or whose operand lives elsewhere.
+        axis, an in-place FFT that is not C2C or whose operand lives elsewhere or is a lazy torch view (conjugate or
+        negative bit).
     :class:`~mathpy.UnsupportedLayoutError`
         An in-place FFT of a layout the library cannot address.
     {no_device}
@@ -209,8 +211,8 @@ class FFT:
     """
 
     def __init__(self, operand, axes=None, options=None, execution=None, stream=None):
-        op = _operands.wrap_operand(operand)
         options = check_or_create_options(FFTOptions, options, "options")
+        op = _operands.wrap_operand(operand, "operand", written=options.inplace)
         execution = resolve_execution(execution, op.device_id)
         problem = fft_problem(op, None if axes is None else normalize_axes(axes, op.ndim), options, execution)
         self._setup(op, problem, stream, None)
@@ -403,15 +405,17 @@ class FFT:
         Parameters
         ----------
         operand : array, optional
-            An array of the planned operand's package, device, shape, strides and dtype. None drops the reference
-            to the current one (:meth:`execute` then raises until an operand is given).
+            An array of the planned operand's package, device, shape, strides and dtype (a lazy torch view: its
+            resolved copy, taken now). None drops the reference to the current one (:meth:`execute` then raises
+            until an operand is given).
         stream : int or stream object, optional
             The stream the operand was made on: the FFT's stream from now on.
 
         Raises
         ------
         ValueError
-            Any of those differs (nothing changes); an in-place FFT's operand is not writable.
+            Any of those differs (nothing changes); an in-place FFT's operand is not writable (read-only, or a
+            lazy torch view).
         :class:`~mathpy.InvalidPlanStateError`
             The FFT was freed.
         """
@@ -420,7 +424,7 @@ class FFT:
             self._op = None
             self._grad = tuple(n for n in self._grad if n != "operand")
         else:
-            new = _operands.wrap_operand(operand)
+            new = _operands.wrap_operand(operand, "reset_operand: operand", written=self._problem.options.inplace)
             for what, planned in zip(("package", "device_id", "shape", "strides", "dtype"), self._facts):
                 if getattr(new, what) != planned:
                     raise ValueError(f"reset_operand: the new operand's {what} {getattr(new, what)!r} differs from "

@@ -58,19 +58,24 @@ def _callback_facts(value):
     if package is None:
         return MISSED
     facts, address = package.facts(data)
+    if facts is None:  # a lazy view: the plan must read a resolved copy, made per call
+        return MISSED
     return value.function, package.name, facts, address  # the address too: the plan reads the data in place
 
 
 def reuse(name, params, a, out, prolog, epilog, options, execution, stream):
     """``(result, None)`` when the prepared call remembered for this call's facts ran, else ``(None, key)``: the key
     under which the full path may leave its prepared call (None: this call cannot reuse one: ``out=``, a dict of
-    options, user data copied at every call, unhashable arguments)."""
+    options, user data copied at every call, an operand or user data whose address does not hold its values (a lazy
+    torch view), unhashable arguments)."""
     if out is not None or type(options) is dict:
         return None, None
     package = _packages.interface_of(a)
     if package is None:
         return None, None
     facts, pointer = package.facts(a)
+    if facts is None:  # a lazy view (a torch conjugate / negative bit): its address holds other values
+        return None, None
     pro = None if prolog is None else _callback_facts(prolog)
     epi = None if epilog is None else _callback_facts(epilog)
     if pro is MISSED or epi is MISSED:

@@ -13,9 +13,12 @@ a, b : array
     ``__dlpack__`` / ``__cuda_array_interface__``. numpy.matmul's rules: 1-D operands are a row (``a``) or a
     column (``b``) whose axis is dropped from the result, batch dimensions broadcast, mixed dtypes are promoted
     as NumPy promotes them. Any stride is taken (transposed and strided operands are not copied when the library
-    can address them).
+    can address them). A torch tensor with a lazy conjugate or negative bit (``x.conj()``, ``x.conj().imag``) is
+    read as its values, resolved into a copy when it is given: a :class:`~mathpy.Matmul` keeps that copy, so later
+    writes through the view do not reach it (``reset_operands`` takes a new one).
 c : array, optional
-    Added to the product (``beta * c``); it broadcasts to the result's shape and has the result's dtype.
+    Added to the product (``beta * c``); it broadcasts to the result's shape and has the result's dtype. A lazy
+    torch view as ``c`` of an in-place product (``MatmulOptions(inplace=True)``) is refused: it cannot be written.
 alpha : number, optional
     Scales the product (default 1): an integer for integer operands, 0 or 1 for bool ones.
 beta : number, optional
@@ -45,7 +48,7 @@ ValueError
     Shapes that do not match (``a``'s columns and ``b``'s rows, batch dimensions, ``c``), a bad option or
     epilog, an epilog input of the wrong shape or a misspelled one (named, with the epilog's inputs), an epilog
     on non-floating operands, ``result_order="C"`` with an epilog that needs a column-major result, a product
-    cuBLASLt has no algorithm for.
+    cuBLASLt has no algorithm for, a lazy torch view (conjugate or negative bit) as ``c`` of an in-place product.
 :class:`~mathpy.NoDeviceError`
     GPU execution was asked for on a machine without a usable GPU.""",
     "notes": """\
@@ -143,7 +146,8 @@ Raises
 Parameters
 ----------
 a, b, c : array, optional
-    New operands of the same shapes, dtypes, layouts, package and device as the planned ones.
+    New operands of the same shapes, dtypes, layouts, package and device as the planned ones (a lazy torch
+    view: its resolved copy, taken now).
 epilog_inputs : dict, optional
     New epilog inputs by name (after :meth:`plan`).
 alpha, beta : number, optional
@@ -157,7 +161,7 @@ Raises
 ------
 ValueError
     An operand that differs from the planned one (nothing changes), ``c`` for a Matmul built without it, an
-    epilog input the plan's epilog does not take. After :meth:`release_operands` every operand must be
+    epilog input the plan's epilog does not take, a lazy torch view as ``c`` of an in-place product. After :meth:`release_operands` every operand must be
     given again.
 :class:`~mathpy.InvalidPlanStateError`
     The Matmul was freed.""",

@@ -128,7 +128,7 @@ class Matmul:
         for name, value in (("a", a), ("b", b)):
             if value is None:  # wrap_operands takes None for "no operand" (c)
                 _operands.wrap_operand(value, name)  # TypeError: "a: expected an array, got NoneType"
-        ops = _operands.wrap_operands({"a": a, "b": b, "c": c})
+        ops = _operands.wrap_operands({"a": a, "b": b, "c": c}, written=("c",) if options.inplace else ())
         self._grad = _torch_route.grad_names(a=a, b=b, c=c)  # no backward here: execute refuses in grad mode
         a_op, b_op, c_op = ops["a"], ops["b"], ops["c"]
         if a_op.ndim == 0 or b_op.ndim == 0:
@@ -435,7 +435,7 @@ class Matmul:
                 continue
             if name not in self._staged:
                 raise ValueError("reset_operands(c=...): the Matmul was built without c")
-            op = _operands.wrap_operand(value, name)
+            op = _operands.wrap_operand(value, name, written=name == "c" and self._options.inplace)
             if name == "c":
                 if tuple(op.shape) != self._c_shape:
                     raise ValueError(f"reset_operands: c has shape {op.shape}, the plan was built for {self._c_shape}")

@@ -122,17 +122,22 @@ _NO_INPUTS = types.MappingProxyType({})
 
 def _call_key(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution):
     """``(key, (a, b, c, epilog input) addresses)``, or ``(None, None)`` when the call cannot reuse a prepared call:
-    only calls whose operands are all device arrays of one package, read where they lie, are remembered."""
+    only calls whose operands are all device arrays of one package, read where they lie and holding their values there
+    (no lazy torch view), are remembered."""
     package = _packages.interface_of(a)
     if package is None or not package.device_arrays or _packages.interface_of(b) is not package:
         return None, None
     facts_a, address_a = package.facts(a)
     facts_b, address_b = package.facts(b)
+    if facts_a is None or facts_b is None:  # a lazy view (a torch conjugate / negative bit): Matmul reads it resolved
+        return None, None
     facts_c = address_c = None
     if c is not None:
         if _packages.interface_of(c) is not package:
             return None, None
         facts_c, address_c = package.facts(c)
+        if facts_c is None:
+            return None, None
     inputs, addresses = None, _NO_INPUTS
     if epilog_inputs:
         if type(epilog_inputs) is not dict:
@@ -143,6 +148,8 @@ def _call_key(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences,
             if _packages.interface_of(value) is not package:
                 return None, None
             facts, addresses[name] = package.facts(value)
+            if facts is None:
+                return None, None
             inputs.append((name, facts))
         inputs = tuple(inputs)
     if type(options) is dict:
