@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mathpy._errors import UnsupportedLayoutError
+from mathpy.host.fft._cufft import _split
 from mathpy.host.fft._layout import (MAX_LOOPED_EXECUTES, Transform, c_strides, cufft_expressible, cufft_params,
                                      dense_permutation, engine_layout)
 
@@ -215,3 +216,18 @@ def test_real_side_loops_stay_on_complex_elements():
     assert all(step % 2 == 0 for _, _, step in cufft_params(c2r).loops)
     c2c = Transform("C2C", np.float32, (1, 2, 1, 2), (1, 1, 4, 2), (1, 2, 1, 2), (1, 1, 4, 2), (0,))
     assert cufft_params(c2c).loops == ((2, 1, 1),)   # complex offsets are always aligned: the largest-group rule
+
+
+def test_batch_axes_a_view_permuted_fold_in_stride_order():
+    """A (3, 5, 5, 1, 5) float32 rfftn over axes (4, 1, 3) on the H200 (the thorough hypothesis profile): the halved
+    axis has length 1, so the engine splits it (_cufft._split) into a length-1 R2C and a C2C over the others. In axis
+    order the R2C's batch axes form four groups (75 looped executes); in stride order one plan of 375. The C2C takes its axes
+    outermost first."""
+    shape, strides = (3, 5, 5, 1, 5), (125, 5, 25, 1, 1)
+    whole = Transform("R2C", np.dtype(np.float32), shape, strides, shape, strides, (4, 1, 3))
+    first, second = _split(whole)
+    params = cufft_params(first, allow_loops=False)
+    assert (params.batch, params.loops) == (375, ())
+    check_params(first, params)
+    assert second.axes == (1, 4)
+    check_params(second, cufft_params(second, allow_loops=False))

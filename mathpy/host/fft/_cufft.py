@@ -425,7 +425,11 @@ def _split(transform):
     effective, _ = _effective_axes(transform.input_shape, transform.axes, transform.fft_type)
     if len(effective) < 2:
         return None
-    t, last, others = transform, transform.axes[-1], tuple(transform.axes[:-1])
+    t, last = transform, transform.axes[-1]
+    # a C2C over several axes may take them in any order: outermost first, as cuFFT's embed addresses them (the
+    # given order can put a wider-strided axis innermost, which no plan addresses)
+    strides = t.input_strides if t.fft_type == "C2R" else t.output_strides
+    others = tuple(sorted(transform.axes[:-1], key=lambda a: -strides[a]))
     if t.fft_type == "C2R":
         return (Transform("C2C", t.precision, t.input_shape, t.input_strides, t.input_shape, t.input_strides, others),
                 Transform("C2R", t.precision, t.input_shape, t.input_strides, t.output_shape, t.output_strides,

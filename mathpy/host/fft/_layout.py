@@ -188,6 +188,25 @@ def _batch_groups(shape, layouts, batch):
     return groups
 
 
+def _fold(shape, layouts, batch, allow_loops):
+    """:func:`_batch_groups` in axis order when one plan (with loops if allowed) addresses that; else in the order of
+    each layout's strides, widest first, when that does: each batch element is transformed alone, so the batch axes
+    may be taken in any order, and a view that permuted them folds again (an R2C of length 1 over a (3, 5, 5, 1, 5)
+    array with strides (125, 5, 25, 1, 1) needed 75 executes in axis order, one plan in stride order)."""
+    groups = _batch_groups(shape, layouts, batch)
+    if groups is None or _addressable(groups, allow_loops):
+        return groups
+    for layout in layouts:
+        permuted = _batch_groups(shape, layouts, sorted(batch, key=lambda a: -layout[a]))
+        if _addressable(permuted, allow_loops):
+            return permuted
+    return groups
+
+
+def _addressable(groups, allow_loops):
+    return len(groups) <= 1 or (allow_loops and _looped_executes(groups) <= MAX_LOOPED_EXECUTES)
+
+
 def _looped_executes(groups):
     """How many executes one call needs when the largest group is the plan's batch."""
     if len(groups) <= 1:
@@ -206,10 +225,8 @@ def cufft_expressible(shape, strides, axes, *, allow_loops=False):
     transform, batch = _effective_axes(shape, axes)
     if _transform_embed(shape, strides, transform) is None:
         return False
-    groups = _batch_groups(shape, (strides,), batch)
-    if groups is None:
-        return False
-    return len(groups) <= 1 or (allow_loops and _looped_executes(groups) <= MAX_LOOPED_EXECUTES)
+    groups = _batch_groups(shape, (strides,), batch)  # in axis order, as a pair of such layouts folds together
+    return groups is not None and _addressable(groups, allow_loops)
 
 
 def engine_layout(shape, strides, axes, *, allow_loops=False):
@@ -294,7 +311,7 @@ def cufft_params(transform, *, allow_loops=True):
         raise UnsupportedLayoutError(
             f"cuFFT cannot address the {side} layout (shape {getattr(t, side + '_shape')}, strides "
             f"{getattr(t, side + '_strides')}) over axes {t.axes}: copy it to engine_layout(...) first")
-    groups = _batch_groups(t.input_shape, (t.input_strides, t.output_strides), batch)
+    groups = _fold(t.input_shape, (t.input_strides, t.output_strides), batch, allow_loops)
     if groups is None:
         raise UnsupportedLayoutError(f"batch strides must be positive: input {t.input_strides}, output "
                                      f"{t.output_strides}")
