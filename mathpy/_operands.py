@@ -8,7 +8,8 @@ Supported: NumPy arrays (and array-likes), CuPy arrays, torch tensors on the CPU
 ``__dlpack__`` or ``__cuda_array_interface__`` (those are adopted by the device package: CuPy, or torch without CuPy).
 Packages are imported only when an operand of theirs arrives, so ``import mathpy`` needs neither CuPy nor torch.
 
-dtypes are NumPy dtypes throughout; bfloat16 and float8 are the ``ml_dtypes`` ones (:mod:`mathpy._dtypes`).
+dtypes are NumPy dtypes throughout; bfloat16 and float8 are the ``ml_dtypes`` ones, torch's complex32 is
+:data:`mathpy._dtypes.COMPLEX32` (:mod:`mathpy._dtypes`).
 
 A torch tensor with a lazy conjugate or negative bit (``x.conj()`` of a complex tensor, ``x.conj().imag``) keeps the
 values before that bit in its memory, which is what mathpy's engines read. :func:`wrap_operand` therefore reads it as

@@ -18,14 +18,31 @@ import pytest
 
 from _fake_gpu import HostMemory, pretend_a_gpu
 from mathpy import _runtime
+from mathpy._dtypes import COMPLEX32
 from mathpy.bindings import cufft as real_cufft
 from mathpy.bindings._types import DataType
 from mathpy.host.fft import _cufft
 
 __all__ = ["EmulatedCufft", "RecordingMemory", "emulated_cufft"]
 
-_REAL = {DataType.R_32F: np.float32, DataType.R_64F: np.float64}
-_COMPLEX = {DataType.C_32F: np.complex64, DataType.C_64F: np.complex128}
+_REAL = {DataType.R_16F: np.float16, DataType.R_32F: np.float32, DataType.R_64F: np.float64}
+_COMPLEX = {DataType.C_16F: COMPLEX32, DataType.C_32F: np.complex64, DataType.C_64F: np.complex128}
+
+
+def _widen(data, kind):
+    """Elements as complex128 (float64 for the real input of R2C); complex half is two float16."""
+    if data.dtype == COMPLEX32:
+        return data["real"].astype(np.float64) + 1j * data["imag"].astype(np.float64)
+    return data.astype(np.complex128 if kind != "R2C" else np.float64)
+
+
+def _narrow(values, dtype):
+    """``values`` rounded to the plan's output dtype (complex half: each part to float16)."""
+    if np.dtype(dtype) == COMPLEX32:
+        out = np.empty(values.shape, COMPLEX32)
+        out["real"], out["imag"] = values.real.astype(np.float16), values.imag.astype(np.float16)
+        return out
+    return values.astype(dtype)
 
 
 def _host_view(buffers, pointer, count, dtype):
@@ -119,7 +136,7 @@ class EmulatedCufft:
         out_index = _element_indices(out_dims, *out_side, batch)
         buffers = self.buffers + self.allocations
         data = _host_view(buffers, input_pointer, int(in_index.max()) + 1, in_dtype)[in_index]
-        data = data.astype(np.complex128 if kind != "R2C" else np.float64)
+        data = _widen(data, kind)
         axes = tuple(range(1, len(n) + 1))
         if kind == "R2C":
             result = np.fft.rfftn(data, axes=axes)
@@ -130,7 +147,7 @@ class EmulatedCufft:
         else:
             result = np.fft.ifftn(data, axes=axes) * math.prod(n)
         output = _host_view(buffers, output_pointer, int(out_index.max()) + 1, out_dtype)
-        output[out_index] = result.astype(out_dtype)
+        output[out_index] = _narrow(result, out_dtype)
         return 0
 
     def unchecked(self, name):

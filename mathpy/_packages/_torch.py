@@ -10,7 +10,7 @@ try:
 except ImportError:  # only mathpy._packages.get imports this module, and only with torch present; the guard
     torch = None  # lets pytest's doctest collection import it on a machine without it
 
-from .._dtypes import BFLOAT16, FLOAT8_E4M3, FLOAT8_E5M2, VIEW_AS
+from .._dtypes import BFLOAT16, COMPLEX32, FLOAT8_E4M3, FLOAT8_E5M2, VIEW_AS
 from .._strides import dense_strides
 from ._base import ArrayPackage
 
@@ -23,7 +23,8 @@ def _tables():
         torch.bool: np.bool_, torch.int8: np.int8, torch.uint8: np.uint8, torch.int16: np.int16,
         torch.int32: np.int32, torch.int64: np.int64, torch.float16: np.float16, torch.float32: np.float32,
         torch.float64: np.float64, torch.complex64: np.complex64, torch.complex128: np.complex128,
-        torch.bfloat16: BFLOAT16, torch.float8_e4m3fn: FLOAT8_E4M3, torch.float8_e5m2: FLOAT8_E5M2}.items()}
+        torch.bfloat16: BFLOAT16, torch.float8_e4m3fn: FLOAT8_E4M3, torch.float8_e5m2: FLOAT8_E5M2,
+        torch.complex32: COMPLEX32}.items()}
     return to_numpy, {n: t for t, n in to_numpy.items()}
 
 
@@ -146,7 +147,7 @@ class TorchPackage(ArrayPackage):
         return torch.as_tensor(obj, device="cuda")
 
     def as_numpy(self, tensor):
-        """A NumPy view of a CPU tensor (bfloat16 and float8 through same-sized integers)."""
+        """A NumPy view of a CPU tensor (bfloat16, float8 and complex32 through same-sized integers)."""
         dtype = TO_NUMPY[tensor.dtype]
         view = VIEW_AS.get(dtype)
         if view is not None:

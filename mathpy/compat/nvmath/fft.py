@@ -12,6 +12,10 @@ Semantics are nvmath-python 1.0's where they differ from mathpy's own API:
 - ``prolog=`` / ``epilog=``: a :class:`DeviceCallable` or its dict (``{"ltoir": bytes or pointer, "size": ...,
   "data": device pointer}``), LTO-IR from :func:`compile_prolog` / :func:`compile_epilog`; mathpy's own forms (a
   Python function, :class:`mathpy.fft.Callback`) are accepted too and also run on the CPU;
+- half precision as nvmath-python's on the GPU: torch float16 and complex32 (``torch.chalf``) operands go through
+  :class:`mathpy.fft.FFT` in half precision (complex32 / float16 results; power-of-two lengths, no callbacks); NumPy
+  and CuPy have no complex32, so their float16 operands are refused there (nvmath-python 1.0 has no complex32 for them
+  either), and on the CPU every half-precision operand is refused;
 - ``FFTOptions`` is nvmath's mutable dataclass (``fft_type``, ``inplace``, ``last_axis_parity``, ``result_layout``
   "optimized" by default, ``logger``, ``blocking``, ``allocator``); ``execution=`` takes ``ExecutionCPU`` /
   ``ExecutionCUDA``, "cpu"/"cuda" or a dict.
@@ -35,6 +39,7 @@ import logging
 import operator
 
 from ... import fft as _mp
+from ..._dtypes import dtype_name as _dtype_name
 from ..._errors import InvalidPlanStateError, UnsupportedLayoutError
 from ..._execution import ExecutionCPU, ExecutionCUDA
 from ..._memory import check_allocator
@@ -52,6 +57,7 @@ InvalidFFTState = InvalidPlanStateError
 
 _REAL = ("float16", "float32", "float64")
 _COMPLEX = ("complex32", "complex64", "complex128")
+_HALF = ("float16", "complex32")  # computed in half precision by mathpy's FFT (its stateless functions promote float16)
 
 
 def _direction(value):
@@ -210,6 +216,8 @@ def _c2c(operand, axes, direction, options, execution, prolog, epilog, stream):
         options = check_or_create_options(FFTOptions, options, "FFT options")
         if options.fft_type not in (None, "C2C"):  # nvmath refuses these on the FFT object: same path, same error
             return _stateful(operand, axes, direction, options, execution, prolog, epilog, stream)
+    if name in _HALF:
+        return _stateful(operand, axes, direction, options, execution, prolog, epilog, stream)
     forward = _direction(direction) == FFTDirection.FORWARD
     transform, norm = (_mp.fftn, "backward") if forward else (_mp.ifftn, "forward")  # unnormalised both ways
     return transform(operand, axes=axes, norm=norm, options=_native_options(options), execution=execution,
@@ -246,6 +254,8 @@ def rfft(operand, /, *, axes=None, options=None, execution=None, prolog=None, ep
         options = check_or_create_options(FFTOptions, options, "FFT options")
         if options.fft_type not in (None, "R2C"):
             return _stateful(operand, axes, None, options, execution, prolog, epilog, stream)
+    if name in _HALF:
+        return _stateful(operand, axes, None, options, execution, prolog, epilog, stream)
     return _mp.rfftn(operand, axes=axes, options=_native_options(options), execution=execution,
                      prolog=_callback(prolog, "prolog"), epilog=_callback(epilog, "epilog"), stream=stream)
 
@@ -267,6 +277,8 @@ def irfft(operand, /, *, axes=None, options=None, execution=None, prolog=None, e
         raise ValueError(f"The size of the last FFT axis in the result for FFT type 'C2R' is 0 for operand shape = "
                          f"{shape} and axes = {axes}. To fix this, provide 'last_axis_parity' = 'odd' to the FFT "
                          f"options.")
+    if name in _HALF:
+        return _stateful(operand, checked, None, options, execution, prolog, epilog, stream)
     return _mp.irfftn(operand, s=(-1,) * (len(axes) - 1) + (n,), axes=axes, norm="forward",
                       options=_native_options(options), execution=execution,
                       prolog=_callback(prolog, "prolog"), epilog=_callback(epilog, "epilog"), stream=stream)
@@ -297,7 +309,7 @@ class FFT:
     axes = property(lambda self: self._fft.axes)
     execution_options = property(lambda self: self._fft.execution)
     execution_space = property(lambda self: self._fft.execution.name)
-    result_data_type = property(lambda self: self._fft.output_dtype.name)
+    result_data_type = property(lambda self: _dtype_name(self._fft.output_dtype))
     inplace = property(lambda self: self.options.inplace)
 
     def get_input_layout(self):

@@ -20,7 +20,14 @@ Conventions:
   integers and bools in double, long double in long double on the CPU; cuFFT has no long double, so the GPU refuses
   it with a TypeError), repeated axes, ``s`` with -1 or None, its errors and DeprecationWarnings. Results come back
   in the caller's package and on its device; ``execution=`` may run a transform elsewhere (data is moved both ways).
-  Half-precision cuFFT plans (complex32 results) are not available yet, so the stateful :class:`FFT` refuses float16.
+  torch's complex32, which NumPy lacks, is computed in complex64 likewise.
+- Half precision is the stateful :class:`FFT`'s (and :mod:`mathpy.compat.nvmath`'s, which uses it), on the GPU only,
+  as in nvmath-python 1.0: torch float16 tensors give R2C with a ``torch.complex32`` result, complex32 tensors C2C
+  (complex32) or C2R (``fft_type="C2R"``, float16). Only torch has complex32, so NumPy and CuPy float16 operands are
+  refused there (TypeError), as is half precision on the CPU. cuFFT's half-precision plans take power-of-two lengths
+  only (other lengths: ValueError at construction, naming the axis and length) and no callbacks (ValueError at
+  ``plan``); R2C input and C2R output are staged with the halved axis at unit stride when the operand's layout has
+  it elsewhere. complex32 is described by :data:`mathpy._dtypes.COMPLEX32` (two float16), strides in its elements.
 - :class:`FFT` is unnormalised (like cuFFT); the stateless functions apply ``norm=`` after the epilog, so callbacks
   always see the unnormalised transform.
 - Callback offsets index :attr:`FFT.input_layout` (prolog) and :attr:`FFT.output_layout` (epilog), identical on the

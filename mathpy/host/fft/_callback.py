@@ -247,6 +247,9 @@ def bind_callback(callback, kind, fft_type, precision, layout_shape, layout_stri
     """Resolve a :class:`Callback` (see :func:`as_callback`) for one transform; validates everything at plan time."""
     if callback is None:
         return None
+    if np.dtype(precision) == np.float16:  # before anything compiles: cuFFT would refuse the plan
+        raise ValueError(f"half-precision (float16 / complex32) FFTs take no {kind}: cuFFT has no half-precision "
+                         f"callback types; use float32 / complex64 operands with callbacks")
     from ... import jit
     element = element_dtype_for(kind, fft_type, precision)
     if element not in jit.ELEMENT_DTYPES:

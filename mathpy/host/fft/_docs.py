@@ -63,8 +63,9 @@ ValueError
     "notes": """\
 The CPU runs SciPy's pocketfft (``ExecutionCPU(num_threads=...)`` sets its workers) and the callbacks as
 numba-compiled loops; a GPU runs cuFFT with the callbacks compiled to LTO-IR and fused into its kernels.
-Both give NumPy's results: float16 input is computed in single precision, integer and bool input in
-double, long double input in long double (on the CPU only: cuFFT has none, so GPU execution refuses it).
+Both give NumPy's results: float16 input (and torch's complex32) is computed in single precision, integer
+and bool input in double, long double input in long double (on the CPU only: cuFFT has none, so GPU
+execution refuses it). Half-precision transforms (complex32 results) are :class:`~mathpy.fft.FFT`'s.
 The result comes back in ``a``'s package and on its device.
 
 Plans are cached (:func:`~mathpy.fft.plan_cache_info`), keyed by everything that makes plans differ but

@@ -42,6 +42,7 @@ import operator
 
 import numpy as np
 
+from ..._dtypes import COMPLEX32
 from ..._errors import UnsupportedLayoutError
 from ..._strides import c_strides, dense_permutation, dense_strides
 
@@ -51,7 +52,7 @@ __all__ = ["FFT_TYPES", "MAX_LOOPED_EXECUTES", "Transform", "CufftParams", "cuff
 FFT_TYPES = ("C2C", "R2C", "C2R")
 MAX_LOOPED_EXECUTES = 64  # at most this many executes per call over batch axes one plan cannot fold
 _PRECISIONS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.longdouble))
-_COMPLEX = {np.dtype(np.float16): None, np.dtype(np.float32): np.dtype(np.complex64),
+_COMPLEX = {np.dtype(np.float16): COMPLEX32, np.dtype(np.float32): np.dtype(np.complex64),
             np.dtype(np.float64): np.dtype(np.complex128), np.dtype(np.longdouble): np.dtype(np.clongdouble)}
 
 
@@ -123,7 +124,7 @@ class Transform:
 
     @property
     def input_dtype(self):
-        """The input's element dtype (None for complex half, which NumPy lacks)."""
+        """The input's element dtype (:data:`~mathpy._dtypes.COMPLEX32` for complex half, which NumPy lacks)."""
         return self.precision if self.fft_type == "R2C" else _complex(self.precision)
 
     @property
@@ -135,7 +136,7 @@ _fields_of_transform = operator.attrgetter(*(f.name for f in dataclasses.fields(
 
 
 def _complex(precision):
-    """The complex dtype of real ``precision``; None for float16 (NumPy has no complex half; cuFFT's is 2 x float16)."""
+    """The complex dtype of real ``precision``; COMPLEX32 for float16 (cuFFT's complex half: two float16)."""
     return _COMPLEX[precision]
 
 

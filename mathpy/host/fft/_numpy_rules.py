@@ -26,6 +26,8 @@ import warnings
 
 import numpy as np
 
+from ..._dtypes import COMPLEX32
+
 __all__ = ["AxisError", "MAX_AXES", "check_norm", "swap_norm", "check_n", "normalize_axis", "cook_1d", "cook_nd",
            "check_no_axes", "stages", "stage_shape", "computation_dtype", "result_dtype", "scale", "check_out",
            "LONG_DOUBLE"]
@@ -212,7 +214,10 @@ def stage_shape(shape, fft_type, axes, lengths):
 
 def computation_dtype(dtype, complex_input):
     """NumPy 2's computation dtype for an input ``dtype``: complex when ``complex_input`` (C2C, C2R), else real (R2C).
-    float16 is computed in single precision, integers and bools in double, long double (CPU only) in long double."""
+    float16 is computed in single precision, integers and bools in double, long double (CPU only) in long double;
+    torch's complex32, which NumPy lacks, in complex64 as float16 is (half precision is the stateful FFT's)."""
+    if dtype == COMPLEX32:
+        dtype = np.dtype(np.complex64)
     if dtype.kind == "c":
         if not complex_input:
             raise TypeError(f"a real-input FFT (rfft, rfftn, ihfft) needs a real operand, not {dtype}")

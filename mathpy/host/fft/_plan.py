@@ -160,9 +160,10 @@ class FFT:
     ----------
     operand : array
         {a}
-        float32, float64, complex64 or complex128 (long double on the CPU); the stateless functions promote
-        other dtypes. The FFT keeps the resolved copy of a lazy torch view: later writes through that view do not
-        reach it (:meth:`reset_operand` takes a new one).
+        float32, float64, complex64 or complex128 (long double on the CPU); on the GPU also torch float16 and
+        complex32 tensors, transformed in half precision (power-of-two lengths, no callbacks). The stateless
+        functions promote other dtypes. The FFT keeps the resolved copy of a lazy torch view: later writes through
+        that view do not reach it (:meth:`reset_operand` takes a new one).
     axes : sequence of ints, optional
         One to three distinct axes to transform (default: all); for R2C and C2R the last one is the halved axis.
     options : FFTOptions or dict, optional
@@ -176,11 +177,12 @@ class FFT:
     Raises
     ------
     TypeError
-        An operand that is not an array or has another dtype; long double with GPU execution.
+        An operand that is not an array or has another dtype; long double with GPU execution; half precision on
+        the CPU or from a package without complex32 (NumPy, CuPy).
     ValueError
         Repeated or out-of-range axes, more than three axes, an ``fft_type`` the dtype does not allow, a zero-size
         axis, an in-place FFT that is not C2C or whose operand lives elsewhere or is a lazy torch view (conjugate or
-        negative bit).
+        negative bit); a half-precision transform length that is not a power of two.
     :class:`~mathpy.UnsupportedLayoutError`
         An in-place FFT of a layout the library cannot address.
     {no_device}

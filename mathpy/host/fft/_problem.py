@@ -19,17 +19,19 @@ import operator
 import numpy as np
 
 from ... import _cuda, _operands
+from ..._dtypes import COMPLEX32, dtype_name
 from ..._errors import UnsupportedLayoutError
 from ..._execution import ExecutionCUDA
 from ..._strides import c_strides, dense_permutation
 from . import _layout
 
-__all__ = ["FFTProblem", "fft_problem", "normalize_axes", "resolve_type", "DIRECTIONS"]
+__all__ = ["FFTProblem", "fft_problem", "normalize_axes", "resolve_type", "check_half", "DIRECTIONS"]
 
 DIRECTIONS = {"forward": -1, "inverse": 1, -1: -1, 1: 1}  # FFTDirection members are equal to (and hash as) -1 / 1
-_REAL = {np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.longdouble)}
-_COMPLEX = {np.dtype(np.complex64): np.dtype(np.float32), np.dtype(np.complex128): np.dtype(np.float64),
-            np.dtype(np.clongdouble): np.dtype(np.longdouble)}
+_HALF = np.dtype(np.float16)
+_REAL = {_HALF, np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.longdouble)}
+_COMPLEX = {COMPLEX32: _HALF, np.dtype(np.complex64): np.dtype(np.float32),
+            np.dtype(np.complex128): np.dtype(np.float64), np.dtype(np.clongdouble): np.dtype(np.longdouble)}
 #: long double where it is wider than double (it is double itself on some platforms): CPU only
 _LONG_DOUBLE = np.dtype(np.longdouble) if np.finfo(np.longdouble).nmant > 52 else None
 
@@ -44,11 +46,32 @@ def resolve_type(dtype, fft_type):
     if dtype in _COMPLEX:
         chosen = fft_type or "C2C"
         if chosen == "R2C":
-            raise ValueError(f"fft_type 'R2C' needs a real operand (float32/float64), not {dtype}")
+            raise ValueError(f"fft_type 'R2C' needs a real operand (float16/float32/float64), not {dtype_name(dtype)}")
         return chosen, _COMPLEX[dtype]
-    raise TypeError(f"the FFT operand has dtype {dtype}; supported are float32, float64, complex64, complex128 (and "
-                    f"long double on the CPU). The stateless functions (mathpy.fft.fft, ...) promote integers and "
-                    f"float16.")
+    raise TypeError(f"the FFT operand has dtype {dtype_name(dtype)}; supported are float32, float64, complex64, "
+                    f"complex128, float16 and complex32 (torch tensors, GPU only) and long double (CPU only). The "
+                    f"stateless functions (mathpy.fft.fft, ...) promote integers and float16.")
+
+
+def check_half(op, fft_type, lengths, on_gpu):
+    """Half precision's rules, checked before any work: GPU execution, a torch operand (NumPy and CuPy have no
+    complex32 to hold a complex half input or result; nvmath-python 1.0 has none for them either), and power-of-two
+    transform ``lengths`` ({axis: logical length}), the halved axis of R2C/C2R longer than 1."""
+    if not on_gpu:
+        raise TypeError("half precision FFTs (float16 / complex32) run only on the GPU (execution='cuda'); use float32 "
+                        "on the CPU")
+    if op.package != "torch":
+        raise TypeError(f"half precision FFTs (float16 / complex32) take torch tensors: {op.package} has no complex32 "
+                        f"dtype for the complex {'result' if fft_type == 'R2C' else 'data'} of a {fft_type} "
+                        f"transform; pass a torch tensor (torch.from_dlpack(operand)) or use float32")
+    for axis, n in lengths.items():
+        if n & (n - 1):
+            raise ValueError(f"half precision (float16 / complex32) FFTs need power-of-two lengths (cuFFT has no other "
+                             f"half-precision sizes): axis {axis} has length {n}; allowed are 1, 2, 4, 8, 16, ... "
+                             f"Use float32, or pad to a power of two")
+    if fft_type != "C2C" and list(lengths.values())[-1] == 1:
+        raise ValueError(f"a half-precision {fft_type} transform needs its halved axis {list(lengths)[-1]} longer than "
+                         f"1 (cuFFT 12.0 computes length 1 wrongly in half precision); use float32")
 
 
 def normalize_axes(axes, ndim):
@@ -90,11 +113,18 @@ def _transform_axes_innermost(strides, axes):
     return tuple(batch + inner)
 
 
+def _unit_real_side(fft_type, params):
+    """Whether cuFFT's half-precision kernels can take ``params``: R2C reads and C2R writes its real side only with
+    unit stride."""
+    return (fft_type != "R2C" or params.istride == 1) and (fft_type != "C2R" or params.ostride == 1)
+
+
 def _choose_layouts(fft_type, precision, shape, in_strides_candidate, out_shape, axes, optimized=False):
     """The Transform one plan addresses without looping (callbacks see its layouts): the input in
     ``engine_layout(candidate)``, the output dense in the input's axis order (``optimized``: with the transform axes
     innermost when the samples interleave); when one plan cannot address that pair without loops, the same from
-    C-contiguous input strides instead."""
+    C-contiguous input strides instead. Half precision also needs the real side of R2C/C2R at unit stride: failing
+    both, its input is made dense with the batch axes outermost and the halved axis innermost."""
     def transform_from(in_strides):
         order = dense_permutation(in_strides)
         if optimized and _interleaved(shape, in_strides, axes):
@@ -104,12 +134,22 @@ def _choose_layouts(fft_type, precision, shape, in_strides_candidate, out_shape,
         out_strides = _layout.engine_layout(out_shape, out_strides, axes)
         return _layout.Transform(fft_type, precision, shape, in_strides, out_shape, out_strides, axes)
 
-    transform = transform_from(_layout.engine_layout(shape, in_strides_candidate, axes))
-    try:
-        _layout.cufft_params(transform, allow_loops=False)
-    except UnsupportedLayoutError:
-        transform = transform_from(_layout.engine_layout(shape, c_strides(shape), axes))
-    return transform
+    def addressable(transform):
+        try:
+            params = _layout.cufft_params(transform, allow_loops=False)
+        except UnsupportedLayoutError:
+            return False
+        return precision != _HALF or _unit_real_side(fft_type, params)
+
+    candidates = [_layout.engine_layout(shape, in_strides_candidate, axes),
+                  _layout.engine_layout(shape, c_strides(shape), axes)]
+    if precision == _HALF:
+        candidates.append(_layout.dense_strides(shape, [a for a in range(len(shape)) if a not in axes] + list(axes)))
+    for in_strides in candidates:
+        transform = transform_from(in_strides)
+        if addressable(transform):
+            return transform
+    return transform_from(candidates[1])
 
 
 class FFTProblem:
@@ -156,12 +196,8 @@ class FFTProblem:
         if on_gpu and precision == _LONG_DOUBLE:
             raise TypeError(f"{op.dtype} FFTs run only on the CPU (cuFFT has no long double); use execution='cpu', "
                             f"or convert the operand to float64/complex128 to run it on the GPU")
-        if precision == np.float16:
-            if not on_gpu:
-                raise TypeError("half precision FFTs (float16) run only on the GPU (execution='cuda'); use float32 "
-                                "on the CPU")
-            raise TypeError("half precision FFTs need a complex32 array type, which mathpy's operand layer does not "
-                            "provide yet; use float32")
+        if precision == _HALF:
+            check_half(op, fft_type, {a: (out_shape if fft_type == "C2R" else shape)[a] for a in engine_axes}, on_gpu)
         local = op.on_host != on_gpu
         # cuFFT's C2R overwrites its input: the GPU always transforms a copy.
         use_operand = local and not (on_gpu and fft_type == "C2R")
@@ -186,8 +222,8 @@ class FFTProblem:
         self.copy_input = not (use_operand and transform.input_strides == op.strides)
         self.default_direction = 1 if fft_type == "C2R" else -1
         self.device_id = execution.device_id if on_gpu else None
-        if on_gpu:
-            self.holder = op.package if not op.on_host else _operands.device_package()
+        if on_gpu:  # complex32 lives only in torch: half precision stages a host tensor through torch too
+            self.holder = op.package if not op.on_host or precision == _HALF else _operands.device_package()
         else:
             self.holder = "numpy"
         self.in_order = dense_permutation(transform.input_strides)
