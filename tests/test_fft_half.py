@@ -261,3 +261,13 @@ def test_compat_nvmath_half_precision_goes_through_the_stateful_fft(torch_gpu):
         assert f.result_data_type == "complex32"
     with pytest.raises(ValueError, match="power-of-two lengths"):
         nvmath.fft.fft(operand(torch_gpu, chalf(np.ones((4, 12)))), axes=[1])
+
+
+def test_matmul_names_complex32_in_its_refusal():
+    """complex32 tensors now wrap (as COMPLEX32); matmul refuses them under their own name, not NumPy's "void32"."""
+    import mathpy
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch: "ComplexHalf support is experimental"
+        a = torch.zeros(4, 4, dtype=torch.complex32)
+    with pytest.raises(TypeError, match="operand a has dtype complex32, which matmul does not support"):
+        mathpy.matmul(a, a)

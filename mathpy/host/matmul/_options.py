@@ -59,7 +59,7 @@ import typing
 import numpy as np
 
 from ... import _cuda
-from ..._dtypes import BFLOAT16, FLOAT8_E4M3, FLOAT8_E5M2
+from ..._dtypes import BFLOAT16, FLOAT8_E4M3, FLOAT8_E5M2, dtype_name
 from ..._memory import check_allocator
 from ...bindings._types import CudaDataType, to_dtype
 from ...bindings.cublaslt import MatmulComputeType
@@ -381,7 +381,7 @@ def _promote(a_dtype, b_dtype):
     """NumPy's promotion of the operands' dtypes (bfloat16 only with itself, integers and bools: cuBLASLt's)."""
     for name, dtype in (("a", a_dtype), ("b", b_dtype)):
         if dtype.kind not in _NUMPY_KINDS and dtype != BF16:
-            raise TypeError(f"operand {name} has dtype {dtype.name}, which matmul does not support; allowed are "
+            raise TypeError(f"operand {name} has dtype {dtype_name(dtype)}, which matmul does not support; allowed are "
                             f"{[d.name for d in SUPPORTED_DTYPES]} and, on the CPU, NumPy's other numeric dtypes")
     if a_dtype == b_dtype:
         return a_dtype
