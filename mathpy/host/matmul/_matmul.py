@@ -181,7 +181,7 @@ class Matmul:
         self._c_given = None  # C as given, before plan() puts it in D's order
         if c_op is not None:
             c_view = expand_c(c_op, result_shape, a_op.ndim == 1, b_op.ndim == 1)
-            self._c_given = stage_matrix("c", c_view, m, n, None, batch_shape, moves, types.engine_result)
+            self._c_given = stage_matrix("c", c_view, m, n, None, batch_shape, moves, types.engine_c)
             self._staged["c"] = self._c_given
         self._vector_a, self._vector_b = a_op.ndim == 1, b_op.ndim == 1
         self._result_shape, self._d_dtype, self._types = result_shape, types.result, types
@@ -441,8 +441,7 @@ class Matmul:
                     raise ValueError(f"reset_operands: c has shape {op.shape}, the plan was built for {self._c_shape}")
                 op = expand_c(op, self._result_shape, self._vector_a, self._vector_b)
                 p = self._product
-                new_c_given = stage_matrix(name, op, p.m, p.n, None, p.batch_shape, p.moves,
-                                           self._types.engine_result)
+                new_c_given = stage_matrix(name, op, p.m, p.n, None, p.batch_shape, p.moves, self._types.engine_c)
                 _check_same(name, self._c_given, new_c_given)
                 fresh = c_in_d_order(new_c_given, self._problem.d, p) if self._state == _PLANNED else new_c_given
             else:

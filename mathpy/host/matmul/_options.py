@@ -100,6 +100,11 @@ class MatmulTypes(typing.NamedTuple):
     operand: np.dtype        # the dtype A and B enter the engine in (promoted; int8 for bool on the GPU)
     engine_result: np.dtype  # D's dtype in the engine (int32 for int8 and bool products on the GPU)
 
+    @property
+    def engine_c(self):
+        """The dtype the engine reads C in: D's, but C's own (None: 16 bits, never rounded) for a float8 result."""
+        return None if self.result in FLOAT8_DTYPES else self.engine_result
+
 
 def _as_dtype(value, name):
     if value is None:
