@@ -196,3 +196,15 @@ def test_cublaslt_attributes_of_the_aux_scale_and_amax():
     assert HANDLERS["aux_scale"].set_attributes(None, None, None, 1) == lt.MatmulDesc.EPILOGUE_AUX_SCALE_POINTER
     assert HANDLERS["gelu_aux_amax"].set_attributes(None, None, None, 1) == lt.MatmulDesc.EPILOGUE_AUX_AMAX_POINTER
     assert (lt.MatmulDesc.EPILOGUE_AUX_SCALE_POINTER, lt.MatmulDesc.EPILOGUE_AUX_AMAX_POINTER) == (23, 24)
+
+
+def test_torch_compile_route_refuses_a_float8_gelu_aux():
+    # mathpy's torch custom op returns (d, one extra output) whose fake has D's dtype: it cannot describe a float8
+    # product's aux (C's dtype or e4m3) nor its amax, so the torch.compile route says so instead of mis-describing it
+    torch = pytest.importorskip("torch")
+    from mathpy.torch._matmul import route
+
+    a, b = torch.ones(4, 8).to(torch.float8_e4m3fn), torch.ones(8, 4).to(torch.float8_e4m3fn)
+    with pytest.raises(TypeError, match="epilog=GELU_AUX with torch.float8_e4m3fn operands has a GELU aux in its own "
+                                        "dtype .* outside torch.compile"):
+        route(a, b, None, 1, None, "gelu_aux", None, None, None, None, None)
