@@ -302,9 +302,78 @@ def test_preferences_release_workspace_and_algorithm_objects(xp):
         _close(_np(xp, mm.execute(release_workspace=True)), a.astype(np.float64) @ b, 16, np.float32)
         _close(_np(xp, mm.execute()), a.astype(np.float64) @ b, 16, np.float32)  # the workspace comes back
         mm.autotune(iterations=1, release_workspace=True)
-    with pytest.raises(NotImplementedError, match="aux_type"):
+    with pytest.raises(ValueError, match="aux_amax apply to the GELU aux output .*; the epilog is DEFAULT"):
         with advanced.Matmul(xp.asarray(a), xp.asarray(b)) as mm:
-            mm.plan(preferences={"epilog": {"aux_type": nvmath.CudaDataType.CUDA_R_8F_E4M3}})
+            mm.plan(preferences={"epilog": {"aux_amax": True}})
+
+
+def _e4m3_operands():
+    e4m3 = np.dtype(ml_dtypes.float8_e4m3fn)
+    a = (RNG.integers(-4, 5, (12, 32)) / 4).astype(e4m3)
+    b = np.asfortranarray((RNG.integers(-4, 5, (32, 16)) / 4).astype(e4m3))
+    return a, b, a.astype(np.float64) @ b.astype(np.float64)  # exact
+
+
+FP8_AUX = {"epilog": {"aux_type": nvmath.CudaDataType.CUDA_R_8F_E4M3, "aux_amax": True}}
+
+
+def test_float8_gelu_aux_with_its_scale_and_amax():
+    # nvmath-python's FP8 GELU_AUX example: an e4m3 aux scaled by "aux_quantization_scale", its amax before the scale
+    a, b, x = _e4m3_operands()
+    result, aux = advanced.matmul(a, b, epilog=Epilog.GELU_AUX, epilog_inputs={"aux_quantization_scale": 0.1},
+                                  preferences=advanced.MatmulPlanPreferences(epilog=advanced.MatmulEpilogPreferences(
+                                      aux_type=nvmath.CudaDataType.CUDA_R_8F_E4M3, aux_amax=True)),
+                                  quantization_scales={"a": 1, "b": 1, "d": 1})
+    assert set(aux) == {"gelu_aux", "gelu_aux_amax"} and aux["gelu_aux"].dtype == ml_dtypes.float8_e4m3fn
+    assert result.dtype == ml_dtypes.float8_e4m3fn
+    assert aux["gelu_aux_amax"].dtype == np.float32 and aux["gelu_aux_amax"][0] == np.max(np.abs(x))
+    # one rounding to e4m3 (3 mantissa bits): half a unit in the last place, 2**-4 relative (2**-10 subnormal)
+    np.testing.assert_allclose(aux["gelu_aux"][:12].astype(np.float64), 0.1 * x, rtol=2.0 ** -4, atol=2.0 ** -10)
+    native = nvmath.linalg.advanced._matmul._native_matmul(
+        a, b, epilog="gelu_aux", epilog_inputs={"aux_scale": 0.1}, preferences={"aux_type": "float8_e4m3fn",
+                                                                                 "aux_amax": True})
+    for key in aux:  # a thin adapter: the same as mathpy's own spelling
+        np.testing.assert_array_equal(aux[key].astype(np.float32), native[1][key].astype(np.float32))
+
+
+def test_float8_aux_scale_tensor_is_reset_like_nvmaths():
+    a, b, x = _e4m3_operands()
+    with advanced.Matmul(a, b, quantization_scales={"a": 1, "b": 1, "d": 1}) as mm:
+        mm.plan(epilog=Epilog.GELU_AUX, preferences=FP8_AUX,
+                epilog_inputs={"aux_quantization_scale": np.array([0.5], np.float32)})
+        _, aux = mm.execute()
+        np.testing.assert_allclose(aux["gelu_aux"][:12].astype(np.float64), 0.5 * x, rtol=2.0 ** -4, atol=2.0 ** -10)
+        mm.reset_operands(epilog_inputs={"aux_quantization_scale": np.array([2.0], np.float32)})
+        _, aux = mm.execute()
+        np.testing.assert_allclose(aux["gelu_aux"][:12].astype(np.float64), 2.0 * x, rtol=2.0 ** -4, atol=2.0 ** -10)
+        assert aux["gelu_aux_amax"][0] == np.max(np.abs(x))
+    with advanced.Matmul(a, b, quantization_scales={"a": 1, "b": 1, "d": 1}) as mm:
+        mm.plan(epilog=Epilog.GELU_AUX)
+        with pytest.raises(ValueError, match="Scales for epilog auxiliary output are supported only when"):
+            mm.reset_operands(epilog_inputs={"aux_quantization_scale": np.array([2.0], np.float32)})
+
+
+def test_float8_aux_refusals_follow_nvmath():
+    a, b, _ = _e4m3_operands()
+    scales = {"a": 1, "b": 1, "d": 1}
+    with pytest.raises(ValueError, match='"aux_quantization_scale" epilog input is required'):
+        advanced.matmul(a, b, epilog=Epilog.GELU_AUX, preferences=FP8_AUX, quantization_scales=scales)
+    with pytest.raises(ValueError, match="Scales for epilog auxiliary output are supported only when"):
+        advanced.matmul(a, b, epilog=Epilog.GELU_AUX, epilog_inputs={"aux_quantization_scale": 0.5},
+                        quantization_scales=scales)
+    with pytest.raises(ValueError, match="aux_amax apply to a float8 GELU aux only"):
+        advanced.matmul(a, b, epilog=Epilog.GELU_AUX, preferences={"epilog": {"aux_amax": True}},
+                        quantization_scales=scales)
+    with pytest.raises(ValueError, match="aux_type float8_e4m3fn is not supported for epilog GELU_AUX_BIAS"):
+        advanced.matmul(a, b, epilog=Epilog.GELU_AUX_BIAS, preferences=FP8_AUX, quantization_scales=scales,
+                        epilog_inputs={"bias": np.zeros(12, np.float16), "aux_quantization_scale": 0.5})
+
+
+def test_float8_result_gelu_aux_defaults_to_float16_without_c():
+    a, b, x = _e4m3_operands()
+    _, aux = advanced.matmul(a, b, epilog=Epilog.GELU_AUX, quantization_scales={"a": 1, "b": 1, "d": 1})
+    assert aux["gelu_aux"].dtype == np.float16  # nvmath's C type of a float8 result without C
+    np.testing.assert_allclose(aux["gelu_aux"][:12], x, rtol=2.0 ** -11, atol=0)
 
 
 def test_scale_tensors_reset_between_executions():

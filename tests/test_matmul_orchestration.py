@@ -436,3 +436,21 @@ def test_sixteen_bit_results_are_c_ordered_unless_asked(fake_gpu):
     f = matmul(t(a), t(b), options={"result_order": "F"})
     assert f.stride() == (40, 1, 8)
     np.testing.assert_array_equal(f.numpy(), matmul(t(a), t(b)).numpy())
+
+
+def test_float8_gelu_aux_scale_and_amax_through_pointers(fake_gpu):
+    """The GPU path hands the aux scale array and the aux amax output to the engine by pointer (an epilog input
+    and output like the others) and returns ``gelu_aux_amax`` in the caller's package."""
+    e4m3 = np.dtype(ml_dtypes.float8_e4m3fn)
+    a = (RNG.integers(-4, 5, (12, 16)) / 4).astype(e4m3)
+    b = (RNG.integers(-4, 5, (16, 8)) / 4).astype(e4m3)
+    x = a.astype(np.float64) @ b.astype(np.float64)
+    torch_package = _packages.get("torch")
+    scale = torch_package.from_host(np.array([0.5], np.float32))
+    d, aux = matmul(torch_package.from_host(a), torch_package.from_host(b), epilog="gelu_aux",
+                    epilog_inputs={"aux_scale": scale}, preferences={"aux_type": "float8_e4m3fn", "aux_amax": True})
+    problem = PointerEngine.instances[-1].problem
+    assert dict(problem.epilog_inputs)["aux_scale"].dtype == np.float32 and problem.aux_scale is None
+    assert [name for name, _ in problem.epilog_outputs] == ["gelu_aux", "gelu_aux_amax"]
+    assert isinstance(aux["gelu_aux_amax"], torch.Tensor) and aux["gelu_aux_amax"].item() == np.max(np.abs(x))
+    np.testing.assert_allclose(aux["gelu_aux"][:12].float().numpy(), 0.5 * x, rtol=2.0 ** -4, atol=2.0 ** -10)

@@ -84,6 +84,21 @@ def test_result_amax_is_taken_before_d_scale():
         matmul(a, b, options={"result_type": "float32", "result_amax": True})
 
 
+def test_a_float8_result_with_c_reads_c_unrounded():
+    # 1 + c lies just above the midpoint 1.0625 of e4m3's 1 and 1.125; c rounded to e4m3 first would give 1.0625,
+    # which ties to the even 1.0 (before, C was converted to the result's float8 dtype: on the GPU a CType cuBLASLt
+    # does not take with a float8 D, on the CPU a second rounding)
+    a, b = np.ones((2, 1), E4M3), np.ones((1, 2), E4M3)
+    c = np.full((2, 2), 0.0634765625, ml_dtypes.bfloat16)
+    assert float(c[0, 0]) == 0.0634765625 and float(c.astype(E4M3)[0, 0]) == 0.0625
+    np.testing.assert_array_equal(matmul(a, b, c).astype(np.float32), np.full((2, 2), 1.125, np.float32))
+    with Matmul(a, b, c) as mm:
+        mm.plan()
+        assert mm.prepared_call.problem.c.dtype == ml_dtypes.bfloat16
+        mm.reset_operands(c=c.copy())
+        np.testing.assert_array_equal(mm.execute().astype(np.float32), np.full((2, 2), 1.125, np.float32))
+
+
 def test_quantization_scales_as_tensors_are_read_at_every_execution():
     a = (RNG.integers(-4, 5, (16, 32)) / 4).astype(E4M3)
     b = (RNG.integers(-4, 5, (32, 8)) / 4).astype(E4M3)

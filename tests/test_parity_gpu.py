@@ -1,7 +1,8 @@
 """Issue 11's features on a GPU (cuFFT and cuBLASLt): workspaces from a caller's memory manager and their release,
 streams on plan / reset, the optimized result layout, in-place products, the float8 result's amax and scale tensors,
-algorithm capabilities and hand-configured algorithms, SM count and preference masks. Each compared with NumPy or
-with mathpy's CPU engine. Run: ``PYTHONPATH=. python -m pytest -m gpu tests/test_parity_gpu.py -q``."""
+the float8 GELU aux's dtype, scale and amax, algorithm capabilities and hand-configured algorithms, SM count and
+preference masks. Each compared with NumPy or with mathpy's CPU engine.
+Run: ``PYTHONPATH=. python -m pytest -m gpu tests/test_parity_gpu.py -q``."""
 
 import numpy as np
 import pytest
@@ -151,6 +152,68 @@ def test_float8_amax_and_scale_tensors_match_the_cpu_engine():
     np.testing.assert_array_equal(d.cpu().float().numpy(), ref_d.float().numpy())
     np.testing.assert_allclose(aux["result_amax"].cpu().numpy(), ref_aux["result_amax"].numpy(), rtol=1e-6)
     np.testing.assert_allclose(aux2["result_amax"].cpu().numpy(), 2 * ref_aux["result_amax"].numpy(), rtol=1e-6)
+
+
+# One e4m3 unit in the last place, relative (3 mantissa bits) and absolute (subnormals): the GPU's GELU and the CPU's
+# differ in float32's last bits, which can move a value across a float8 rounding boundary, never further.
+E4M3_ULP = {"rtol": 2.0 ** -3, "atol": 2.0 ** -9}
+
+
+def test_float8_gelu_aux_scale_and_amax_match_the_cpu_engine():
+    """GELU_AUX with an e4m3 result and an e4m3 aux: the aux holds aux_scale * X (the scale a tensor read at every
+    execution), gelu_aux_amax is max |X| before the scale (exact: X is exact in float32), as the CPU engine gives."""
+    a, b = _float8_operands()
+    scale = torch.tensor([0.375]).cuda()
+    prefs, options = {"aux_type": "float8_e4m3fn", "aux_amax": True}, {"d_scale": 0.5, "result_amax": True}
+    with Matmul(a.cuda(), b.cuda(), options=options) as mm:
+        mm.plan(epilog="gelu_aux", epilog_inputs={"aux_scale": scale}, preferences=prefs)
+        d, aux = mm.execute()
+        scale.fill_(2.0)  # read at the next execution
+        _, aux2 = mm.execute()
+    assert aux["gelu_aux"].dtype == torch.float8_e4m3fn and list(aux) == ["gelu_aux", "gelu_aux_amax", "result_amax"]
+    for s, got in ((0.375, aux), (2.0, aux2)):
+        ref_d, ref = matmul(a, b, epilog="gelu_aux", epilog_inputs={"aux_scale": s}, preferences=prefs,
+                            options=options)
+        torch.testing.assert_close(got["gelu_aux"].cpu().float(), ref["gelu_aux"].float(), **E4M3_ULP)
+        assert got["gelu_aux_amax"].cpu().item() == ref["gelu_aux_amax"].item()
+    torch.testing.assert_close(d.cpu().float(), ref_d.float(), **E4M3_ULP)
+    torch.testing.assert_close(aux["result_amax"].cpu(), ref["result_amax"], rtol=1e-4, atol=0)
+
+
+@pytest.mark.parametrize("case", ["no c", "bfloat16 c and bias"])
+def test_float8_result_gelu_aux_in_cs_dtype_matches_the_cpu_engine(case):
+    """A float8 result's GELU aux takes C's 16-bit dtype (float16 without C, as nvmath-python chooses; cuBLASLt is
+    then given a float16 C stand-in)."""
+    a, b = _float8_operands()
+    rng = np.random.default_rng(8)
+    args, epilog, inputs = (), "gelu_aux", {}
+    if case != "no c":
+        c = torch.tensor(rng.integers(-4, 5, (32, 64)) / 8, dtype=torch.bfloat16).T  # column-major, as D
+        args, epilog = (c,), "gelu_aux_bias"
+        inputs = {"bias": torch.tensor(rng.integers(-4, 5, 64) / 8, dtype=torch.bfloat16)}
+    d, aux = matmul(a.cuda(), b.cuda(), *(x.cuda() for x in args), epilog=epilog,
+                    epilog_inputs={k: v.cuda() for k, v in inputs.items()})
+    ref_d, ref = matmul(a, b, *args, epilog=epilog, epilog_inputs=inputs)
+    dtype = torch.float16 if case == "no c" else torch.bfloat16
+    assert aux["gelu_aux"].dtype == ref["gelu_aux"].dtype == dtype
+    ulp = 2.0 ** -10 if dtype == torch.float16 else 2.0 ** -7
+    torch.testing.assert_close(aux["gelu_aux"].cpu().float(), ref["gelu_aux"].float(), rtol=ulp, atol=0)
+    torch.testing.assert_close(d.cpu().float(), ref_d.float(), **E4M3_ULP)
+
+
+def test_nvmath_float8_aux_program_runs_on_the_gpu():
+    """nvmath-python's float8 GELU aux example, through mathpy.compat.nvmath, against the CPU engine."""
+    a, b = _float8_operands()
+    kw = {"epilog": nvmath.linalg.advanced.MatmulEpilog.GELU_AUX, "quantization_scales": {"a": 1, "b": 1, "d": 1},
+          "epilog_inputs": {"aux_quantization_scale": 0.1},
+          "preferences": {"epilog": {"aux_type": nvmath.CudaDataType.CUDA_R_8F_E4M3, "aux_amax": True}}}
+    result, aux = nvmath.linalg.advanced.matmul(a.cuda(), b.cuda(), **kw)
+    assert set(aux) == {"gelu_aux", "gelu_aux_amax"} and aux["gelu_aux"].dtype == torch.float8_e4m3fn
+    ref_d, ref = matmul(a, b, epilog="gelu_aux", epilog_inputs={"aux_scale": 0.1},
+                        preferences={"aux_type": "float8_e4m3fn", "aux_amax": True})
+    torch.testing.assert_close(aux["gelu_aux"].cpu().float(), ref["gelu_aux"].float(), **E4M3_ULP)
+    assert aux["gelu_aux_amax"].cpu().item() == ref["gelu_aux_amax"].item()
+    torch.testing.assert_close(result.cpu().float(), ref_d.float(), **E4M3_ULP)
 
 
 def test_algorithm_capabilities_and_a_hand_configured_tile():

@@ -362,6 +362,9 @@ def route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, exe
             if t.dtype in _FLOAT8:
                 refuse(call, f"{name} ({t.dtype})", f"has no backward in mathpy {why}",
                        "train in bfloat16/float16 or run float8 products under torch.no_grad()")
+    if spec.aux_out == "gelu_aux" and a.dtype in _FLOAT8:  # the op's fake promises the aux in D's dtype, one output
+        refuse(call, f"epilog={spec.name} with {a.dtype} operands", f"has a GELU aux in its own dtype (and maybe its "
+               f"amax), which mathpy's custom op does not describe {why}", "call it outside torch.compile")
     scalars = []
     for name, value in (("alpha", alpha), ("beta", beta)):
         if isinstance(value, np.number):

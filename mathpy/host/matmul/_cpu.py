@@ -9,7 +9,8 @@ approximation, bias gradients), so a CPU result can stand in for (and check) a G
 Array arguments of :meth:`CPUEngine.execute` are NumPy views made by the API from the problem's layouts:
 ``a (batch, M, K)``, ``b (batch, K, N)``, ``c``/``d (batch, M, N)`` (``c`` may be None), epilog inputs and outputs
 ``bias``/bias gradients ``(batch, L)``, ``relu_aux (batch, relu_aux_rows(M), N)`` uint8, ``gelu_aux
-(batch, gelu_aux_rows(M), N)``. Batch strides of inputs may be 0.
+(batch, gelu_aux_rows(M), N)`` (in float8: ``aux_scale * X``), the amaxes and scale arrays ``(1,)``. Batch strides of
+inputs may be 0.
 """
 
 import time
@@ -122,8 +123,9 @@ class CPUEngine:
     def execute(self, a, b, c, d, epilog_inputs, epilog_outputs, alpha, beta, stream=None):
         p, ct = self.problem, self._compute
         spec = p.spec
-        a_scale, b_scale, d_scale = (float(epilog_inputs[name][0]) if name in epilog_inputs else getattr(p, name)
-                                     for name in ("a_scale", "b_scale", "d_scale"))  # tensors: read now
+        a_scale, b_scale, d_scale, aux_scale = (
+            float(np.ravel(epilog_inputs[name])[0]) if name in epilog_inputs else getattr(p, name)
+            for name in ("a_scale", "b_scale", "d_scale", "aux_scale"))  # arrays: read now
         scale = alpha
         if a_scale is not None or b_scale is not None:
             scale = scale * (1.0 if a_scale is None else a_scale) * (1.0 if b_scale is None else b_scale)
@@ -135,8 +137,10 @@ class CPUEngine:
             epilog_outputs["relu_aux"][...] = pack_bits(x > 0, epilog_outputs["relu_aux"].shape[1])
         elif spec.aux_out == "gelu_aux":
             aux = epilog_outputs["gelu_aux"]
-            _store(x, aux[:, :m, :])
+            _store(x if aux_scale is None else x * ct.type(aux_scale), aux[:, :m, :])  # (float8 aux only)
             aux[:, m:, :] = 0
+            if "gelu_aux_amax" in epilog_outputs:  # of X, before aux_scale: what the next aux scale comes from
+                epilog_outputs["gelu_aux_amax"][...] = np.max(np.abs(x)) if x.size else 0
         activation = spec.activation
         if activation == "relu":
             x = np.maximum(x, ct.type(0))

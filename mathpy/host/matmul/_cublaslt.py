@@ -40,8 +40,8 @@ from ..._workspace import WorkspaceSource
 from ...bindings import cublaslt as lt
 from ._algorithms import HOST_BOUND_FLOPS, Candidates, CublasLtAlgorithm, needs_autotune, single_kernel_first
 from ._epilog import MatmulEpilog
-from ._epilog_operands import HANDLERS, SCALE_NAMES
-from ._options import BF16, FLOAT8_DTYPES, MatmulPlanPreferences
+from ._epilog_operands import HANDLERS, SCALE_NAMES, c_stand_in
+from ._options import FLOAT8_DTYPES, MatmulPlanPreferences
 from ._orient import SWAPPED_EPILOGS, SWAPPED_SCALES, Operation, as_column_major, orient
 
 __all__ = ["CublasLtEngine", "CublasLtAlgorithm", "as_column_major", "orient", "needs_autotune", "get_handle"]
@@ -218,7 +218,7 @@ class CublasLtEngine:
                                              f"transposing it); c is {problem.c}, the result {problem.d}")
             lc = self._layout(c.dtype, rows_c, cols_c, ld_c, batch, c.batch_stride)
         elif d_dtype in FLOAT8_DTYPES:  # cuBLASLt wants C in 16 bits for float8 results; never read (beta = 0)
-            lc = self._layout(BF16, rows_d, cols_d, ld_d, batch, d.batch_stride)
+            lc = self._layout(c_stand_in(problem.epilog_outputs), rows_d, cols_d, ld_d, batch, d.batch_stride)
         else:
             lc = ld
 
@@ -228,6 +228,7 @@ class CublasLtEngine:
         if float8:
             scales = {lt.MatmulDesc.A_SCALE_POINTER: problem.a_scale, lt.MatmulDesc.B_SCALE_POINTER: problem.b_scale}
             scales = {SWAPPED_SCALES[attribute] if swap else attribute: v for attribute, v in scales.items()}
+            scales[lt.MatmulDesc.EPILOGUE_AUX_SCALE_POINTER] = problem.aux_scale  # (a float8 aux's; else None)
             d_scale = problem.d_scale
             if d_dtype in FLOAT8_DTYPES:
                 scales[lt.MatmulDesc.D_SCALE_POINTER] = d_scale

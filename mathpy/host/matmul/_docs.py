@@ -29,7 +29,8 @@ epilog : MatmulEpilog, str or int, optional
     ``"relu_bias"``, ``"relu_aux"``, ``"drelu_bgrad"``, ``"bgrada"``, ...), floating-point operands only.
 epilog_inputs : dict, optional
     The epilog's inputs by name (``"bias"``: one value per row of the result; ``"relu_aux"`` / ``"gelu_aux"``:
-    the aux output of the forward epilog), of the operands' package and device.""",
+    the aux output of the forward epilog; ``"aux_scale"``: a float8 GELU aux's scale, a number or a one-element
+    float32 array), of the operands' package and device.""",
     "options": """\
 options : MatmulOptions or dict, optional
     :class:`~mathpy.MatmulOptions`: result, compute and scale types, TF32, float8 scales, the result's memory
@@ -73,10 +74,11 @@ epilog : MatmulEpilog, str, int or callable, optional
     floating-point operands only; or a Python function ``f(value, row, col, data)`` /
     ``f(value, batch, row, col, data)`` fused into mathpy's own GEMM (:mod:`._fused`).
 epilog_inputs : dict, optional
-    The epilog's inputs by name (``"bias"``, ``"relu_aux"``, ``"gelu_aux"``; ``"data"``, optional, for a
-    Python epilog), of the operands' package and device.
+    The epilog's inputs by name (``"bias"``, ``"relu_aux"``, ``"gelu_aux"``, ``"aux_scale"``; ``"data"``,
+    optional, for a Python epilog), of the operands' package and device.
 preferences : MatmulPlanPreferences or dict, optional
-    How many candidate algorithms to ask for, the largest workspace.
+    How many candidate algorithms to ask for, the largest workspace; the GELU aux's dtype (``aux_type``) and
+    amax (``aux_amax``).
 algorithms : list, optional
     Restrict the candidates to these (from an earlier ``plan()`` of the same problem, possibly reconfigured
     with ``CublasLtAlgorithm.configured``: cuBLASLt checks them).
@@ -136,7 +138,7 @@ Returns
 -------
 array or (array, dict)
     The result, in the operands' package and on their device; ``(result, outputs)`` when the epilog has
-    outputs (by name: ``"relu_aux"``, ``"gelu_aux"``, bias gradients, ``"result_amax"``).
+    outputs (by name: ``"relu_aux"``, ``"gelu_aux"``, bias gradients, ``"gelu_aux_amax"``, ``"result_amax"``).
 
 Raises
 ------

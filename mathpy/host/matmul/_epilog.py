@@ -29,8 +29,8 @@ Accuracy: cuBLASLt 13.1's float64 GELU kernels (GELU, GELU_BIAS, GELU_AUX, GELU_
 evaluate the activation to about 5e-9 relative (2.6e-10 absolute), measured on an H200, not to float64's precision;
 the CPU engine evaluates the definition in float64.
 
-Not supported (a ValueError before any work, on every execution space): epilogs on complex operands; GELU_AUX* and
-DGELU* with float8 results. Layouts: cuBLASLt has BGRADA kernels only for a column-major A and BGRADB kernels only for
+Not supported (a ValueError before any work, on every execution space): epilogs on complex operands; DGELU* with
+float8 results. Layouts: cuBLASLt has BGRADA kernels only for a column-major A and BGRADB kernels only for
 a row-major B; on the GPU the API copies A or B into that layout when needed.
 
 RELU bitmask padding: cuBLASLt never writes the padding bits (nor the bits past M in the last byte of a column); the
@@ -45,9 +45,10 @@ Formats (shapes are for a result of shape ``(*batch, M, N)``; a non-batched prod
   column ``j`` is bit ``i % 8`` (least significant first) of byte ``[i // 8, j]``; rows padded to a multiple of
   128 bits (``relu_aux_rows(M) = round_up(ceil(M / 8), 16)`` bytes). cuBLASLt's leading dimension is in bits:
   ``8 * relu_aux_rows(M)``. Padding bits are zero.
-- ``gelu_aux`` (output of GELU_AUX*, input of DGELU*): the pre-activation values, dtype of the result (float8
-  results have no GELU aux, see above), shape ``(*batch, gelu_aux_rows(M), N)`` with ``gelu_aux_rows(M) =
-  round_up(M, 8)``, column-major in the last two axes, batches contiguous. Padding rows are unspecified.
+- ``gelu_aux`` (output of GELU_AUX*, input of DGELU*): the pre-activation values X, dtype of the result; for a
+  float8 result C's (float16 without C), or as ``MatmulPlanPreferences.aux_type`` asks (float8_e4m3fn: stored as
+  ``aux_scale * X``, saturated; ``gelu_aux_amax``, float32 of shape (1,), is max |X|), shape
+  ``(*batch, gelu_aux_rows(M), N)`` with ``gelu_aux_rows(M) = round_up(M, 8)``, column-major in the last two axes, batches contiguous. Padding rows are unspecified.
 - ``drelu_bgrad`` / ``dgelu_bgrad`` / ``bgrada``: length M; ``bgradb``: length N. Shape ``(L,)`` when not batched,
   ``(*batch, L, 1)`` when batched; dtype of the result.
 

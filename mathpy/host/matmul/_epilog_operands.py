@@ -1,6 +1,7 @@
 """One handler per epilog operand: the bias, the RELU bitmask, the GELU pre-activation, the bias gradients, the
-``data`` of a Python epilog, and the operands of float8 products that travel the same way: the result's amax (an
-output returned with the epilog's) and the quantization scales given as tensors (inputs read at every execution).
+``data`` of a Python epilog, and the operands of float8 products that travel the same way: the result's amax and the
+GELU aux's amax (outputs returned with the epilog's) and the quantization scales given as tensors (inputs read at
+every execution).
 
 Each handler owns everything about its operand (formats in :mod:`._epilog`):
 
@@ -15,8 +16,8 @@ Each handler owns everything about its operand (formats in :mod:`._epilog`):
 Adding an epilog operand touches this file (and ``_epilog``'s table of which epilog takes which operand).
 
 >>> sorted(HANDLERS)
-['a_scale', 'b_scale', 'bgrada', 'bgradb', 'bias', 'd_scale', 'data', 'dgelu_bgrad', 'drelu_bgrad', 'gelu_aux',
- 'relu_aux', 'result_amax']
+['a_scale', 'aux_scale', 'b_scale', 'bgrada', 'bgradb', 'bias', 'd_scale', 'data', 'dgelu_bgrad', 'drelu_bgrad',
+ 'gelu_aux', 'gelu_aux_amax', 'relu_aux', 'result_amax']
 >>> HANDLERS["relu_aux"].layout(8, 4, 3, None).col_stride       # in bits: 16 bytes per column
 128
 """
@@ -29,10 +30,11 @@ import numpy as np
 from ..._strides import c_strides
 from ._epilog import gelu_aux_rows, relu_aux_rows
 from ._layouts import Staged, batch_stride, strided_view
-from ._options import BF16, F16, FLOAT8_DTYPES
+from ._options import BF16, E4M3, F16, FLOAT8_DTYPES
 from ._problem import MatrixLayout
 
-__all__ = ["HANDLERS", "output_layouts", "SCALE_NAMES", "scale_items", "split_scales"]
+__all__ = ["HANDLERS", "output_layouts", "SCALE_NAMES", "scale_items", "split_scales", "gelu_aux_dtype", "is_number",
+           "c_stand_in"]
 
 
 def _lt():
@@ -190,7 +192,7 @@ class GeluAux(_Aux):
     name, unit, forward = "gelu_aux", 1, "GELU_AUX"
 
     def check(self, spec, d_dtype):
-        if d_dtype in FLOAT8_DTYPES:
+        if d_dtype in FLOAT8_DTYPES and spec.activation == "dgelu":  # (GELU_AUX* outputs: see gelu_aux_dtype)
             raise ValueError(f"epilog {spec.name} is not supported for float8 results; use result_type "
                              f"bfloat16/float16/float32 in MatmulOptions")
 
@@ -233,7 +235,8 @@ class Data:
 
 class ResultAmax:
     """``result_amax``: the largest absolute value of the result before ``d_scale`` (cuBLASLt's AMAX_D), one float32
-    for the whole (batched) product, shape ``(1,)``; float8 results only (``MatmulOptions(result_amax=True)``)."""
+    for the whole (batched) product, shape ``(1,)``; float8 results only (``MatmulOptions(result_amax=True)``).
+    ``gelu_aux_amax`` (:class:`AuxAmax`) is the same for the GELU aux."""
 
     name = "result_amax"
 
@@ -257,11 +260,25 @@ class ResultAmax:
         return base.reshape(1)
 
 
+class AuxAmax(ResultAmax):
+    """``gelu_aux_amax``: the largest absolute value of the GELU aux before ``aux_scale`` (cuBLASLt's
+    EPILOGUE_AUX_AMAX), float32, shape ``(1,)``; float8 aux only (``MatmulPlanPreferences(aux_amax=True)``, checked
+    by :func:`gelu_aux_dtype`)."""
+
+    name = "gelu_aux_amax"
+
+    def check(self, spec, d_dtype):
+        pass
+
+    def set_attributes(self, desc, layout, d_dtype, batch):
+        return _lt().MatmulDesc.EPILOGUE_AUX_AMAX_POINTER
+
+
 class QuantizationScale:
-    """``a_scale`` / ``b_scale`` / ``d_scale`` given as a tensor (``quantization_scales=``): one float32 value, shape
-    ``()`` or ``(1,)``, in the operands' package and device, read at every execution (change it in place, or with
-    ``reset_operands``, between executions). cuBLASLt wants the pointer 256-byte aligned (a freshly allocated
-    tensor is)."""
+    """``a_scale`` / ``b_scale`` / ``d_scale`` given as a tensor (``quantization_scales=``), or ``aux_scale`` (an
+    epilog input): one float32 value, shape ``()`` or ``(1,)``, in the operands' package and device, read at every
+    execution (change it in place, or with ``reset_operands``, between executions). cuBLASLt wants the pointer
+    256-byte aligned (a freshly allocated tensor is)."""
 
     def __init__(self, name):
         self.name = name
@@ -271,7 +288,7 @@ class QuantizationScale:
 
     def stage(self, op, product, spec, d_dtype):
         if op.dtype != np.float32 or tuple(op.shape) not in ((), (1,)):
-            raise ValueError(f"quantization scale {self.name[0]!r} given as an array must be one float32 value of "
+            raise ValueError(f"quantization scale {self.name[:-6]!r} given as an array must be one float32 value of "
                              f"shape () or (1,); it is {op.dtype.name} of shape {tuple(op.shape)}")
         return Staged(self.name, op, MatrixLayout(1, 1, 1, 1, 1, 0, np.dtype(np.float32)),
                       "contiguous" if product.moves else None, None, product.moves)
@@ -279,23 +296,69 @@ class QuantizationScale:
     def set_attributes(self, desc, layout, d_dtype, batch):
         lt = _lt()
         return {"a_scale": lt.MatmulDesc.A_SCALE_POINTER, "b_scale": lt.MatmulDesc.B_SCALE_POINTER,
-                "d_scale": lt.MatmulDesc.D_SCALE_POINTER}[self.name]
+                "d_scale": lt.MatmulDesc.D_SCALE_POINTER,
+                "aux_scale": lt.MatmulDesc.EPILOGUE_AUX_SCALE_POINTER}[self.name]
 
     def cpu_view(self, layout, base):
         return base.reshape(1)
 
 
-SCALE_NAMES = ("a_scale", "b_scale", "d_scale")
+SCALE_NAMES = ("a_scale", "b_scale", "d_scale", "aux_scale")
 HANDLERS = {"bias": Bias(), "relu_aux": ReluAux(), "gelu_aux": GeluAux(), "data": Data(),
-            "result_amax": ResultAmax(), **{name: QuantizationScale(name) for name in SCALE_NAMES},
+            "result_amax": ResultAmax(), "gelu_aux_amax": AuxAmax(),
+            **{name: QuantizationScale(name) for name in SCALE_NAMES},
             **{name: BiasGradient(name) for name in ("drelu_bgrad", "dgelu_bgrad", "bgrada", "bgradb")}}
 
 
-def output_layouts(spec, m, n, batch, d_dtype, amax=False):
-    """``((name, MatrixLayout), ...)`` of the outputs the API allocates: the epilog's of ``spec``, and the result's
-    amax when ``amax``."""
-    names = (*spec.outputs, "result_amax") if amax else spec.outputs
-    return tuple((name, HANDLERS[name].layout(m, n, batch, d_dtype)) for name in names)
+def output_layouts(spec, m, n, batch, d_dtype, amax=False, aux_dtype=None, aux_amax=False):
+    """``((name, MatrixLayout), ...)`` of the outputs the API allocates: the epilog's of ``spec`` (the GELU aux in
+    ``aux_dtype``, see :func:`gelu_aux_dtype`), the aux's amax when ``aux_amax`` and the result's when ``amax``."""
+    names = (*spec.outputs, *(("gelu_aux_amax",) if aux_amax else ()), *(("result_amax",) if amax else ()))
+    return tuple((name, HANDLERS[name].layout(m, n, batch, aux_dtype if name == "gelu_aux" else d_dtype))
+                 for name in names)
+
+
+def c_stand_in(epilog_outputs):
+    """C's dtype for a float8 result without C (cuBLASLt reads none, but wants a 16-bit CType): float16 with a
+    float16 or e4m3 GELU aux (cuBLASLt pairs those with a float16 C only), else bfloat16."""
+    aux = dict(epilog_outputs).get("gelu_aux")
+    return BF16 if aux is None or aux.dtype == BF16 else F16
+
+
+def gelu_aux_dtype(spec, aux_type, aux_amax, aux_scale, a_dtype, b_dtype, d_dtype, c_dtype):
+    """The dtype of the ``gelu_aux`` output (None without one), or a ValueError naming what is not allowed.
+
+    ``aux_type`` (None: the default) and ``aux_amax`` are :class:`~._options.MatmulPlanPreferences`'s; ``aux_scale``
+    whether an ``aux_scale`` epilog input was given; ``c_dtype`` C's dtype (None without C). cuBLASLt's rules
+    (``CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE``): the aux has D's dtype, but with a float8 result it has C's
+    (16 bits; float16 without C, as nvmath-python chooses, or bfloat16 when asked: C's stand-in then takes it);
+    float8_e4m3fn is allowed for GELU_AUX with e4m3 A, B and D and a float16 C, and is stored as ``aux_scale * X``
+    (saturated), its amax taken of X before the scale. An amax or a scale needs a float8 aux."""
+    if spec.aux_out != "gelu_aux":
+        if aux_type is not None or aux_amax or aux_scale:
+            given = [n for n, v in (("aux_type", aux_type), ("aux_amax", aux_amax), ("aux_scale", aux_scale)) if v]
+            raise ValueError(f"{' and '.join(given)} apply to the GELU aux output (epilogs GELU_AUX, GELU_AUX_BIAS); "
+                             f"the epilog is {spec.name}")
+        return None
+    float8_d = d_dtype in FLOAT8_DTYPES
+    default = (c_dtype or F16) if float8_d else np.dtype(d_dtype)
+    allowed = [default]
+    if float8_d and c_dtype is None:
+        allowed.append(BF16)  # no C: its stand-in takes the aux's 16-bit type
+    if (d_dtype, a_dtype, b_dtype) == (E4M3, E4M3, E4M3) and c_dtype in (None, F16) and not spec.bias:
+        allowed.append(E4M3)
+    aux = default if aux_type is None else np.dtype(aux_type)
+    if aux not in allowed:
+        raise ValueError(f"aux_type {aux.name} is not supported for epilog {spec.name} with {a_dtype.name} x "
+                         f"{b_dtype.name} operands, a {np.dtype(d_dtype).name} result and "
+                         f"{'no C' if c_dtype is None else 'a ' + c_dtype.name + ' C'}; allowed are "
+                         f"{[d.name for d in allowed]} (cuBLASLt: a float8_e4m3fn aux needs epilog GELU_AUX, e4m3 "
+                         f"a, b and result, and a float16 c or none)")
+    if aux not in FLOAT8_DTYPES and (aux_amax or aux_scale):
+        given = [n for n, v in (("aux_amax", aux_amax), ("aux_scale", aux_scale)) if v]
+        raise ValueError(f"{' and '.join(given)} apply to a float8 GELU aux only (aux_type float8_e4m3fn); the aux "
+                         f"is {aux.name}")
+    return aux
 
 
 _SCALE_KEYS = {"a": "a_scale", "b": "b_scale", "c": "c_scale", "d": "d_scale"}
@@ -313,6 +376,11 @@ def scale_items(scales):
     return {_SCALE_KEYS[key]: value for key, value in items.items() if value is not None}
 
 
+def is_number(value):
+    """Whether a scale is given as a number (folded into the plan) rather than an array (read at each execution)."""
+    return isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
 def split_scales(scales, options):
     """``(options with the scales given as numbers, {name: array} of those given as arrays)``."""
     if scales is None:
@@ -321,7 +389,7 @@ def split_scales(scales, options):
     for name, value in scale_items(scales).items():
         if name == "c_scale":
             raise ValueError("a scale for c applies to float8 c only, and c is never float8 (16-bit or float32)")
-        if isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool):
+        if is_number(value):
             if getattr(options, name) is not None:
                 raise ValueError(f"{name} is given twice: in options and in quantization_scales")
             numbers[name] = float(value)

@@ -41,7 +41,7 @@ from ._call import Finish, MatmulCall, holder_for
 from ._docs import MATMUL_DOCS
 from ._epilog import EPILOG_INPUT_NAMES, as_epilog, epilog_spec
 from . import _algorithms
-from ._epilog_operands import HANDLERS, output_layouts, scale_items, split_scales
+from ._epilog_operands import HANDLERS, gelu_aux_dtype, is_number, output_layouts, scale_items, split_scales
 from ._fused import FusedEpilog, check_fused_problem, fused_epilog
 from ._layouts import (Product, c_in_d_order, check_inplace, expand_c, inplace_layout, result_layout, stage_a, stage_b,
                        stage_matrix)
@@ -181,7 +181,7 @@ class Matmul:
         self._c_given = None  # C as given, before plan() puts it in D's order
         if c_op is not None:
             c_view = expand_c(c_op, result_shape, a_op.ndim == 1, b_op.ndim == 1)
-            self._c_given = stage_matrix("c", c_view, m, n, None, batch_shape, moves, types.engine_result)
+            self._c_given = stage_matrix("c", c_view, m, n, None, batch_shape, moves, types.engine_c)
             self._staged["c"] = self._c_given
         self._vector_a, self._vector_b = a_op.ndim == 1, b_op.ndim == 1
         self._result_shape, self._d_dtype, self._types = result_shape, types.result, types
@@ -255,6 +255,8 @@ class Matmul:
         given = {} if epilog_inputs is None else epilog_inputs
         if not isinstance(given, dict):
             raise TypeError(f"epilog_inputs must be a dict, not {type(given).__name__}")
+        given = dict(given)
+        aux_scale = given.pop("aux_scale", None)  # a float8 GELU aux's scale: checked with its dtype below
         wanted = ("data",) if fused is not None else spec.inputs
         missing = [name for name in spec.inputs if name not in given]
         unknown = sorted(set(given) - set(wanted), key=str)
@@ -267,10 +269,16 @@ class Matmul:
                                f"Python epilog")
         if missing:
             raise ValueError(f"epilog {spec.name} needs epilog_inputs {list(spec.inputs)}; missing {missing}")
+        aux_dtype = gelu_aux_dtype(spec, preferences.aux_type, preferences.aux_amax, aux_scale is not None,
+                                   self._staged["a"].op.dtype, self._staged["b"].op.dtype, d_dtype,
+                                   None if self._c_given is None else self._c_given.op.dtype)
         # a required input given as None is named ("bias: expected an array"); a Python epilog's data is optional
         inputs = {name: self._stage_input(name, given[name], spec) for name in wanted
                   if name in given and not (fused is not None and given[name] is None)}
         inputs.update({name: self._stage_input(name, value, spec) for name, value in self._scale_tensors.items()})
+        if aux_scale is not None and not is_number(aux_scale):
+            inputs["aux_scale"] = self._stage_input("aux_scale", aux_scale, spec)
+        aux_scale = None if aux_dtype not in FLOAT8_DTYPES or "aux_scale" in inputs else float(aux_scale or 1.0)
         bgrad = spec.bgrad if self._on_gpu and spec.bgrad in ("a", "b") else None
         if bgrad != self._product.bgrad:  # BGRADA/BGRADB need their own A/B layouts
             self._product = self._product._replace(bgrad=bgrad)
@@ -294,8 +302,9 @@ class Matmul:
             b=self._staged["b"].layout, c=self._staged["c"].layout if "c" in self._staged else None, d=d_layout,
             compute_type=self._compute_type, scale_type=self._scale_type, epilog=epilog,
             epilog_inputs=tuple((name, s.layout) for name, s in inputs.items()),
-            epilog_outputs=output_layouts(spec, p.m, p.n, d_layout.batch, d_dtype, self._options.result_amax),
-            inplace=self._options.inplace, **self._float8_scales(),
+            epilog_outputs=output_layouts(spec, p.m, p.n, d_layout.batch, d_dtype, self._options.result_amax,
+                                          aux_dtype, preferences.aux_amax),
+            inplace=self._options.inplace, **self._float8_scales(), aux_scale=aux_scale,
             fused=None if fused is None else FusedEpilog(fused, inputs["data"].layout if "data" in inputs else None))
 
         # The old plan goes first (its workspace counts against the cache bound); from here a failure must not
@@ -441,8 +450,7 @@ class Matmul:
                     raise ValueError(f"reset_operands: c has shape {op.shape}, the plan was built for {self._c_shape}")
                 op = expand_c(op, self._result_shape, self._vector_a, self._vector_b)
                 p = self._product
-                new_c_given = stage_matrix(name, op, p.m, p.n, None, p.batch_shape, p.moves,
-                                           self._types.engine_result)
+                new_c_given = stage_matrix(name, op, p.m, p.n, None, p.batch_shape, p.moves, self._types.engine_c)
                 _check_same(name, self._c_given, new_c_given)
                 fresh = c_in_d_order(new_c_given, self._problem.d, p) if self._state == _PLANNED else new_c_given
             else:
@@ -453,6 +461,8 @@ class Matmul:
             self._check_planned("reset_operands(epilog_inputs=...)")
             if not isinstance(epilog_inputs, dict):
                 raise TypeError(f"epilog_inputs must be a dict, not {type(epilog_inputs).__name__}")
+            if is_number(epilog_inputs.get("aux_scale")):
+                raise ValueError("reset_operands: aux_scale can be reset only when plan() was given it as an array")
             unknown = sorted(set(epilog_inputs) - set(self._inputs))  # (the scale tensors are inputs too)
             if unknown:
                 raise ValueError(f"reset_operands: epilog inputs {unknown} are not used by the plan's epilog "

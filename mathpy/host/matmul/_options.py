@@ -100,6 +100,11 @@ class MatmulTypes(typing.NamedTuple):
     operand: np.dtype        # the dtype A and B enter the engine in (promoted; int8 for bool on the GPU)
     engine_result: np.dtype  # D's dtype in the engine (int32 for int8 and bool products on the GPU)
 
+    @property
+    def engine_c(self):
+        """The dtype the engine reads C in: D's, but C's own (None: 16 bits, never rounded) for a float8 result."""
+        return None if self.result in FLOAT8_DTYPES else self.engine_result
+
 
 def _as_dtype(value, name):
     if value is None:
@@ -256,11 +261,25 @@ class MatmulPlanPreferences:
         cuBLASLt's masks of allowed split-K reduction schemes and numerical implementations (None: all).
     max_waves_count : float, optional
         Exclude algorithms with more waves than this (0: no limit).
+    aux_type : dtype or CudaDataType, optional
+        The dtype of the GELU aux output (epilogs GELU_AUX, GELU_AUX_BIAS; nvmath-python's
+        ``MatmulEpilogPreferences.aux_type``). None: the result's dtype, or with a float8 result C's (float16
+        without C). cuBLASLt allows another one only with a float8 result: bfloat16 when there is no C, and
+        ``float8_e4m3fn`` for GELU_AUX with e4m3 operands and result and a float16 C (or none). A float8 aux holds
+        ``aux_scale * X`` (saturated), X the pre-activation; ``aux_scale`` is an epilog input (a number, or a float32
+        one-element array read at every execution; default 1).
+    aux_amax : bool, optional
+        A float8 aux only: also return the largest absolute value of X (before ``aux_scale``) as
+        ``aux["gelu_aux_amax"]``, a float32 array of shape (1,).
 
     Raises
     ------
     ValueError
-        A limit that is not a positive int, a negative workspace, mask or waves count.
+        A limit that is not a positive int, a negative workspace, mask or waves count, an ``aux_type`` that is not a
+        dtype. Whether the aux type, amax and scale go with the epilog and dtypes is checked by ``plan()`` (a
+        ValueError naming the allowed ones).
+    TypeError
+        ``aux_amax`` that is not a bool.
 
     Notes
     -----
@@ -281,8 +300,13 @@ class MatmulPlanPreferences:
     reduction_scheme_mask: int | None = None
     numerical_impl_mask: int | None = None
     max_waves_count: float = 0.0
+    aux_type: object = None
+    aux_amax: bool = False
 
     def __post_init__(self):
+        object.__setattr__(self, "aux_type", _as_dtype(self.aux_type, "MatmulPlanPreferences.aux_type"))
+        if not isinstance(self.aux_amax, bool):
+            raise TypeError(f"MatmulPlanPreferences.aux_amax must be a bool, not {self.aux_amax!r}")
         for name in ("reduction_scheme_mask", "numerical_impl_mask"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):

@@ -104,7 +104,8 @@ class MatmulProblem:
     alpha and beta; ``a_scale``/``b_scale``/``d_scale`` the float8 scale factors (None when unused; D = d_scale *
     epilog(alpha * a_scale * b_scale * A @ B + beta * C)); ``inplace``: D is written into C's memory (``c == d``).
     Besides the epilog's own outputs, ``epilog_outputs`` may hold ``("result_amax", ...)``: the largest absolute value
-    of the result before ``d_scale`` (float8 results)."""
+    of the result before ``d_scale`` (float8 results), and ``("gelu_aux_amax", ...)``: that of the GELU aux before
+    ``aux_scale`` (a float8 aux, whose dtype is its layout's)."""
 
     m: int
     n: int
@@ -123,6 +124,7 @@ class MatmulProblem:
     a_scale: float | None = None
     b_scale: float | None = None
     d_scale: float | None = None
+    aux_scale: float | None = None  # a float8 GELU aux: stored as aux_scale * X
     inplace: bool = False  # D is C's memory (c and d have the same layout)
     fused: object = None  # a ``_fused.FusedEpilog`` (Python epilog and its data layout) when epilog is None
 

@@ -76,14 +76,32 @@ class _Call:
         if preferences is None and self.max_workspace is None:
             return None
         p = check_or_create_options(MatmulPlanPreferences, preferences, "Matrix multiplication plan preferences")
-        if p.epilog.aux_type is not None or p.epilog.aux_amax:
-            raise NotImplementedError("MatmulEpilogPreferences aux_type / aux_amax (float8 epilog auxiliary "
-                                      "outputs): not available in mathpy's matmul")
+        aux = {"aux_type": p.epilog.aux_type, "aux_amax": bool(p.epilog.aux_amax)}  # mathpy's checks: its plan()
         masks = {"reduction_scheme_mask": None if p.reduction_scheme_mask == 7 else int(p.reduction_scheme_mask),
                  "numerical_impl_mask": None if p.numerical_impl_mask == (1 << 64) - 1 else
                  int(p.numerical_impl_mask), "max_waves_count": float(p.max_waves_count or 0)}
         workspace = {} if self.max_workspace is None else {"max_workspace_bytes": self.max_workspace}
-        return _NativePreferences(limit=p.limit, **masks, **workspace)
+        return _NativePreferences(limit=p.limit, **masks, **workspace, **aux)
+
+
+def _aux_scale(epilog_inputs, preferences, required):
+    """nvmath's epilog input "aux_quantization_scale" (a number or a one-element tensor) as mathpy's "aux_scale":
+    nvmath requires it with a float8 ``preferences.epilog.aux_type`` (at planning) and refuses it without one."""
+    p = None if preferences is None else check_or_create_options(MatmulPlanPreferences, preferences,
+                                                                 "Matrix multiplication plan preferences")
+    aux_type = None if p is None else p.epilog.aux_type
+    narrow = aux_type is not None and to_dtype(aux_type).name in _FLOAT8
+    given = bool(epilog_inputs) and epilog_inputs.get("aux_quantization_scale") is not None
+    if given and not narrow:
+        raise ValueError("Scales for epilog auxiliary output are supported only when `preferences.epilog.aux_type` is "
+                         "set to a narrow-precision (FP8) type.")
+    if required and narrow and not given:
+        raise ValueError('"aux_quantization_scale" epilog input is required when `preferences.epilog.aux_type` is '
+                         'set to a narrow-precision (FP8) type.')
+    if not epilog_inputs or "aux_quantization_scale" not in epilog_inputs:
+        return epilog_inputs
+    return {("aux_scale" if name == "aux_quantization_scale" else name): value
+            for name, value in epilog_inputs.items()}
 
 
 _native = {}  # nvmath's option values -> mathpy's MatmulOptions (made once: the stateless calls key on them)
@@ -171,6 +189,7 @@ class Matmul:
         self._mm = _NativeMatmul(t.a, t.b, t.c, alpha=t.alpha, beta=t.beta, options=t.options,
                                  execution=t.execution, stream=stream, quantization_scales=t.scales)
         self._algorithms = {}  # mathpy algorithm -> its Algorithm (the same object every time it is handed out)
+        self._preferences = None  # plan()'s
         self._freed = False
         self.logger.info("The Matmul operation has been created.")
 
@@ -185,10 +204,8 @@ class Matmul:
     def plan(self, *, preferences=None, algorithms=None, epilog=None, epilog_inputs=None, stream=None):
         """Plan the product (with an epilog and its inputs); returns the candidate algorithms, best first."""
         self._check_valid()
-        epilog_inputs = _used_inputs(epilog, epilog_inputs, self.logger)
-        if epilog_inputs and "aux_quantization_scale" in epilog_inputs:
-            raise NotImplementedError("epilog input 'aux_quantization_scale' (float8 epilog auxiliary output): not "
-                                      "available in mathpy's matmul")
+        epilog_inputs = _aux_scale(_used_inputs(epilog, epilog_inputs, self.logger), preferences, required=True)
+        self._preferences = preferences  # (its aux_type decides whether reset_operands takes an aux scale)
         chosen = None if algorithms is None else [alg.native for alg in algorithms]
         natives = self._mm.plan(epilog=epilog, epilog_inputs=epilog_inputs,
                                 preferences=self._translated.preferences(preferences), algorithms=chosen,
@@ -221,6 +238,7 @@ class Matmul:
         if quantization_scales is not None:
             scales = check_or_create_options(MatmulQuantizationScales, quantization_scales, "Scale factors")
             quantization_scales = {n: getattr(scales, n) for n in "abd" if getattr(scales, n) is not None}
+        epilog_inputs = _aux_scale(epilog_inputs, self._preferences, required=False)
         self._mm.reset_operands(a=a, b=b, c=c, epilog_inputs=epilog_inputs, alpha=alpha, beta=beta,
                                 quantization_scales=quantization_scales, stream=stream)
 
@@ -261,7 +279,7 @@ def matmul(a, b, /, c=None, *, alpha=None, beta=None, epilog=None, epilog_inputs
     options = check_or_create_options(MatmulOptions, options, "Matrix multiplication options")
     logger = object_logger(options.logger)
     t = _Call(a, b, c, alpha, beta, qualifiers, quantization_scales, options, logger)
-    epilog_inputs = _used_inputs(epilog, epilog_inputs, logger)
+    epilog_inputs = _aux_scale(_used_inputs(epilog, epilog_inputs, logger), preferences, required=True)
     return _native_matmul(t.a, t.b, t.c, alpha=t.alpha, beta=t.beta, epilog=epilog, epilog_inputs=epilog_inputs,
                           options=t.options, preferences=t.preferences(preferences), execution=t.execution,
                           stream=stream, quantization_scales=t.scales)

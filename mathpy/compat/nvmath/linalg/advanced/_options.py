@@ -119,10 +119,16 @@ class MatmulOptions:
 
 @dataclasses.dataclass
 class MatmulEpilogPreferences:
-    """nvmath's epilog preferences: ``aux_type`` (a CudaDataType) and ``aux_amax``."""
+    """nvmath's epilog preferences: ``aux_type`` (a CudaDataType: the GELU aux's dtype) and ``aux_amax`` (also return
+    its amax as ``"gelu_aux_amax"``); mathpy's ``MatmulPlanPreferences(aux_type=..., aux_amax=...)``. A float8
+    aux_type needs the epilog input ``"aux_quantization_scale"`` (mathpy's ``"aux_scale"``)."""
 
     aux_type: int | None = None
     aux_amax: bool = False
+
+    def __post_init__(self):
+        if self.aux_type is not None:
+            self.aux_type = CudaDataType(self.aux_type)
 
 
 @dataclasses.dataclass
