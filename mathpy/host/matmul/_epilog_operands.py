@@ -204,7 +204,9 @@ class GeluAux(_Aux):
 
     def set_attributes(self, desc, layout, d_dtype, batch):
         attribute = super().set_attributes(desc, layout, d_dtype, batch)
-        if layout.dtype != d_dtype:
+        # cuBLASLt's default aux type is D's, or C's for a float8 D: a float8 D's aux type is always said (an e4m3 aux
+        # left to the default was taken as C's 16 bits, and the aux scale and amax then found no algorithm)
+        if layout.dtype != d_dtype or d_dtype in FLOAT8_DTYPES:
             lt = _lt()
             lt.set_attribute(desc, lt.MatmulDesc.EPILOGUE_AUX_DATA_TYPE, lt.cuda_data_type(layout.dtype))
         return attribute
@@ -314,7 +316,8 @@ def output_layouts(spec, m, n, batch, d_dtype, amax=False, aux_dtype=None, aux_a
     """``((name, MatrixLayout), ...)`` of the outputs the API allocates: the epilog's of ``spec`` (the GELU aux in
     ``aux_dtype``, see :func:`gelu_aux_dtype`), the aux's amax when ``aux_amax`` and the result's when ``amax``."""
     names = (*spec.outputs, *(("gelu_aux_amax",) if aux_amax else ()), *(("result_amax",) if amax else ()))
-    return tuple((name, HANDLERS[name].layout(m, n, batch, aux_dtype if name == "gelu_aux" else d_dtype))
+    return tuple((name, HANDLERS[name].layout(m, n, batch, aux_dtype if name == "gelu_aux" and aux_dtype is not None
+                                              else d_dtype))
                  for name in names)
 
 
