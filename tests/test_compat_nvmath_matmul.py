@@ -332,8 +332,11 @@ def test_float8_gelu_aux_with_its_scale_and_amax():
     native = nvmath.linalg.advanced._matmul._native_matmul(
         a, b, epilog="gelu_aux", epilog_inputs={"aux_scale": 0.1}, preferences={"aux_type": "float8_e4m3fn",
                                                                                  "aux_amax": True})
-    for key in aux:  # a thin adapter: the same as mathpy's own spelling
-        np.testing.assert_array_equal(aux[key].astype(np.float32), native[1][key].astype(np.float32))
+    # a thin adapter: what mathpy's own spelling gives (on the CPU engine; with a GPU, nvmath's rule runs these host
+    # operands on it, and cuBLASLt's float32 product may sit one e4m3 unit in the last place away)
+    assert aux["gelu_aux_amax"][0] == native[1]["gelu_aux_amax"][0]
+    np.testing.assert_allclose(aux["gelu_aux"].astype(np.float32), native[1]["gelu_aux"].astype(np.float32),
+                               rtol=2.0 ** -3, atol=2.0 ** -9)
 
 
 def test_float8_aux_scale_tensor_is_reset_like_nvmaths():
