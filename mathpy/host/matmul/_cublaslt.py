@@ -2,7 +2,6 @@
 
 **Layouts**: :mod:`._orient` maps the problem onto cuBLASLt's column-major operands (a row-major D is computed as
 ``D.T = B.T @ A.T``). Batches are cuBLASLt's strided batches, one stride per operand (0 broadcasts one matrix).
-
 **Epilogs**: each epilog operand's handler (:mod:`._epilog_operands`) sets its descriptor attributes; pointers are
 set per execute, only when they changed.
 
@@ -17,9 +16,6 @@ single-kernel candidate first (the rules and their measurements: :mod:`._algorit
 is allocated on the plan's home stream and used there; an execute on another stream takes one of its own in that
 stream's order, so one plan (and one plan cache entry) serves every stream. :meth:`~CublasLtEngine.release_workspace`
 gives it back until the next execute.
-
-**BGRADA / BGRADB** have kernels only for op(A) = N and op(B) = T respectively (cuBLASLt 13.1 on an H200, every real
-dtype); the matmul API copies A or B into those layouts.
 
 **The hot path.** :meth:`~CublasLtEngine.execute` writes the operand pointers and the stream (alpha/beta when they
 change) into a prebuilt argument list of plain ints and calls ``cublasLtMatmul`` unchecked (status tested inline).
@@ -434,18 +430,13 @@ class CublasLtEngine:
         else:
             status = self._matmul(*args)  # _launch, inlined: this is the hot path
             if status:
-                self._launch_failed(status, args)
+                self._launch(args, status)
 
-    def _launch(self, args):
-        """cublasLtMatmul on the argument list; a failed status raises CUDALibraryError."""
-        status = self._matmul(*args)
-        if status:
-            self._launch_failed(status, args)
-
-    def _launch_failed(self, status, args):
-        """Raise for a failed cublasLtMatmul, unless it failed only because this thread had no current context (see
-        :func:`mathpy._runtime.bind_primary_context`): then bind the device's and launch again."""
-        if _runtime.bind_primary_context(self.device_id):
+    def _launch(self, args, status=None):
+        """cublasLtMatmul on the argument list (``status``: a launch of it that failed). Raises on failure, except on a
+        thread without a current context (:func:`mathpy._runtime.bind_primary_context`): bound, it launches again."""
+        status = self._matmul(*args) if status is None else status
+        if status and _runtime.bind_primary_context(self.device_id):
             status = self._matmul(*args)
         if status:
             lt.library.check("cublasLtMatmul", status)
