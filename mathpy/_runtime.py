@@ -11,7 +11,8 @@ import functools
 
 from ._errors import CUDALibraryError
 
-__all__ = ["call", "device_scope", "bind_primary_context", "synchronize", "copy_host_to_device", "copy_device_to_device", "Event", "EventTimer"]
+__all__ = ["call", "device_scope", "bind_primary_context", "synchronize", "copy_host_to_device",
+           "copy_device_to_device", "Event", "EventTimer"]
 
 
 @functools.cache

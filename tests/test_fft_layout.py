@@ -221,8 +221,8 @@ def test_real_side_loops_stay_on_complex_elements():
 def test_batch_axes_a_view_permuted_fold_in_stride_order():
     """A (3, 5, 5, 1, 5) float32 rfftn over axes (4, 1, 3) on the H200 (the thorough hypothesis profile): the halved
     axis has length 1, so the engine splits it (_cufft._split) into a length-1 R2C and a C2C over the others. In axis
-    order the R2C's batch axes form four groups (75 looped executes); in stride order one plan of 375. The C2C takes its axes
-    outermost first."""
+    order the R2C's batch axes form four groups (75 looped executes); in stride order one plan of 375. The C2C takes
+    its axes outermost first."""
     shape, strides = (3, 5, 5, 1, 5), (125, 5, 25, 1, 1)
     whole = Transform("R2C", np.dtype(np.float32), shape, strides, shape, strides, (4, 1, 3))
     first, second = _split(whole)

@@ -204,7 +204,8 @@ def _prepare_data(data, layout_shape, layout_strides, execution, function_name):
     from ...jit import USER_INFO_DTYPES
     from ...jit._user_data import user_data_role
     if dtype.name not in USER_INFO_DTYPES:
-        raise TypeError(f"user data of {function_name} has dtype {dtype.name}; allowed are {', '.join(USER_INFO_DTYPES)}")
+        raise TypeError(f"user data of {function_name} has dtype {dtype.name}; allowed are "
+                        f"{', '.join(USER_INFO_DTYPES)}")
     on_gpu = not isinstance(execution, ExecutionCPU)
     if on_gpu and not op.on_host and op.device_id != execution.device_id:
         raise ValueError(f"user data of {function_name} lives on cuda:{op.device_id}, but the FFT runs on "

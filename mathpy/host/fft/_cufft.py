@@ -58,7 +58,7 @@ from ._layout import Transform, cufft_params
 
 __all__ = ["CUFFTEngine", "live_handles"]
 
-_EXEC_FAILED = 6  # CUFFT_EXEC_FAILED (bindings.cufft.STATUS_NAMES): also what a launch on a thread without a context gives
+_EXEC_FAILED = 6  # CUFFT_EXEC_FAILED: also what a launch on a thread without a current context gives
 _live_handles = [0]  # cuFFT handles this process created and has not destroyed yet (leak tests read it)
 
 

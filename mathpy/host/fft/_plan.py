@@ -192,8 +192,9 @@ class FFT:
     Life cycle: :meth:`plan` (with optional callbacks) -> :meth:`execute` any number of times
     (:meth:`reset_operand` between them, ``reset_operand()`` to drop the operand) -> :meth:`free` (or use
     ``with``). A call in the wrong state raises :class:`~mathpy.InvalidPlanStateError`. :meth:`create_key` /
-    :meth:`get_key` give a hashable key of the problem, for caches of one's own. Every :meth:`execute` reads the operand's current contents and returns
-    a new array in the operand's package and on its device (the operand itself when in place).
+    :meth:`get_key` give a hashable key of the problem, for caches of one's own. Every :meth:`execute` reads the
+    operand's current contents and returns a new array in the operand's package and on its device (the operand itself
+    when in place).
 
     On the CPU the engine is SciPy's pocketfft and callbacks run as numba-compiled loops; on a GPU it is cuFFT with
     the callbacks fused as LTO-IR. One plan serves every stream: an execution on another stream takes its own work

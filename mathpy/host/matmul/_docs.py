@@ -163,8 +163,8 @@ Raises
 ------
 ValueError
     An operand that differs from the planned one (nothing changes), ``c`` for a Matmul built without it, an
-    epilog input the plan's epilog does not take, a lazy torch view as ``c`` of an in-place product. After :meth:`release_operands` every operand must be
-    given again.
+    epilog input the plan's epilog does not take, a lazy torch view as ``c`` of an in-place product. After
+    :meth:`release_operands` every operand must be given again.
 :class:`~mathpy.InvalidPlanStateError`
     The Matmul was freed.""",
 }

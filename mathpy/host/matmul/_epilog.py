@@ -48,7 +48,8 @@ Formats (shapes are for a result of shape ``(*batch, M, N)``; a non-batched prod
 - ``gelu_aux`` (output of GELU_AUX*, input of DGELU*): the pre-activation values X, dtype of the result; for a
   float8 result C's (float16 without C), or as ``MatmulPlanPreferences.aux_type`` asks (float8_e4m3fn: stored as
   ``aux_scale * X``, saturated; ``gelu_aux_amax``, float32 of shape (1,), is max |X|), shape
-  ``(*batch, gelu_aux_rows(M), N)`` with ``gelu_aux_rows(M) = round_up(M, 8)``, column-major in the last two axes, batches contiguous. Padding rows are unspecified.
+  ``(*batch, gelu_aux_rows(M), N)`` with ``gelu_aux_rows(M) = round_up(M, 8)``, column-major in the last two axes,
+  batches contiguous. Padding rows are unspecified.
 - ``drelu_bgrad`` / ``dgelu_bgrad`` / ``bgrada``: length M; ``bgradb``: length N. Shape ``(L,)`` when not batched,
   ``(*batch, L, 1)`` when batched; dtype of the result.
 
