@@ -288,16 +288,7 @@ class CUFFTEngine:
         t = self.transform
         in_span = _span_bytes(t.input_shape, t.input_strides, _element_size(t, "input"))
         out_span = _span_bytes(t.output_shape, t.output_strides, _element_size(t, "output"))
-        queue = self._allocator.package.on(self.device_id, stream)
-        keep = []  # the staging buffers live until the copies are queued; the pool frees them in stream order
-
-        def stage(ptr, nbytes):
-            buffer = queue.empty((nbytes,), np.uint8)
-            keep.append(buffer)
-            staged = queue.package.pointer(buffer)
-            _runtime.copy_device_to_device(staged, ptr, nbytes, stream)
-            return staged
-
+        stage = self._stager(stream)
         if input_ptr == output_ptr:
             nbytes = max(in_span, out_span)
             staged = stage(input_ptr, nbytes)
@@ -352,14 +343,12 @@ class CUFFTEngine:
             if status:
                 self._exec_failed(status, handle, ip, op, direction)
 
-    def _execute_one_staged(self, handle, input_ptr, output_ptr, direction, stream):
-        """One execute of the plan on aligned copies of the spans it touches (device-to-device, ordered on
-        ``stream``); the output span is copied in first so the bytes between strided elements come back unchanged."""
-        t, params = self.transform, self.params
-        in_span = _plan_span(params, "input", t.fft_type) * _element_size(t, "input")
-        out_span = _plan_span(params, "output", t.fft_type) * _element_size(t, "output")
+    def _stager(self, stream):
+        """``stage(ptr, nbytes)``: an aligned device copy of the ``nbytes`` at ``ptr``, queued on ``stream``. The
+        staging buffers live as long as ``stage`` does (until the caller's copies are queued); the pool then frees
+        them in stream order."""
         queue = self._allocator.package.on(self.device_id, stream)
-        keep = []  # the staging buffers live until the copies are queued; the pool frees them in stream order
+        keep = []
 
         def stage(ptr, nbytes):
             buffer = queue.empty((nbytes,), np.uint8)
@@ -367,7 +356,15 @@ class CUFFTEngine:
             staged = queue.package.pointer(buffer)
             _runtime.copy_device_to_device(staged, ptr, nbytes, stream)
             return staged
+        return stage
 
+    def _execute_one_staged(self, handle, input_ptr, output_ptr, direction, stream):
+        """One execute of the plan on aligned copies of the spans it touches (device-to-device, ordered on
+        ``stream``); the output span is copied in first so the bytes between strided elements come back unchanged."""
+        t, params = self.transform, self.params
+        in_span = _plan_span(params, "input", t.fft_type) * _element_size(t, "input")
+        out_span = _plan_span(params, "output", t.fft_type) * _element_size(t, "output")
+        stage = self._stager(stream)
         nbytes = max(in_span, out_span) if input_ptr == output_ptr else out_span
         if input_ptr == output_ptr:
             staged_in = staged_out = stage(input_ptr, nbytes)
