@@ -27,6 +27,7 @@ __all__ = ["EpilogDataType", "maker", "staged_maker", "tile_offset_ir"]
 _STORAGE = {  # dtype name -> (LLVM storage type, bytes, numba type of the value read)
     "float16": (ir.HalfType(), 2, types.float32), "bfloat16": (ir.IntType(16), 2, types.float32),
     "float32": (ir.FloatType(), 4, types.float32), "float64": (ir.DoubleType(), 8, types.float64),
+    "complex64": (ir.VectorType(ir.FloatType(), 2), 8, types.complex64),
     "int8": (ir.IntType(8), 1, types.int8), "int16": (ir.IntType(16), 2, types.int16),
     "int32": (ir.IntType(32), 4, types.int32), "int64": (ir.IntType(64), 8, types.int64),
     "uint8": (ir.IntType(8), 1, types.uint8), "bool": (ir.IntType(8), 1, types.boolean),
@@ -105,6 +106,10 @@ def _widen(context, builder, data_ty, raw):
         return builder.fpext(raw, ir.FloatType())
     if data_ty.dtype_name == "bool":
         return builder.icmp_unsigned("!=", raw, ir.Constant(raw.type, 0))
+    if data_ty.dtype_name == "complex64":  # one 8-byte load, then numba's complex
+        z = context.make_complex(builder, types.complex64)
+        z.real, z.imag = (builder.extract_element(raw, ir.Constant(ir.IntType(32), i)) for i in range(2))
+        return z._getvalue()
     return raw
 
 

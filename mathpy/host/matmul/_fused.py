@@ -1,25 +1,28 @@
-"""Matmul with a Python epilog fused into the product: what the problem carries, how ``data`` is validated, and the
-CPU engine. (The GPU engine is :mod:`._fused_cuda`; the epilog checks and compilers are :mod:`mathpy.jit`.)
+"""Matmul with a Python epilog: what the problem carries, how its operands are validated, the route on a GPU, and the
+CPU engine. (The GPU engine is :mod:`._fused_cuda`, its route rule :mod:`._fused_route`; the epilog's contract and
+compilers are in :mod:`mathpy.jit`.)
 
-``matmul(a, b, epilog=f, epilog_inputs={"data": x})``: ``D = f(alpha * A @ B + beta * C)`` element by element, with
-``f(value, row, col, data)`` or ``f(value, batch, row, col, data)`` (see :mod:`mathpy.jit._matmul_epilog`). Named
-epilogs (RELU, GELU, BIAS...) keep going to cuBLASLt; a Python function goes to these engines. The result is
-row-major (C order), as numpy.matmul gives it.
+``matmul(a, b, epilog=f, epilog_inputs={"bias": x, "gate": g})``: ``D = f(alpha * A @ B + beta * C)`` element by
+element, with ``f(value, row, col, bias, gate)`` or ``f(value, batch, row, col, bias, gate)`` (see
+:mod:`mathpy.jit._matmul_epilog`; one operand may be given as ``"data"``). Named epilogs (RELU, GELU, BIAS...) keep
+going to cuBLASLt; a Python function goes to these engines. The result is row-major (C order), as numpy.matmul gives
+it, except on the GPU route that runs cuBLASLt's bias-by-row epilog (column-major, as that epilog needs).
 
-Supported: real float16, bfloat16, float32 and float64 operands (A and B of one dtype; C and D of the result dtype),
-compute type "32F" (float64: "64F"). Refused before any work: complex and float8 operands, other compute types, a
-``data`` of another package or device than the operands, of an unsupported dtype or of more than 3 dimensions.
+Supported: float16, bfloat16, float32, float64 and complex64 operands (A and B of one dtype; C and D of the result
+dtype). Refused before any work: float8, integer and complex128 operands, an operand of another package or device
+than A, of an unsupported dtype or of more than 3 dimensions.
 
 >>> import numpy as np, mathpy
 >>> a = np.arange(6, dtype=np.float32).reshape(2, 3)
->>> def clamp_row(value, row, col, data):
-...     return min(value * data[row], np.float32(40))
->>> mathpy.matmul(a, a.T, epilog=clamp_row, epilog_inputs={"data": np.array([1, 2], np.float32)})
+>>> def clamp_row(value, row, col, scale):
+...     return min(value * scale[row], np.float32(40))
+>>> mathpy.matmul(a, a.T, epilog=clamp_row, epilog_inputs={"scale": np.array([1, 2], np.float32)})
 array([[ 5., 14.],
        [28., 40.]], dtype=float32)
 """
 
 import dataclasses
+import types
 
 import numpy as np
 
@@ -29,14 +32,14 @@ from ._cpu import CPUEngine, _store
 from ._options import BF16
 
 __all__ = ["FusedEpilog", "DataLayout", "fused_epilog", "check_fused_problem", "stage_data", "FusedCPUEngine",
-           "FUSED_DTYPES"]
+           "FUSED_DTYPES", "gpu_route"]
 
-FUSED_DTYPES = (np.dtype(np.float16), BF16, np.dtype(np.float32), np.dtype(np.float64))
+FUSED_DTYPES = (np.dtype(np.float16), BF16, np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.complex64))
 
 
 @dataclasses.dataclass(frozen=True)
 class DataLayout:
-    """The ``data`` epilog input as the kernel indexes it: shape, strides in elements, dtype name."""
+    """An operand of the epilog as the kernels index it: shape, strides in elements, dtype name."""
 
     shape: tuple
     strides: tuple
@@ -46,25 +49,37 @@ class DataLayout:
     def ndim(self):
         return len(self.shape)
 
+    @property
+    def kind(self):
+        """(dtype, ndim): what the compiled epilog depends on."""
+        return (self.dtype, self.ndim)
+
 
 @dataclasses.dataclass(frozen=True)
 class FusedEpilog:
-    """The Python epilog of a problem and the layout of its ``data`` (None: the function gets ``data=None``)."""
+    """The Python epilog of a problem, the layout of each operand in the function's order (``(name, DataLayout or
+    None)``; None: the function gets None) and, on a GPU, the :class:`~._fused_route.Route` it takes."""
 
     epilog: E.MatmulEpilogFunction
-    data: DataLayout | None
+    operands: tuple = ()
+    route: object = None
 
     @property
     def name(self):
         return self.epilog.where
 
+    @property
+    def kinds(self):
+        return tuple(None if layout is None else layout.kind for _, layout in self.operands)
 
-def fused_epilog(epilog):
+
+def fused_epilog(epilog, epilog_inputs=None):
     """A checked :class:`~mathpy.jit._matmul_epilog.MatmulEpilogFunction` when ``epilog`` is a Python function (or a
-    numba dispatcher), else None (a named epilog)."""
+    numba dispatcher) whose operands are the keys of ``epilog_inputs``, else None (a named epilog)."""
     if epilog is None or isinstance(epilog, (str, int, bool)) or not callable(epilog):
         return None
-    return E.as_matmul_epilog(epilog)
+    names = tuple(epilog_inputs) if isinstance(epilog_inputs, dict) else ()
+    return E.as_matmul_epilog(epilog, names)
 
 
 def check_fused_problem(epilog, a_dtype, b_dtype, d_dtype, compute_type):
@@ -73,26 +88,28 @@ def check_fused_problem(epilog, a_dtype, b_dtype, d_dtype, compute_type):
     for what, dtype in (("a", a_dtype), ("b", b_dtype), ("the result", d_dtype)):
         if dtype not in FUSED_DTYPES:
             raise ValueError(f"matmul epilog {epilog.where}: {what} has dtype {dtype.name}; Python epilogs take "
-                             f"float16, bfloat16, float32 or float64 operands")
+                             f"float16, bfloat16, float32, float64 or complex64 operands")
     if a_dtype != b_dtype:
         raise ValueError(f"matmul epilog {epilog.where}: a ({a_dtype.name}) and b ({b_dtype.name}) must have one "
                          f"dtype")
-    wanted = "64F" if a_dtype == np.float64 else "32F"
-    if compute_type != wanted:
-        raise ValueError(f"matmul epilog {epilog.where}: compute type {compute_type} is not supported with a Python "
-                         f"epilog on {a_dtype.name} operands; allowed: {wanted}")
+    if (a_dtype.kind == "c") != (d_dtype.kind == "c"):
+        raise ValueError(f"matmul epilog {epilog.where}: a {a_dtype.name} product cannot have a {d_dtype.name} "
+                         f"result")
+    if compute_type == "16F":  # the epilog's value is float32: the product must be accumulated in it
+        raise ValueError(f"matmul epilog {epilog.where}: compute type 16F is not supported with a Python epilog (its "
+                         f"value is float32); allowed: 32F")
 
 
-def stage_data(op):
-    """(DataLayout, needs a C-order copy) of the ``data`` operand ``op``; ValueError when it cannot be one (its
+def stage_data(op, name="data"):
+    """(DataLayout, needs a C-order copy) of the epilog operand ``op``; ValueError when it cannot be one (its
     package and device are the caller's to check)."""
     dtype = op.dtype.name
     if dtype not in E.DATA_DTYPES:
-        raise ValueError(f"epilog input 'data' has dtype {dtype}; a Python epilog's data may be "
+        raise ValueError(f"epilog input {name!r} has dtype {dtype}; a Python epilog's operands may be "
                          f"{', '.join(E.DATA_DTYPES)}")
     if not 0 <= len(op.shape) <= 3:
-        raise ValueError(f"epilog input 'data' has shape {tuple(op.shape)}; it must have at most 3 dimensions "
-                         f"(data[row, col], data[row], data[batch, row, col], ...)")
+        raise ValueError(f"epilog input {name!r} has shape {tuple(op.shape)}; it must have at most 3 dimensions "
+                         f"(x[row, col], x[row], x[batch, row, col], ...)")
     strides = tuple(op.strides)
     copy = any(s < 0 for s in strides)  # the kernel indexes with non-negative strides
     if copy:
@@ -100,10 +117,25 @@ def stage_data(op):
     return DataLayout(tuple(op.shape), strides, dtype), copy
 
 
+def gpu_route(fused, operands, m, n, k, batch, a, b, c, d_dtype, compute_type, device_id, requested):
+    """The :class:`~._fused_route.Route` of a GPU product (layouts ``a``, ``b``, ``c`` as they enter it) with the
+    epilog ``fused`` reading ``operands`` (name -> DataLayout or None), on device ``device_id``."""
+    from ... import _cuda
+    from ...jit._epilog_recognize import recognize
+    from ._fused_route import choose_route
+
+    names = [None if operands.get(name) is None else name for name in fused.operands]
+    recognized = recognize(fused.function, names, fused.with_batch)
+    facts = types.SimpleNamespace(m=m, n=n, k=k, batch=batch, a=a, b=b, c=c, d_dtype=np.dtype(d_dtype),
+                                  compute_type=compute_type)
+    return choose_route(facts, recognized, operands, _cuda.compute_capability(device_id),
+                        _cuda.multiprocessor_count(device_id), requested)
+
+
 class FusedCPUEngine(CPUEngine):
     """The CPU engine: :class:`~._cpu.CPUEngine`'s product (NumPy's BLAS with cuBLASLt's numerics), then the epilog
     compiled by numba, then one rounding to the result's dtype. Arguments of :meth:`execute` as for ``CPUEngine``
-    (NumPy views), with ``epilog_inputs["data"]`` the data array (any strides) when given."""
+    (NumPy views), with ``epilog_inputs`` the operand arrays (any strides) by name."""
 
     algorithm = "numpy+numba"
 
@@ -111,5 +143,5 @@ class FusedCPUEngine(CPUEngine):
         p = self.problem
         x = self._product(a, b, c, alpha, beta)[0]
         x = np.ascontiguousarray(np.broadcast_to(x, (p.batch, p.m, p.n)))
-        y = E.apply_cpu(p.fused.epilog, x, epilog_inputs.get("data"))
-        _store(y, d)
+        operands = [epilog_inputs.get(name) for name, _ in p.fused.operands]
+        _store(E.apply_cpu(p.fused.epilog, x, operands), d)

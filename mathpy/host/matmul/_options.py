@@ -67,6 +67,9 @@ from ...bindings.cublaslt import MatmulComputeType
 __all__ = ["MatmulOptions", "MatmulPlanPreferences", "MatmulTypes", "resolve_types", "refuse_block_scaling",
            "check_scalar", "SUPPORTED_DTYPES", "FLOAT8_DTYPES", "COMPUTE_TYPES", "RESULT_ORDERS", "is_floating"]
 
+#: How a Python epilog may run on a GPU (``MatmulPlanPreferences.epilog_route``; see ``_fused_route``).
+EPILOG_ROUTES = ("auto", "library", "fused", "elementwise", "generic")
+
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 C64, C128 = np.dtype(np.complex64), np.dtype(np.complex128)
 BF16, E4M3, E5M2 = BFLOAT16, FLOAT8_E4M3, FLOAT8_E5M2
@@ -271,6 +274,12 @@ class MatmulPlanPreferences:
     aux_amax : bool, optional
         A float8 aux only: also return the largest absolute value of X (before ``aux_scale``) as
         ``aux["gelu_aux_amax"]``, a float32 array of shape (1,).
+    epilog_route : {"auto", "library", "fused", "elementwise", "generic"}, optional
+        How a Python epilog runs on a GPU. "auto" (default) follows the rule of ``docs/matmul_epilogs.md``:
+        cuBLASLt's own epilog when the function is one ("library"), mathpy's fused TMA + wgmma kernel on Hopper
+        where it wins ("fused"), else cuBLASLt's product followed by one compiled pass over the result
+        ("elementwise"). "generic" is the block-GEMM kernel with the epilog. A route that cannot run the product
+        raises a ValueError saying why. The plan logs the route and its reason (INFO on the ``mathpy`` logger).
 
     Raises
     ------
@@ -302,9 +311,13 @@ class MatmulPlanPreferences:
     max_waves_count: float = 0.0
     aux_type: object = None
     aux_amax: bool = False
+    epilog_route: str = "auto"
 
     def __post_init__(self):
         object.__setattr__(self, "aux_type", _as_dtype(self.aux_type, "MatmulPlanPreferences.aux_type"))
+        if self.epilog_route not in EPILOG_ROUTES:
+            raise ValueError(f"MatmulPlanPreferences.epilog_route must be one of {list(EPILOG_ROUTES)}, not "
+                             f"{self.epilog_route!r}")
         if not isinstance(self.aux_amax, bool):
             raise TypeError(f"MatmulPlanPreferences.aux_amax must be a bool, not {self.aux_amax!r}")
         for name in ("reduction_scheme_mask", "numerical_impl_mask"):

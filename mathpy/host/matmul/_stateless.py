@@ -83,6 +83,9 @@ def matmul(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None,
             call = _calls.get(key)
         except TypeError:  # an unhashable argument: Matmul judges it
             call = key = None
+        if call is not None and call.problem.fused is not None and not call.problem.fused.epilog.current():
+            _calls.pop(key, None)  # the Python epilog reads a global or closure that changed: compile and plan again
+            call = None
         if call is not None:
             entry = matmul_plan_cache.acquire(call.cache_key)
             if entry is not None:
