@@ -205,10 +205,12 @@ def test_errors_inside_the_epilog_name_its_file_and_line():
 # ---------------------------------------------------------------- GPU code without a GPU
 
 
-def test_generic_kernel_matches_numpy_in_the_simulator():
-    """The generic GPU kernel (tiling, bounds, strides, batches, C, the epilog's coordinates and data) runs under
-    numba's CUDA simulator in a subprocess (it must be switched on before numba is imported)."""
-    from mathpy.device._gemm_sim import SIM_FUSED_CASES, TOLERANCE
+def test_generic_kernel_and_elementwise_pass_match_numpy_in_the_simulator():
+    """The generic GPU kernel (tiling, bounds, strides, batches, C, the epilog's coordinates and data) and the
+    elementwise pass (vector and element paths, aligned and unaligned rows, several operands of float, bfloat16, bool
+    and int32 dtypes, complex values) run under numba's CUDA simulator in a subprocess (it must be switched on before
+    numba is imported)."""
+    from mathpy.device._gemm_sim import SIM_FUSED_CASES, SIM_PASS_CASES, TOLERANCE
 
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
@@ -216,36 +218,30 @@ def test_generic_kernel_matches_numpy_in_the_simulator():
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert len(results) == len(SIM_FUSED_CASES)
+    assert len(results) == len(SIM_FUSED_CASES) + len(SIM_PASS_CASES)
     for r in results:
-        assert r["error"] < TOLERANCE[r["case"][4]], r
-
-
-@pytest.fixture
-def sm90(monkeypatch):
-    """numba-cuda asks the current device for its compute capability when a kernel calls a device function."""
-    import numba.cuda.dispatcher as dispatcher
-
-    class _Device:
-        compute_capability = (9, 0)
-
-    monkeypatch.setattr(dispatcher, "get_current_device", lambda: _Device())
+        dtype = r["case"][4] if r["kind"] == "run_fused_case" else r["case"][3]
+        assert r["error"] < TOLERANCE[dtype], r
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", ["float32", "float64", "bfloat16"])
-def test_generic_kernel_ptx(sm90, precision):
+def test_generic_kernel_ptx(precision):
+    """The generic kernel compiled without the epilog and linked with it: the epilog's read of its operand is one
+    ld.global.nc, nothing goes through local memory, the product runs on the engine of the precision."""
     from mathpy.device import _gemm_build, _gemm_kernel, matmul
+    from mathpy.jit import _epilog_wrapper as W
+    from mathpy.jit import _link
     from mathpy.jit import _matmul_epilog as E
 
-    config = _gemm_kernel.GenericConfig(precision, precision, has_c=True, epilog="value", has_data=True)
+    config = _gemm_kernel.GenericConfig(precision, precision, has_c=True, epilog=True, operands=1)
     description = matmul(64, 64, 32, precision, block_size=256, a_arrangement="col_major")
-    epilog = E.device_function(E.as_matmul_epilog(gate))
-    ptx, _, params, _ = _gemm_build.generic_ptx(config, description, (9, 0), epilog, E.data_view_maker("float32", 2))
+    skeleton, params, _ = _gemm_build.generic_ltoir(config, description, (9, 0))
+    wrapper, _ = W.wrapper_ltoir(E.as_matmul_epilog(gate, ("data",)), (("float32", 2),), precision, None, (9, 0))
+    _, ptx = _link.link({"kernel": skeleton, "epilog": wrapper}, "sm_90", inlined=_gemm_kernel.EPILOG_SYMBOL)
     assert not re.search(r"\b(ld|st)\.local", ptx) and "ld.global.nc.f32" in ptx
     kind = {"float32": "fma.rn.f32", "float64": "mma.sync.aligned.m8n8k4", "bfloat16": "mma.sync.aligned.m16n8k16"}
-    assert kind[precision] in ptx
-
+    assert kind[precision] in ptx and params[-4:] == ["o0_ptr", "o0_t0", "o0_t1", "o0_t2"]
 
 # ---------------------------------------------------------------- the epilogs users write (tests/_epilog_cases.py)
 

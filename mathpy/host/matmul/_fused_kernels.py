@@ -31,7 +31,7 @@ from ..._errors import CUDALibraryError
 from ..._log import logger
 from ...jit import _cache
 
-__all__ = ["Build", "Kernel", "kernel", "skeleton_ltoir"]
+__all__ = ["Build", "Kernel", "kernel", "linked", "cubin_key", "skeleton_ltoir"]
 
 _lock = threading.Lock()
 _loaded = {}  # (cubin key or identity, device) -> Kernel
@@ -132,38 +132,43 @@ def skeleton_ltoir(build):
     return found
 
 
-def _cubin_key(build, wrapper_key):
+def kernel(build, epilog, kinds, staged, device_id):
+    """The loaded :class:`Kernel` of ``build`` with ``epilog`` (a MatmulEpilogFunction; ``kinds``: its operands'
+    (dtype, ndim) or None; ``staged``: (bm, bn) of a staged operand 0) on ``device_id``. Cached in memory and on disk
+    (see the module docstring)."""
+    key = cubin_key(build, epilog, kinds, staged)
+    memory_key = (key or (build, epilog.function, tuple(kinds), staged), device_id)
+    with _lock:
+        found = _loaded.get(memory_key)
+        if found is None:
+            cubin, header, _ = linked(build, epilog, kinds, staged, key)
+            found = _loaded[memory_key] = Kernel(cubin, header, device_id)
+        return found
+
+
+def cubin_key(build, epilog, kinds, staged):
+    """The disk key of the linked kernel (None: the epilog cannot be fingerprinted: built once per process)."""
+    from ...jit import _epilog_wrapper as W
     from ...jit import _link
 
+    wrapper_key = W.wrapper_key(epilog, kinds, _compute(build), staged, build.cc)
     if wrapper_key is None:
         return None
     parts = (build.key, wrapper_key, build.arch, build.link_options, _link.linker_version())
     return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
-def kernel(build, epilog, kinds, staged, device_id):
-    """The loaded :class:`Kernel` of ``build`` with ``epilog`` (a MatmulEpilogFunction; ``kinds``: its operands'
-    (dtype, ndim) or None; ``staged``: (bm, bn) of a staged operand 0) on ``device_id``. Cached in memory and on disk
-    (see the module docstring)."""
-    from ...jit import _epilog_wrapper as W
-
-    wrapper_key = W.wrapper_key(epilog, kinds, _compute(build), staged, build.cc)
-    cubin_key = _cubin_key(build, wrapper_key)
-    memory_key = (cubin_key or (build, epilog.function, tuple(kinds), staged), device_id)
-    with _lock:
-        found = _loaded.get(memory_key)
-        if found is not None:
-            return found
-        entry = _cache.load_entry(cubin_key) if cubin_key is not None else None
-        if entry is not None:
-            header, cubin = entry
-            logger.debug("matmul epilog %s: kernel %s loaded from the disk cache", epilog.where, build.kind)
-        else:
-            cubin, header = _link_kernel(build, epilog, kinds, staged)
-            if cubin_key is not None:
-                _cache.store_entry(cubin_key, header, cubin)
-        found = _loaded[memory_key] = Kernel(cubin, header, device_id)
-        return found
+def linked(build, epilog, kinds, staged, key=None):
+    """``(cubin, header, "disk" or "built")`` of the linked kernel: from the disk cache under ``key``, or built (and
+    stored there)."""
+    entry = _cache.load_entry(key) if key is not None else None
+    if entry is not None:
+        logger.debug("matmul epilog %s: kernel %s loaded from the disk cache", epilog.where, build.kind)
+        return entry[1], entry[0], "disk"
+    cubin, header = _link_kernel(build, epilog, kinds, staged)
+    if key is not None:
+        _cache.store_entry(key, header, cubin)
+    return cubin, header, "built"
 
 
 def _compute(build):
