@@ -67,7 +67,8 @@ class HopperConfig:
     128); ``stages`` ring buffers (:func:`max_stages`); ``a_mn_major`` / ``b_mn_major``: A is M-contiguous
     (column-major) / B is N-contiguous (row-major) in global memory; ``batched_a`` / ``batched_b``: 3-D tensor maps
     (batch coordinate); ``has_c``; ``epilog``: the kernel calls the epilog function, which reads ``operands``
-    operands; ``stage_data``: operand 0 of the
+    operands; ``edges``: some tiles cross the result's last row or column (False: the edge-tile epilog is left out,
+    half the code for ptxas to compile); ``stage_data``: operand 0 of the
     epilog, 16-bit of the result's shape, is copied tile by tile into shared memory (``batched_data``: with a batch
     axis); ``store_tile``: D (16-bit)
     leaves through shared memory with bulk tensor stores (``batched_d``: 3-D map); ``group_m``: tile rows per
@@ -85,6 +86,7 @@ class HopperConfig:
     has_c: bool = False
     epilog: bool = False
     operands: int = 0
+    edges: bool = True
     stage_data: bool = False
     batched_data: bool = False
     store_tile: bool = False
@@ -448,8 +450,11 @@ def _epilog(c):
     if not c.has_c:
         L.append(f"{pad}acc = SCALE(acc, al)")
     L += _columns(c, pad, False)
-    L += [f"{pad}if m0 + {c.bm} <= m and n0 + {c.bn} <= n:"] + body(c, 16, False)
-    L += [f"{pad}else:"] + body(c, 16, True)
+    if c.edges:
+        L += [f"{pad}if m0 + {c.bm} <= m and n0 + {c.bn} <= n:"] + body(c, 16, False)
+        L += [f"{pad}else:"] + body(c, 16, True)
+    else:
+        L += body(c, 12, False)
     if c.store_tile:
         if c.stage_data:  # the results overwrite the data the other warps may still be reading
             L.append(f"{pad}CONSUMERS_SYNC()")

@@ -32,7 +32,7 @@ from ._cpu import CPUEngine, _store
 from ._options import BF16
 
 __all__ = ["FusedEpilog", "DataLayout", "fused_epilog", "check_fused_problem", "stage_data", "FusedCPUEngine",
-           "FUSED_DTYPES", "gpu_route"]
+           "FUSED_DTYPES", "gpu_route", "plan_fused"]
 
 FUSED_DTYPES = (np.dtype(np.float16), BF16, np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.complex64))
 
@@ -115,6 +115,31 @@ def stage_data(op, name="data"):
     if copy:
         strides = c_strides(op.shape)
     return DataLayout(tuple(op.shape), strides, dtype), copy
+
+
+def plan_fused(fused, inputs, product, batch, d_dtype, inplace, staged, c_given, compute_type, device_id, requested,
+               logger):
+    """``(FusedEpilog, D's layout)`` of a plan with the Python epilog ``fused`` (``inputs``: its Staged operands;
+    ``staged``: A's and B's; ``c_given``: C as given, or None; ``device_id`` None on the CPU): the result is row-major
+    except on the route that runs cuBLASLt's bias by row (column-major); on a GPU the route (``requested``:
+    MatmulPlanPreferences.epilog_route) is logged with its reason."""
+    from ._layouts import c_in_d_order
+    from ._problem import col_major, row_major
+
+    if inplace:
+        raise ValueError("a Python epilog writes a new result: it cannot run in place (inplace=True)")
+    p = product
+    d_layout, route = row_major(p.m, p.n, batch, d_dtype), None
+    layouts = {name: s.layout for name, s in inputs.items()}
+    if device_id is not None:
+        c = None if c_given is None else c_in_d_order(c_given, d_layout, p).layout
+        route = gpu_route(fused, layouts, p.m, p.n, p.k, batch, staged["a"].layout, staged["b"].layout, c, d_dtype,
+                          compute_type, device_id, requested)
+        logger.info("Matmul epilog %s: %s", fused.where, route)
+        if route.order == "F":
+            d_layout = col_major(p.m, p.n, batch, d_dtype)
+    operands = tuple((name, layouts.get(name)) for name in fused.operands)
+    return FusedEpilog(fused, operands, route), d_layout
 
 
 def gpu_route(fused, operands, m, n, k, batch, a, b, c, d_dtype, compute_type, device_id, requested):

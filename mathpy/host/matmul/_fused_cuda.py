@@ -324,7 +324,8 @@ def hopper_config(p, data, stage, store):
         p.a.dtype.name, p.d.dtype.name, bn=bn, stages=stages, a_mn_major=p.a.row_stride == 1 and p.m > 1,
         b_mn_major=p.b.col_stride == 1 and p.n > 1, batched_a=p.a.batch > 1 and p.a.batch_stride != 0,
         batched_b=p.b.batch > 1 and p.b.batch_stride != 0, has_c=p.c is not None, epilog=True,
-        operands=len(p.fused.operands), stage_data=stage, batched_data=stage and data.ndim == 3, store_tile=store, batched_d=store and p.batch > 1)
+        operands=len(p.fused.operands), edges=bool(p.m % HK.HopperConfig.bm or p.n % bn), stage_data=stage,
+        batched_data=stage and data.ndim == 3, store_tile=store, batched_d=store and p.batch > 1)
 
 
 def _check(result, what):

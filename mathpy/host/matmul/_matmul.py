@@ -42,13 +42,13 @@ from ._docs import MATMUL_DOCS
 from ._epilog import EPILOG_INPUT_NAMES, as_epilog, epilog_spec
 from . import _algorithms
 from ._epilog_operands import HANDLERS, Data, gelu_aux_dtype, is_number, output_layouts, scale_items, split_scales
-from ._fused import FusedEpilog, check_fused_problem, fused_epilog, gpu_route
+from ._fused import check_fused_problem, fused_epilog, plan_fused
 from ._layouts import (Product, c_in_d_order, check_inplace, expand_c, inplace_layout, result_layout, stage_a, stage_b,
                        stage_matrix)
 from ._options import (FLOAT8_DTYPES, I8, MatmulOptions, MatmulPlanPreferences, check_scalar, is_floating,
                        refuse_block_scaling,
                        resolve_types)
-from ._problem import MatmulProblem, col_major, row_major
+from ._problem import MatmulProblem, row_major
 
 __all__ = ["Matmul", "matmul_plan_cache", "make_engine"]
 
@@ -179,7 +179,6 @@ class Matmul:
         self._product = Product(m, n, k, batch_shape, moves, tn_gpu, operand=types.operand)
         self._staged = {"a": stage_a(a_op, self._product), "b": stage_b(b_op, self._product)}
         self._c_given = None  # C as given, before plan() puts it in D's order
-        self._fused = None  # the Python epilog of the plan
         if c_op is not None:
             c_view = expand_c(c_op, result_shape, a_op.ndim == 1, b_op.ndim == 1)
             self._c_given = stage_matrix("c", c_view, m, n, None, batch_shape, moves, types.engine_c)
@@ -259,7 +258,7 @@ class Matmul:
         given = dict(given)
         aux_scale = given.pop("aux_scale", None)  # a float8 GELU aux's scale: checked with its dtype below
         wanted = fused.operands if fused is not None else spec.inputs
-        self._fused = fused
+        self._fused = fused  # (a Python epilog's operands may have any name: _stage_input)
         missing = [name for name in spec.inputs if name not in given]
         unknown = sorted(set(given) - set(wanted), key=str)
         if unknown:  # first: a misspelled name is also a missing one, and the misspelling is what to fix
@@ -293,19 +292,10 @@ class Matmul:
         else:
             d_layout = result_layout(epilog, self._types.engine_result, self._staged["a"], self._staged["b"],
                                      self._c_given, p, self._options.result_order)
-        route = None
-        if fused is not None:  # row-major results (column-major for cuBLASLt's bias by row: see _fused_route)
-            if self._options.inplace:
-                raise ValueError("a Python epilog writes a new result: it cannot run in place (inplace=True)")
-            d_layout = row_major(p.m, p.n, d_layout.batch, d_dtype)
-            if self._on_gpu:
-                c = None if self._c_given is None else c_in_d_order(self._c_given, d_layout, p).layout
-                route = gpu_route(fused, {n: s.layout for n, s in inputs.items()}, p.m, p.n, p.k, d_layout.batch,
-                                  self._staged["a"].layout, self._staged["b"].layout, c, d_dtype, self._compute_type,
-                                  self._device_id, preferences.epilog_route)
-                self._logger.info("Matmul epilog %s: %s", fused.where, route)
-                if route.order == "F":
-                    d_layout = col_major(p.m, p.n, d_layout.batch, d_dtype)
+        if fused is not None:  # its own result layout and, on a GPU, its route (_fused_route)
+            fused, d_layout = plan_fused(fused, inputs, p, d_layout.batch, d_dtype, self._options.inplace, self._staged,
+                                         self._c_given, self._compute_type, self._device_id, preferences.epilog_route,
+                                         self._logger)
         if self._c_given is not None:
             self._staged["c"] = c_in_d_order(self._c_given, d_layout, p)
         problem = MatmulProblem(
@@ -316,9 +306,7 @@ class Matmul:
             epilog_outputs=output_layouts(spec, p.m, p.n, d_layout.batch, d_dtype, self._options.result_amax,
                                           aux_dtype, preferences.aux_amax),
             inplace=self._options.inplace, **self._float8_scales(), aux_scale=aux_scale,
-            fused=None if fused is None else FusedEpilog(
-                fused, tuple((name, inputs[name].layout if name in inputs else None) for name in fused.operands),
-                route))
+            fused=fused)
 
         # The old plan goes first (its workspace counts against the cache bound); from here a failure must not
         # leave this object looking planned with a freed engine, so it falls back to the unplanned state.
@@ -580,8 +568,7 @@ class Matmul:
         if op.package != like.package or op.device_id != like.device_id:
             raise ValueError(f"epilog input {name!r} must be of the operands' package and device "
                              f"({like.package}, {like.device_id}); it is {op.package}, {op.device_id}")
-        handler = HANDLERS[name] if self._fused is None else Data(name)  # a Python epilog's operands: any name
-        return handler.stage(op, self._product, spec, self._d_dtype)
+        return (HANDLERS[name] if self._fused is None else Data(name)).stage(op, self._product, spec, self._d_dtype)
 
     def _make_call(self):
         staged = {**self._staged, **self._inputs}
