@@ -60,7 +60,8 @@ def _cc(device_id):
 
 class EpilogPass:
     """The elementwise pass of :mod:`mathpy.device._epilog_pass` for ``problem`` (D row-major): ``execute(d,
-    epilog_inputs, stream)`` applies the problem's epilog to D in place on ``stream``."""
+    epilog_inputs, stream)`` applies the problem's epilog to D in place on ``stream``. Everything but the addresses
+    is set once; an execute writes D's and the operands' addresses into the argument block and launches."""
 
     def __init__(self, problem, *, execution=None):
         from ...device import _epilog_pass as P
@@ -70,17 +71,20 @@ class EpilogPass:
         config = P.PassConfig(d.dtype.name, len(fused.operands))
         self._kernel = kernel(Build("pass", config, _cc(self.device_id)), fused.epilog, fused.kinds, None,
                               self.device_id)
-        self._arguments = self._kernel.arguments()
+        self._arguments = args = self._kernel.arguments()
         grid, shift = P.launch_shape(problem.m, problem.n, problem.batch, config.vector)
         self._grid = grid
-        self._arguments.update({"m": problem.m, "n": problem.n, "ldd": d.row_stride, "d_batch": d.batch_stride,
-                                "batches": problem.batch, "row_shift": shift})
-        self._arguments.update(operand_values(fused.operands, {name: 0 for name, _ in fused.operands}))
+        args.update({"m": problem.m, "n": problem.n, "ldd": d.row_stride, "d_batch": d.batch_stride,
+                     "batches": problem.batch, "row_shift": shift})
+        args.update(operand_values(fused.operands, {name: 0 for name, _ in fused.operands}))
+        self._d = args.values["d_ptr"]
+        self._pointers = tuple((args.values[f"o{i}_ptr"], name) for i, (name, layout) in enumerate(fused.operands)
+                               if layout is not None)
 
     def execute(self, d, epilog_inputs, stream):
-        values = operand_values(self.problem.fused.operands, epilog_inputs)
-        values["d_ptr"] = d
-        self._arguments.update(values)
+        self._d.value = d
+        for slot, name in self._pointers:
+            slot.value = epilog_inputs[name]
         with _runtime.device_scope(self.device_id):
             self._kernel.launch(self._grid, stream, self._arguments)
 
