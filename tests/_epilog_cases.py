@@ -59,7 +59,8 @@ def relu_bias(value, row, col, bias):
 
 def gelu_tanh(value, row, col, bias):
     x = value + bias[col]
-    return np.float32(0.5) * x * (np.float32(1) + math.tanh(np.float32(0.7978845608) * (x + np.float32(0.044715) * x ** 3)))
+    inner = np.float32(0.7978845608) * (x + np.float32(0.044715) * x ** 3)
+    return np.float32(0.5) * x * (np.float32(1) + math.tanh(inner))
 
 
 SHIFT = np.float32(0.25)  # a module-level constant the epilog reads

@@ -68,7 +68,8 @@ def _bias_col(value, row, col, bias):
 
 def _bias_row(value, row, col, bias):
     x = value + bias[row]
-    return np.float32(0.5) * x * (np.float32(1) + math.tanh(np.float32(0.7978845608) * (x + np.float32(0.044715) * x ** 3)))
+    inner = np.float32(0.7978845608) * (x + np.float32(0.044715) * x ** 3)
+    return np.float32(0.5) * x * (np.float32(1) + math.tanh(inner))
 
 
 def _residual(value, batch, row, col, residual):

@@ -6,13 +6,13 @@ Generated as Python source for numba-cuda and compiled once per result dtype, wi
 the external epilog function of :mod:`._gemm_kernel`'s convention, linked in by nvJitLink (:mod:`mathpy.jit._link`).
 
 Work split: a block of :data:`THREADS` threads covers ``THREADS >> row_shift`` rows of D and ``(1 << row_shift) *
-V`` consecutive columns of each, where ``V`` is the elements per 16 bytes (8 for 16-bit results, 4 for float32, 2 for
-float64 and complex64). ``row_shift`` is chosen per launch so that narrow results (N smaller than a block's columns)
-still keep every thread busy: ``1 << row_shift`` is the smallest power of two of threads that covers N. Where a row
-is 16-byte aligned, each thread reads and writes its ``V`` elements as one 16-byte access (the row's last thread
-element by element when the row ends inside its vector); in a row that is not, the row's threads take one element
-each, ``1 << row_shift`` columns apart, so the warp's accesses stay coalesced. Rows and batches beyond the grid (65535 blocks per axis) are
-walked by grid-stride loops.
+V`` consecutive columns of each, where ``V`` is the elements per 16 bytes (8 for 16-bit results, 4 for float32, 2
+for float64 and complex64). ``row_shift`` is chosen per launch so that narrow results (N smaller than a block's
+columns) still keep every thread busy: ``1 << row_shift`` is the smallest power of two of threads that covers N.
+Where a row is 16-byte aligned, each thread reads and writes its ``V`` elements as one 16-byte access (the row's last
+thread element by element when the row ends inside its vector); in a row that is not, the row's threads take one
+element each, ``1 << row_shift`` columns apart, so the warp's accesses stay coalesced. Rows and batches beyond the
+grid (65535 blocks per axis) are walked by grid-stride loops.
 """
 
 import dataclasses

@@ -401,7 +401,8 @@ def store_element(kind):
 
 
 def _emit_pair(context, builder, t, args, kind):
-    """Store ``args[2]``, ``args[3]`` at elements ``args[1]``, ``args[1] + 1`` of the row at ``args[0]`` as one access."""
+    """Store ``args[2]``, ``args[3]`` at elements ``args[1]``, ``args[1] + 1`` of the row at ``args[0]`` (one
+    access)."""
     elem, size = _KINDS[kind]
     ptr = _address(context, builder, args[0], t[0], args[1], t[1], size, ir.IntType(8).as_pointer())
     if kind in ("bfloat16", "float16"):

@@ -391,8 +391,8 @@ def run_hopper_case(m, n, k, batch, ab, out, epilog, layout, with_c, bn, grid, s
     store = out in ("bfloat16", "float16")
     config = HK.HopperConfig(ab, out, bn=bn, stages=HK.max_stages(bn, stage or store), a_mn_major=layout == "tn",
                              b_mn_major=layout != "nt", batched_a=batch > 1, batched_b=batch > 1, has_c=with_c,
-                             epilog=True, operands=1, stage_data=stage, batched_data=stage and data.ndim == 3, store_tile=store,
-                             batched_d=store and batch > 1)
+                             epilog=True, operands=1, stage_data=stage, batched_data=stage and data.ndim == 3,
+                             store_tile=store, batched_d=store and batch > 1)
     machine = _Machine()
 
     def element_layout(x):  # (address, leading dimension, batch stride) in elements
