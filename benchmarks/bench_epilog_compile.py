@@ -121,6 +121,16 @@ def child(cache, route, name, scale, gpu):
     return result
 
 
+def table(rows):
+    """The Markdown table docs/benchmarks.md shows: ``rows`` of (route, scenario, timings)."""
+    lines = ["| route | scenario | first call s | skeleton s | epilog s | link s | second call ms | new plan ms | "
+             "import s |", "|---|---|---|---|---|---|---|---|---|"]
+    for route, scenario, r in rows:
+        lines.append(f"| {route} | {scenario} | {r['first']:.3f} | {r['skeleton']:.2f} | {r['epilog']:.2f} | "
+                     f"{r['link']:.2f} | {1e3 * r['second']:.2f} | {1e3 * r['plan']:.2f} | {r['import']:.2f} |")
+    return "\n".join(lines)
+
+
 def main():
     gpu = "--no-gpu" not in sys.argv
     routes = ("fused", "elementwise", "library") if gpu else ("fused", "elementwise")
@@ -133,11 +143,7 @@ def main():
                 rows.append((route, scenario, r))
                 print(f"  {route:11} {scenario:10}: first call {r['first']:7.3f} s (skeleton {r['skeleton']:.2f}, "
                       f"epilog {r['epilog']:.2f}, link {r['link']:.2f}), numba imported: {r['numba']}", flush=True)
-    print(f"\n{'route':11} | {'scenario':10} | first call s | skeleton s | epilog s | link s | 2nd call ms | "
-          f"new plan ms | import s")
-    for route, scenario, r in rows:
-        print(f"{route:11} | {scenario:10} | {r['first']:12.3f} | {r['skeleton']:10.2f} | {r['epilog']:8.2f} | "
-              f"{r['link']:6.2f} | {1e3 * r['second']:11.2f} | {1e3 * r['plan']:11.2f} | {r['import']:8.2f}")
+    print("\n" + table(rows))
     os.makedirs(os.path.join(ROOT, "benchmarks", "results"), exist_ok=True)
     with open(os.path.join(ROOT, "benchmarks", "results", "bench_epilog_compile.json"), "w") as f:
         json.dump([{"route": r, "scenario": s, **v} for r, s, v in rows], f, indent=1)

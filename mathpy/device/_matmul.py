@@ -17,7 +17,9 @@ the warps form a ``warp_m x warp_n`` grid over C, each owning ``(warp_tile_m / 1
 2t, 2t + 8 with g = lane // 4, t = lane % 4; one 32-bit load each when A is row-major) and B fragments (2 registers:
 k pairs 2t, 2t + 8 of column g) from shared memory and issues ``mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}``
 (inline PTX from :mod:`._intrinsics`) per fragment pair; a thread's accumulators are rows g, g + 8 and columns 2t,
-2t + 1 of each fragment. Leading dimensions are padded by 8 elements (``lda = k + 8`` or ``m + 8``, ``ldb = n + 8``)
+2t + 1 of each fragment. Fragments are loaded with ``ldmatrix`` (one instruction per 16 x 16 A fragment, one per
+two 16 x 8 B fragments) when the shared arrays are 16-byte aligned, with scalar shared loads otherwise. Leading
+dimensions are padded to 8 more than a multiple of 16 (``lda = k + 8`` or ``m + 8``, ``ldb = n + 8`` or ``n + 16``)
 so fragment reads are free of bank conflicts. numba's simulator has no warp-level ``mma``: there the same
 description runs a scalar k loop with the same ownership and layout, so CI checks everything but the fragment
 registers, which the GPU tests and an emulation of the instruction (tests/test_device.py) check.
@@ -68,7 +70,7 @@ class MatmulDescription(DescriptionNamespace):
     dimensions: A ``m x k`` with ``lda`` padded against bank conflicts (row-major: ``a[i * lda + p]``; col-major:
     ``a[p * lda + i]``; ``a_size`` elements; CUDA cores: ``lda = k + 1`` or ``m + 1``, tensor cores: ``k + 8`` or
     ``m + 8`` and A 4-byte aligned), B ``k x n`` row-major (``b[p * ldb + j]``, ``ldb = n`` on CUDA cores, ``n + 8``
-    on tensor cores; ``b_size`` elements), C ``m x n`` row-major (``c[i * n + j]``), in ``storage_dtype``.
+    or ``n + 16`` on tensor cores; ``b_size`` elements), C ``m x n`` row-major (``c[i * n + j]``), in ``storage_dtype``.
     ``tensor_cores`` says which engine the description uses. ``launch_bounds`` is a suggestion for the kernel's
     ``cuda.jit(launch_bounds=...)`` (GPU only; the simulator's ``jit`` has no such argument): it caps registers so
     that two blocks fit on an SM where the accumulators allow it (at 256 threads the 128 x 128 tiles otherwise take
@@ -127,10 +129,11 @@ class MatmulDescription(DescriptionNamespace):
             self.warp_tile_m, self.warp_tile_n = m // self.warp_m, n // self.warp_n
             self.nt_m = self.nt_n = None
             self.tile_m, self.tile_n = 2 * (self.warp_tile_m // 16), 2 * (self.warp_tile_n // 8)
-            # Pad leading dimensions by 8 elements (16 bytes): fragment reads are conflict-free and A's pairs stay
-            # 4-byte aligned (one 32-bit load per fragment register when A is row-major).
+            # Leading dimensions padded to 8 elements more than a multiple of 16 (rows 16 bytes past a 32-byte
+            # multiple): the 8 rows an ldmatrix reads, and the scalar fragment reads, fall in distinct banks; rows stay
+            # 16-byte aligned (ldmatrix, cp.async) and A's pairs 4-byte aligned.
             self.lda = k + 8 if a_arrangement == "row_major" else m + 8
-            self.ldb = n + 8
+            self.ldb = n + 8 if n % 16 == 0 else n + 16
         else:
             self.warp_m = self.warp_n = self.warp_tile_m = self.warp_tile_n = None
             self.nt_n, self.nt_m = _thread_grid(m, n, block_size)
@@ -376,30 +379,68 @@ def _generate(d):
         for e, (r, c) in enumerate(owners):
             lines.append(f"        c{e} = c{e} + a{rows.index(r)} * b{cols.index(c)}")
 
-    def mma_kloop(lines):
-        """Tensor cores: per k-step of 16, load the warp's A and B fragments from shared memory and run
-        mma.sync.m16n8k16 on every (A, B) fragment pair."""
+    def mma_products(lines, pad):
         FM, FN = d.warp_tile_m // 16, d.warp_tile_n // 8
-        lines.append(f"    for kk in range({K // 16}):")
-        lines.append("        k0 = kk * 16 + tk")
-        for fm in range(FM):
-            # registers: (row g, k 2t..2t+1), (row g+8, k 2t..), (row g, k 2t+8..), (row g+8, k 2t+8..)
-            for reg, (dr, dk) in enumerate(((0, 0), (8, 0), (0, 8), (8, 8))):
-                row, p = f"arow + {fm * 16 + dr}", f"k0 + {dk}"
-                if a_row_major:
-                    lines.append(f"        fa{fm}_{reg} = PAIR(a, {a_elem(row, p)})")
-                else:
-                    lines.append(f"        fa{fm}_{reg} = PACK(a, {a_elem(row, p)}, {a_elem(row, p + ' + 1')})")
-        for fn in range(FN):
-            for reg, dk in enumerate((0, 8)):
-                idx = f"(k0 + {dk}) * {LDB} + bcol + {fn * 8}"
-                lines.append(f"        fb{fn}_{reg} = PACK(b, {idx}, {idx} + {LDB})")
         for fm in range(FM):
             for fn in range(FN):
                 e = (fm * FN + fn) * 4
                 cs = ", ".join(f"c{e + q}" for q in range(4))
                 fa = ", ".join(f"fa{fm}_{r}" for r in range(4))
-                lines.append(f"        {cs} = MMA({fa}, fb{fn}_0, fb{fn}_1, {cs})")
+                lines.append(f"{pad}{cs} = MMA({fa}, fb{fn}_0, fb{fn}_1, {cs})")
+
+    def mma_kloop(lines, pad="    "):
+        """Tensor cores: per k-step of 16, load the warp's A and B fragments from shared memory with scalar loads
+        (a 16-bit pair per register; B two 16-bit loads) and run mma.sync.m16n8k16 on every (A, B) fragment pair.
+        The path for operands whose shared arrays are not 16-byte aligned (ldmatrix needs it)."""
+        FM, FN = d.warp_tile_m // 16, d.warp_tile_n // 8
+        lines.append(f"{pad}for kk in range({K // 16}):")
+        lines.append(f"{pad}    k0 = kk * 16 + tk")
+        for fm in range(FM):
+            # registers: (row g, k 2t..2t+1), (row g+8, k 2t..), (row g, k 2t+8..), (row g+8, k 2t+8..)
+            for reg, (dr, dk) in enumerate(((0, 0), (8, 0), (0, 8), (8, 8))):
+                row, p = f"arow + {fm * 16 + dr}", f"k0 + {dk}"
+                if a_row_major:
+                    lines.append(f"{pad}    fa{fm}_{reg} = PAIR(a, {a_elem(row, p)})")
+                else:
+                    lines.append(f"{pad}    fa{fm}_{reg} = PACK(a, {a_elem(row, p)}, {a_elem(row, p + ' + 1')})")
+        for fn in range(FN):
+            for reg, dk in enumerate((0, 8)):
+                idx = f"(k0 + {dk}) * {LDB} + bcol + {fn * 8}"
+                lines.append(f"{pad}    fb{fn}_{reg} = PACK(b, {idx}, {idx} + {LDB})")
+        mma_products(lines, pad + "    ")
+
+    def ldsm_kloop(lines):
+        """Tensor cores with ldmatrix: per k-step of 16, one ``ldmatrix.x4`` per 16 x 16 A fragment (``.trans`` for
+        the col-major arrangement) and one ``ldmatrix.x4.trans`` per two 16 x 8 B fragments, instead of 4 and 8
+        scalar shared loads; the padded leading dimensions (multiples of 8 values, 16 bytes more than a row) keep
+        every 8-row matrix in distinct banks. Needs 16-byte aligned shared arrays (checked per call; else the scalar
+        path)."""
+        FM, FN = d.warp_tile_m // 16, d.warp_tile_n // 8
+        WTM, WTN, WN = d.warp_tile_m, d.warp_tile_n, d.warp_n
+        lines += [f"    lrow = (warp // {WN}) * {WTM} + lane % 16",   # A row-major: the row this lane addresses
+                  "    lk8 = (lane // 16) * 8",
+                  "    tka = lane % 8 + (lane // 16) * 8",            # A col-major: the k row this lane addresses
+                  f"    mrow = (warp // {WN}) * {WTM} + ((lane // 8) % 2) * 8",
+                  "    tkb = lane % 8 + ((lane // 8) % 2) * 8",       # B: the k row and column this lane addresses
+                  f"    ncol = (warp % {WN}) * {WTN} + (lane // 16) * 8",
+                  "    if ALIGNED16(a) and ALIGNED16(b):"]
+        lines.append(f"        for kk in range({K // 16}):")
+        lines.append("            k0 = kk * 16")
+        for fm in range(FM):
+            regs = ", ".join(f"fa{fm}_{r}" for r in range(4))
+            if a_row_major:  # lanes 0-15: rows 0-15 at k0, lanes 16-31: the same rows at k0 + 8
+                lines.append(f"            {regs} = LDSM4(a, (lrow + {fm * 16}) * {LDA} + k0 + lk8)")
+            else:  # stored k-major: lanes give k rows; matrices (m 0-7 | 8-15) x (k 0-7 | 8-15)
+                lines.append(f"            {regs} = LDSM4T(a, (k0 + tka) * {LDA} + mrow + {fm * 16})")
+        for fn in range(0, FN, 2):  # matrices (k 0-7 | 8-15) of columns fn * 8.. and (fn + 1) * 8..
+            idx = f"(k0 + tkb) * {LDB} + ncol + {fn * 8}"
+            if fn + 1 < FN:
+                lines.append(f"            fb{fn}_0, fb{fn}_1, fb{fn + 1}_0, fb{fn + 1}_1 = LDSM4T(b, {idx})")
+            else:
+                lines.append(f"            fb{fn}_0, fb{fn}_1 = LDSM2T(b, {idx})")
+        mma_products(lines, "            ")
+        lines.append("    else:")
+        mma_kloop(lines, "        ")
 
     def dmma_kloop(lines):
         """fp64 tensor cores: per k-step of 4, one double of A per 8-row fragment (row g, k t), one of B per 8-column
@@ -451,7 +492,9 @@ def _generate(d):
 
         ns["PAIR"], ns["PACK"] = _intrinsics.pair_u32, _intrinsics.pack2_u32
         ns["MMA"] = _intrinsics.mma_f16_f32 if d.precision == "float16" else _intrinsics.mma_bf16_f32
-        kloop = mma_kloop
+        ns.update(LDSM4=_intrinsics.ldmatrix(4, False), LDSM4T=_intrinsics.ldmatrix(4, True),
+                  LDSM2T=_intrinsics.ldmatrix(2, True), ALIGNED16=_intrinsics.aligned16)
+        kloop = ldsm_kloop
     else:
         kloop = scalar_kloop
 
