@@ -66,10 +66,10 @@ def _bias_col(value, row, col, bias):
     return max(value + bias[col], np.float32(0))
 
 
-def _bias_row(value, row, col, bias):
+def _bias_row(value, row, col, bias):  # GELU spelled with np.tanh and a product for the cube
     x = value + bias[row]
-    inner = np.float32(0.7978845608) * (x + np.float32(0.044715) * x ** 3)
-    return np.float32(0.5) * x * (np.float32(1) + math.tanh(inner))
+    cube = x * x * x
+    return x * (np.float32(1) + np.tanh(np.float32(0.7978845608) * (x + np.float32(0.044715) * cube))) / np.float32(2)
 
 
 def _residual(value, batch, row, col, residual):

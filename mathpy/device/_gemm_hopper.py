@@ -376,19 +376,17 @@ def _value(c, i, col):
     return f"AXPBY(acc[{i}], al, be, crow, {col})" if c.has_c else f"acc[{i}]"
 
 
-def _columns(c, pad, edge):
-    """The thread's columns ``k{j}_{q}`` (edge tiles: ``e{j}_{q}``, clamped into the result), named once per tile:
-    each epilog call then reads a variable instead of computing an expression (numba's passes grow faster than
-    linearly with the temporaries of a function)."""
-    if edge:
-        return [f"{pad}e{j}_{q} = min(k{j}_{q}, n - 1)" for j in range(c.bn // 8) for q in range(2)]
-    return [f"{pad}k{j}_{q} = n0 + (lc0 | {8 * j + q})" for j in range(c.bn // 8) for q in range(2)]
+def _column(j, q, edge=False):
+    """The thread's column ``8 j + q`` of its 8-column chunks (clamped into the result on edge tiles), computed where
+    it is used: named once per tile, the 64 columns would all stay live through the epilog and spill registers."""
+    col = f"n0 + (lct | {8 * j + q})"
+    return f"min({col}, n - 1)" if edge else col
 
 
 def _row_lines(c, pad, half, edge):
     """Lines setting ``row`` (and ``erow``: the row the epilog and C see, clamped into the result on edge tiles),
     ``drow`` (D's row address) and ``crow`` (C's)."""
-    out = [f"{pad}row = m0 + (lr0 | {8 * half})"]
+    out = [f"{pad}row = m0 + (lrt | {8 * half})"]
     erow = "erow" if edge else "row"
     if edge:
         out.append(f"{pad}erow = min(row, m - 1)")
@@ -399,9 +397,7 @@ def _row_lines(c, pad, half, edge):
 
 
 def _call(c, indent, i, col, edge, out_var):
-    """The epilog of accumulator ``i`` at column variable ``col`` (its clamped twin on edge tiles)."""
-    if edge:
-        col = "e" + col[1:]
+    """The epilog of accumulator ``i`` at column ``col`` (already clamped on edge tiles)."""
     staged = "tile, m0, n0" if c.stage_data else None
     return epilog_lines(indent, _value(c, i, col), "tb", "erow" if edge else "row", col, c, out_var, staged)
 
@@ -410,12 +406,12 @@ def _packed(c, indent, edge):
     """store_tile: every value of the thread, packed in pairs p{j}_{half} (on edge tiles the values outside D are
     computed at clamped coordinates and dropped by the bulk store, which clips to the tensor map's extent)."""
     pad = " " * indent
-    out = _columns(c, pad, True) if edge else []
+    out = []
     for half in range(2):
         out += _row_lines(c, pad, half, edge)
         for j in range(c.bn // 8):
             for q in range(2):
-                out += _call(c, indent, 4 * j + 2 * half + q, f"k{j}_{q}", edge, f"v{q}")
+                out += _call(c, indent, 4 * j + 2 * half + q, _column(j, q, edge), edge, f"v{q}")
             out.append(f"{pad}p{j}_{half} = PACK(v0, v1)")
     return out
 
@@ -424,7 +420,7 @@ def _direct(c, indent, edge, group=4):
     """Stored straight from registers: ``group`` 8-column chunks of values, then their stores (on edge tiles, stores
     with the bounds tests inside)."""
     pad = " " * indent
-    out = _columns(c, pad, True) if edge else []
+    out = []
     for half in range(2):
         out += _row_lines(c, pad, half, edge)
         if edge:
@@ -432,10 +428,10 @@ def _direct(c, indent, edge, group=4):
         for first in range(0, c.bn // 8, group):
             for j in range(first, first + group):
                 for q in range(2):
-                    out += _call(c, indent, 4 * j + 2 * half + q, f"k{j}_{q}", edge, f"v{j}_{q}")
+                    out += _call(c, indent, 4 * j + 2 * half + q, _column(j, q, edge), edge, f"v{j}_{q}")
             for j in range(first, first + group):
-                out.append(f"{pad}STORE_EDGE(drow, k{j}_0, v{j}_0, v{j}_1, n, row_ok)" if edge else
-                           f"{pad}STORE_PAIR(drow, k{j}_0, v{j}_0, v{j}_1)")
+                out.append(f"{pad}STORE_EDGE(drow, {_column(j, 0)}, v{j}_0, v{j}_1, n, row_ok)" if edge else
+                           f"{pad}STORE_PAIR(drow, {_column(j, 0)}, v{j}_0, v{j}_1)")
     return out
 
 
@@ -446,10 +442,13 @@ def _epilog(c):
     if c.tile_buffer:
         L += _wait(pad, "ready", "t & 1")
         L.append(f"{pad}tile = OPAQUE(tbuf)")  # the buffer's addresses are recomputed per tile, not kept live
+    # the thread's first row and column within the tile, through an asm per tile (with their known bits masked back
+    # in): the link's optimiser would otherwise hoist the 128 tile offsets of the values out of the tile loop and
+    # keep them live through the product (spills); the masks keep the staged operand's range checks folding
+    L += [f"{pad}lrt = INT64(OPAQUE(lr0)) & 127", f"{pad}lct = INT64(OPAQUE(lc0)) & 6"]
     body = _packed if c.store_tile else _direct
     if not c.has_c:
         L.append(f"{pad}acc = SCALE(acc, al)")
-    L += _columns(c, pad, False)
     if c.edges:
         L += [f"{pad}if m0 + {c.bm} <= m and n0 + {c.bn} <= n:"] + body(c, 16, False)
         L += [f"{pad}else:"] + body(c, 16, True)

@@ -378,26 +378,34 @@ def _emit_store(context, builder, t, args, kind):
         builder.store(v, builder.bitcast(ptr, elem.as_pointer(1)), align=size)
 
 
-def store_element(kind):
-    """``f(row_address, col, value)``: store a compute-precision value, rounded (to nearest even) to ``kind``."""
-    key = ("store", kind)
+def _store_intrinsic(name, kind, values, emit):
+    """An intrinsic ``f(row_address, col, v0, ..)`` (``values`` compute values) whose code is ``emit(context, builder,
+    argument types, arguments, kind)``, made once per (name, kind)."""
+    key = (name, kind)
     if key in _access_cache:
         return _access_cache[key]
 
-    @intrinsic
-    def store(typingctx, row_address, col, value):
-        if not (_ints(row_address, col) and isinstance(value, (types.Float, types.Integer))):
+    def typing(typingctx, args):
+        if not (_ints(*args[:2]) and all(isinstance(v, (types.Float, types.Integer)) for v in args[2:])):
             return None
-        sig = types.void(row_address, col, value)
 
-        def codegen(context, builder, signature, args):
-            _emit_store(context, builder, signature.args, args, kind)
+        def codegen(context, builder, signature, arguments):
+            emit(context, builder, signature.args, arguments, kind)
             return context.get_dummy_value()
 
-        return sig, codegen
+        return types.void(*args), codegen
 
-    _access_cache[key] = store
-    return store
+    names = ", ".join(f"v{i}" for i in range(values))
+    scope = {"typing": typing}
+    exec(f"def typer(typingctx, row_address, col, {names}):\n"
+         f"    return typing(typingctx, (row_address, col, {names}))", scope)
+    found = _access_cache[key] = intrinsic(scope["typer"])
+    return found
+
+
+def store_element(kind):
+    """``f(row_address, col, value)``: store a compute-precision value, rounded (to nearest even) to ``kind``."""
+    return _store_intrinsic("store", kind, 1, _emit_store)
 
 
 def _emit_pair(context, builder, t, args, kind):
@@ -424,24 +432,7 @@ def _emit_pair(context, builder, t, args, kind):
 def store_pair(kind):
     """``f(row_address, col, v0, v1)``: store two consecutive elements (``col`` even, the row aligned to two
     elements) as one access: 16-bit kinds through one ``cvt.rn.{bf16,f16}x2.f32`` and a 32-bit store."""
-    key = ("pair", kind)
-    if key in _access_cache:
-        return _access_cache[key]
-
-    @intrinsic
-    def store(typingctx, row_address, col, v0, v1):
-        if not (_ints(row_address, col) and all(isinstance(v, (types.Float, types.Integer)) for v in (v0, v1))):
-            return None
-        sig = types.void(row_address, col, v0, v1)
-
-        def codegen(context, builder, signature, args):
-            _emit_pair(context, builder, signature.args, args, kind)
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    _access_cache[key] = store
-    return store
+    return _store_intrinsic("pair", kind, 2, _emit_pair)
 
 
 def axpby_element(kind):

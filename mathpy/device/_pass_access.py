@@ -76,26 +76,35 @@ def aligned16(typingctx, address):
     return types.boolean(address), codegen
 
 
+def _load_intrinsic(result, kind, emit):
+    """An intrinsic ``f(row_address, col) -> result`` whose value is ``emit(context, builder, pointer)``."""
+
+    @intrinsic
+    def load(typingctx, base, col):
+        if not (isinstance(base, types.Integer) and isinstance(col, types.Integer)):
+            return None
+
+        def codegen(context, builder, signature, args):
+            ptr = _pointer(context, builder, args[0], signature.args[0], args[1], signature.args[1], kind)
+            return emit(context, builder, ptr)
+
+        return result(base, col), codegen
+
+    return load
+
+
 def load_one(kind):
     """``f(row_address, col) -> compute value`` of element ``col``."""
     key = ("one", kind)
     if key not in _cache:
-        scalar, per, compute = _KINDS[kind]
+        _, per, compute = _KINDS[kind]
 
-        @intrinsic
-        def load(typingctx, base, col):
-            if not (isinstance(base, types.Integer) and isinstance(col, types.Integer)):
-                return None
+        def emit(context, builder, ptr):
+            scalars = [builder.load(builder.gep(ptr, [ir.Constant(_I32, i)]), align=_BYTES[kind] // per)
+                       for i in range(per)]
+            return _compose(context, builder, kind, scalars)
 
-            def codegen(context, builder, signature, args):
-                ptr = _pointer(context, builder, args[0], signature.args[0], args[1], signature.args[1], kind)
-                align = _BYTES[kind] // per
-                scalars = [builder.load(builder.gep(ptr, [ir.Constant(_I32, i)]), align=align) for i in range(per)]
-                return _compose(context, builder, kind, scalars)
-
-            return compute(base, col), codegen
-
-        _cache[key] = load
+        _cache[key] = _load_intrinsic(compute, kind, emit)
     return _cache[key]
 
 
@@ -137,24 +146,16 @@ def load_vector(kind, count):
         vec = _vector_type(kind, count)
         result = types.UniTuple(compute, count)
 
-        @intrinsic
-        def load(typingctx, base, col):
-            if not (isinstance(base, types.Integer) and isinstance(col, types.Integer)):
-                return None
+        def emit(context, builder, ptr):
+            raw = builder.load(builder.bitcast(ptr, vec.as_pointer(1)), align=16)
+            lanes = [builder.extract_element(raw, ir.Constant(_I32, i)) for i in range(vec.count)]
+            if scalar is _I16:  # two 16-bit values per 32-bit lane, the first in the low half
+                lanes = [builder.trunc(x if h == 0 else builder.lshr(x, ir.Constant(_I32, 16)), _I16)
+                         for x in lanes for h in range(2)]
+            values = [_compose(context, builder, kind, lanes[i * per:(i + 1) * per]) for i in range(count)]
+            return context.make_tuple(builder, result, values)
 
-            def codegen(context, builder, signature, args):
-                ptr = _pointer(context, builder, args[0], signature.args[0], args[1], signature.args[1], kind)
-                raw = builder.load(builder.bitcast(ptr, vec.as_pointer(1)), align=16)
-                lanes = [builder.extract_element(raw, ir.Constant(_I32, i)) for i in range(vec.count)]
-                if scalar is _I16:  # two 16-bit values per 32-bit lane, the first in the low half
-                    lanes = [builder.trunc(x if h == 0 else builder.lshr(x, ir.Constant(_I32, 16)), _I16)
-                             for x in lanes for h in range(2)]
-                values = [_compose(context, builder, kind, lanes[i * per:(i + 1) * per]) for i in range(count)]
-                return context.make_tuple(builder, result, values)
-
-            return result(base, col), codegen
-
-        _cache[key] = load
+        _cache[key] = _load_intrinsic(result, kind, emit)
     return _cache[key]
 
 
