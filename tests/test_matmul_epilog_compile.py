@@ -7,6 +7,7 @@ read-only cache). nvJitLink and NVVM run on the CPU; only loading the cubin need
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -155,6 +156,10 @@ def test_the_linked_pass_inlines_the_epilog_and_moves_16_bytes(out, vector):
     assert re.search(rf"ld\.global\.{re.escape(vector)}", ptx) and re.search(rf"st\.global\.{re.escape(vector)}", ptx)
     assert "ld.global.nc.f32" in ptx
     assert params == ["d_ptr", "m", "n", "ldd", "d_batch", "batches", "row_shift", "o0_ptr", "o0_t0", "o0_t1", "o0_t2"]
+    if shutil.which("ptxas"):  # at most 64 registers (4 blocks of 256 threads per SM: a memory-bound pass), no spills
+        report = _gemm_build.ptxas_report(ptx, "sm_90")
+        used = int(re.search(r"Used (\d+) registers", report).group(1))
+        assert used <= 64 and not re.search(r"[1-9]\d* bytes spill stores", report), report
 
 
 def test_an_epilog_numba_cannot_compile_names_its_file_and_line():

@@ -21,10 +21,15 @@ import numpy as np
 
 from ._gemm_kernel import COMPUTE_OF, operand_params
 
-__all__ = ["PassConfig", "pass_source", "pass_namespace", "PASS_PARAMS", "THREADS", "launch_shape", "PASS_KINDS"]
+__all__ = ["PassConfig", "pass_source", "pass_namespace", "PASS_PARAMS", "THREADS", "MIN_BLOCKS", "launch_shape",
+           "PASS_KINDS"]
 
 PASS_PARAMS = ("d_ptr", "m", "n", "ldd", "d_batch", "batches", "row_shift")
 THREADS = 256
+#: Blocks per SM the register allocation must allow (launch bounds): at most 64 registers per thread, 32 warps per SM
+#: to keep enough loads in flight for a memory-bound pass (unbounded, ptxas gave a bf16 gated-SiLU pass 164 registers:
+#: one block, 8 warps per SM).
+MIN_BLOCKS = 4
 #: Result dtypes the pass stores, and their bytes per element.
 PASS_KINDS = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8, "complex64": 8}
 _MAX_GRID_YZ = 65535

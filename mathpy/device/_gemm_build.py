@@ -194,7 +194,8 @@ def pass_ltoir(config, cc):
     source = P.pass_source(config)
     kernel = _exec(source, P.pass_namespace(config), "pass")
     params = list(P.PASS_PARAMS) + K.operand_params(config.operands)
-    return _ltoir(kernel, params, K.COMPUTE_OF[config.out], cc, launch_bounds=(config.threads,)), params, source
+    bounds = (config.threads, P.MIN_BLOCKS)
+    return _ltoir(kernel, params, K.COMPUTE_OF[config.out], cc, launch_bounds=bounds), params, source
 
 
 def generic_simulator_kernel(config, description, epilog_fn, extra=None):
