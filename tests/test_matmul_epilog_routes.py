@@ -15,7 +15,7 @@ import pytest
 
 from _epilog_cases import BY_NAME, bound, product, random
 from _fake_gpu import host_view, pretend_a_gpu
-from _tolerance import assert_within
+from _tolerance import assert_within, gamma
 from mathpy.host.matmul import _fused_route as R
 from mathpy.host.matmul._fused import DataLayout
 from mathpy.host.matmul._problem import row_major
@@ -328,3 +328,29 @@ def test_other_architectures_run_the_elementwise_route(stand_in_gpu, caplog, cc)
     assert_within(out.double().numpy(), ref, limit, f"sm_{cc[0]}{cc[1]}")
     with pytest.raises(ValueError, match="'fused' is not possible"):
         mathpy.matmul(a, a.T, epilog=_gated, epilog_inputs={"gate": gate}, preferences={"epilog_route": "fused"})
+
+
+def test_an_epilog_cublaslt_refuses_falls_back_to_the_pass(stand_in_gpu, caplog):
+    """Where cuBLASLt has no kernel for the recognised epilog, the plan runs the product alone and the pass."""
+    torch = stand_in_gpu()
+    import mathpy
+    from mathpy import CUDALibraryError, _engines
+    from test_matmul_orchestration import PointerEngine
+
+    class Refusing(PointerEngine):
+        def __init__(self, problem, **kwargs):
+            if problem.epilog is not None:
+                raise CUDALibraryError("cublasLt", "cublasLtMatmulAlgoGetHeuristic", 15, "CUBLAS_STATUS_NOT_SUPPORTED")
+            super().__init__(problem, **kwargs)
+
+    a = torch.randn(6, 5, generator=torch.Generator().manual_seed(2))
+    bias = torch.randn(4, generator=torch.Generator().manual_seed(3))
+    with _engines.use("matmul", "cuda", Refusing), caplog.at_level(logging.INFO, logger="mathpy"):
+        out = mathpy.matmul(a, a[:4].T, epilog=_bias_col, epilog_inputs={"bias": bias})
+    assert "route: library because" in caplog.text and "refused its RELU_BIAS epilog" in caplog.text
+    assert HostPass.streams  # the pass ran
+    x = a.double().numpy() @ a[:4].double().numpy().T
+    ref = np.maximum(x + bias.double().numpy(), 0)
+    magnitude = np.abs(a.double().numpy()) @ np.abs(a[:4].double().numpy()).T
+    limit = gamma(6, np.float32) * magnitude + 2 * 2.0 ** -24 * (np.abs(ref) + np.abs(x)) + 1e-38
+    assert_within(out.double().numpy(), ref, limit, "fallback")

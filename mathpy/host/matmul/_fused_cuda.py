@@ -27,7 +27,8 @@ import threading
 import numpy as np
 
 from ... import _cuda, _engines, _operands, _packages, _runtime
-from ..._errors import CUDALibraryError
+from ..._errors import CUDALibraryError, UnsupportedLayoutError
+from ..._log import logger
 from ._epilog import MatmulEpilog
 from ._fused_kernels import Build, kernel
 from ._fused_route import hopper_tile_n
@@ -132,11 +133,22 @@ class FusedCUDAEngine:
         self._product = self._pass = self._hopper = self._generic = None
         self._plan = route.library
         if route.name in ("library", "elementwise"):
+            engine = _engines.get("matmul", "cuda")
             sub, self._transposed = _product_problem(problem, self._plan)
-            self._product = _engines.get("matmul", "cuda")(sub, execution=execution, options=options,
-                                                           preferences=preferences, allocator=allocator)
             try:
-                if route.name == "elementwise":
+                self._product = engine(sub, execution=execution, options=options, preferences=preferences,
+                                       allocator=allocator)
+            except (CUDALibraryError, UnsupportedLayoutError) as e:
+                if route.name != "library" or route.order != "C":
+                    raise
+                # cuBLASLt has no kernel for its epilog here: the product alone, and the pass
+                logger.info("Matmul epilog %s: cuBLASLt refused its %s epilog (%s); route: elementwise instead",
+                            problem.fused.name, self._plan.epilog, e)
+                self._plan, (sub, self._transposed) = None, _product_problem(problem)
+                self._product = engine(sub, execution=execution, options=options, preferences=preferences,
+                                       allocator=allocator)
+            try:
+                if self._plan is None:
                     self._pass = _engines.get("matmul-epilog-pass", "cuda")(problem, execution=execution)
             except BaseException:
                 self._product.free()
