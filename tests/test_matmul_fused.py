@@ -245,7 +245,7 @@ def test_generic_kernel_ptx(precision):
 
 # ---------------------------------------------------------------- the epilogs users write (tests/_epilog_cases.py)
 
-from _epilog_cases import BY_NAME, CASES, bound, product, random  # noqa: E402
+from _epilog_cases import CASES, bound, product, random  # noqa: E402
 from _tolerance import assert_within  # noqa: E402
 
 

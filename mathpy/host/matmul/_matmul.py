@@ -48,7 +48,7 @@ from ._layouts import (Product, c_in_d_order, check_inplace, expand_c, inplace_l
 from ._options import (FLOAT8_DTYPES, I8, MatmulOptions, MatmulPlanPreferences, check_scalar, is_floating,
                        refuse_block_scaling,
                        resolve_types)
-from ._problem import MatmulProblem, row_major
+from ._problem import MatmulProblem
 
 __all__ = ["Matmul", "matmul_plan_cache", "make_engine"]
 
