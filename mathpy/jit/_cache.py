@@ -267,6 +267,8 @@ def callback_key(fn, spec, snapshot=None):
     h = hashlib.sha256()
     h.update(toolchain_id().encode())
     h.update(repr((spec.kind, spec.element_dtype, spec.user_info_dtype, tuple(spec.compute_capability))).encode())
+    if getattr(spec, "check_bounds", False):  # a checked build is other code (unchecked keys stay as they were)
+        h.update(b"check_bounds")
     _update_function(h, fn, set(), snapshot)
     return h.hexdigest()
 
