@@ -31,6 +31,7 @@ from ..._log import logger
 from ..._options import check_or_create_options
 from ..._plan_cache import PlanCache, PlanKey
 from ..._streams import stream_pointer
+from ...jit._bounds import resolve as check_bounds
 from ._call import FFTCall, new_staging
 from ._callback import as_callback, bind_callback, callback_identity
 from ._docs import FFT_DOCS
@@ -358,10 +359,11 @@ class FFT:
         if stream is not None and p.on_gpu:
             self._stream = stream_pointer(stream, p.holder, p.device_id)
         t, execution = p.transform, p.execution
+        check = check_bounds(p.options.check_bounds)
         bound_prolog = bind_callback(as_callback(prolog, "prolog"), "prolog", t.fft_type, t.precision, t.input_shape,
-                                     t.input_strides, execution)
+                                     t.input_strides, execution, check)
         bound_epilog = bind_callback(as_callback(epilog, "epilog"), "epilog", t.fft_type, t.precision,
-                                     t.output_shape, t.output_strides, execution)
+                                     t.output_shape, t.output_strides, execution, check)
         allocator = _operands.holder_of(p.holder).on(p.device_id, self._stream) if p.on_gpu else None
 
         def create():
