@@ -170,9 +170,11 @@ class OutOfBoundsError(MathpyError, IndexError):
     --------
     >>> import numpy as np
     >>> import mathpy, mathpy.fft
-    >>> def shifted(data_in, offset, user_info, unused):
-    ...     return data_in[offset] * user_info[offset // 2 + 2]
-    >>> window = mathpy.fft.Callback(shifted, data=np.ones(4, np.float32))
+    >>> def late(data_in, offset, user_info, unused):
+    ...     if offset > 1:                   # under a condition: only a run can tell
+    ...         return data_in[offset] * user_info[offset + 2]
+    ...     return data_in[offset]
+    >>> window = mathpy.fft.Callback(late, data=np.ones(4, np.float32))
     >>> try:
     ...     mathpy.fft.fft(np.ones(4, np.complex64), prolog=window, options={"check_bounds": True})
     ... except mathpy.OutOfBoundsError as error:

@@ -26,14 +26,36 @@ def _constant(value):
     return ir.Constant(I64, value)
 
 
-def record(builder, record_ptr, array_id, indices, offset):
+def record(builder, record_ptr, array_id, indices, offset, words=None):
     """Record an out-of-bounds access in the int64 words at ``record_ptr`` unless one is recorded already:
     ``array_id`` and ``offset`` are i64 values, ``indices`` a list of i64 values (at most three)."""
     old = builder.cmpxchg(record_ptr, _constant(0), _constant(1), "monotonic", "monotonic")
     with builder.if_then(builder.extract_value(old, 1), likely=False):
-        words = [array_id, _constant(len(indices))] + list(indices) + [_constant(0)] * (3 - len(indices)) + [offset]
-        for position, value in enumerate(words, start=1):
+        if words is None:
+            words = [array_id, _constant(len(indices))] + list(indices) + [_constant(0)] * (3 - len(indices))
+        for position, value in enumerate(words + [offset], start=1):
             builder.store(value, builder.gep(record_ptr, [_constant(position)]))
+
+
+_RECORDER = "mathpy_bounds_record"
+
+
+def record_call(builder, record_ptr, array_id, indices, offset):
+    """:func:`record` as a call of one out-of-line function per module: a kernel that inlines many checked accesses
+    (a GEMM epilog's per-thread tile) then keeps one copy of the cold path instead of one per access."""
+    module = builder.module
+    words = [array_id, _constant(len(indices))] + list(indices) + [_constant(0)] * (3 - len(indices)) + [offset]
+    recorder = module.globals.get(_RECORDER)
+    if recorder is None:
+        recorder = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64.as_pointer()] + [I64] * len(words)),
+                               _RECORDER)
+        recorder.linkage = "linkonce_odr"
+        recorder.attributes.add("noinline")
+        inner = ir.IRBuilder(recorder.append_basic_block("entry"))
+        pointer, array, count, *rest = recorder.args
+        record(inner, pointer, array, [], rest[-1], words=[array, count] + rest[:-1])
+        inner.ret_void()
+    builder.call(recorder, [record_ptr] + words)
 
 
 def checked(builder, inside, access, miss):

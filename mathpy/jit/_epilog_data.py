@@ -174,7 +174,8 @@ def _load(context, builder, sig, args):
         return load(context, builder, data_ty, view, indices)
     inside = B.all_below(builder, indices, [getattr(view, f"s{i}") for i in range(len(indices))])
     return B.checked(builder, inside, lambda: load(context, builder, data_ty, view, indices),
-                     lambda: B.record(builder, _record(builder), ir.Constant(_I64, 0), indices, ir.Constant(_I64, 0)))
+                     lambda: B.record_call(builder, _record(builder), ir.Constant(_I64, 0), indices,
+                                           ir.Constant(_I64, 0)))
 
 
 def _record(builder):
