@@ -32,6 +32,7 @@ for path in (ROOT, HERE):
     if path not in sys.path:
         sys.path.insert(0, path)
 
+import _report  # noqa: E402
 from bench_fft_callbacks import epilog_filter, epilog_x2, prolog_x3  # noqa: E402  (the same callbacks)
 
 SHAPES = [(1024, 32768), (256, 131072), (16384, 2048)]  # (n, batch), as bench_fft_callbacks.py
@@ -177,20 +178,6 @@ def gpu(with_matmul):
     return rows, failures
 
 
-def table(rows):
-    lines = ["| case | plain cuFFT | kernel unchecked | kernel checked | kernel ratio | per call unchecked | "
-             "per call checked | per call ratio |", "|---|---|---|---|---|---|---|---|"]
-    for row in rows:
-        kernel, call = row.get("kernel"), row["call"]
-        kernel_cells = ([f"{kernel['unchecked']:.3f}", f"{kernel['checked']:.3f}",
-                         f"{kernel['checked'] / kernel['unchecked']:.2f}"] if kernel else ["-", "-", "-"])
-        plain = f"{row['plain']:.3f}" if "plain" in row else "-"
-        lines.append(f"| {row['case']} | {plain} | " + " | ".join(kernel_cells) + f" | {call['unchecked']:.3f} | "
-                     f"{call['checked']:.3f} | {call['checked'] / call['unchecked']:.2f} |")
-    return "\n".join(lines) + "\n\nms, medians. Kernel: the cuFFT plan alone; per call: FFT.execute() / " \
-        "Matmul.execute() followed by a synchronisation (the checked call synchronises itself to read its record)."
-
-
 def plot(rows):
     try:
         import matplotlib
@@ -239,7 +226,11 @@ def main():
     except Exception as e:
         sys.exit(f"bench_check_bounds needs CuPy and a GPU ({e}); --dry-run runs the CPU part")
     rows, failures = gpu(not args.no_matmul)
-    print("\n" + table(rows))
+    import cupy as cp
+
+    gpu_name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"].decode()
+    print("\n" + _report.environment(gpu_name) + "\n")
+    print(_report.check_bounds_table(rows))
     plot(rows)
     print(f"total {time.perf_counter() - wall:.0f} s")
     if failures:

@@ -343,7 +343,8 @@ class FFT:
             (the message lists the allowed ones); :class:`~mathpy.CallbackCompileError` when the function does
             not compile (it names its file and line).
         ValueError
-            User data of a shape the callback cannot index, or on another device.
+            User data of a shape the callback cannot index, or on another device; an index the callback's source
+            shows outside ``data_in`` / ``data_out`` or its user data (named, with the size it needs).
         :class:`~mathpy.CUDALibraryError`
             cuFFT refused the plan.
 
@@ -466,6 +467,8 @@ class FFT:
             Before :meth:`plan`, after :meth:`free`, or without an operand.
         ValueError
             A direction the FFT type does not take.
+        :class:`~mathpy.OutOfBoundsError`
+            With ``FFTOptions(check_bounds=True)``: a callback indexed one of its arrays out of bounds (named).
         """
         if self._grad:
             _torch_route.refuse("FFT.execute", self._grad)
