@@ -233,10 +233,8 @@ def main():
     print(_report.check_bounds_table(rows))
     plot(rows)
     print(f"total {time.perf_counter() - wall:.0f} s")
-    if failures:
-        print("\nFAILURES:\n  " + "\n  ".join(failures))
-        sys.exit(1)
+    return ("FAILURES:\n  " + "\n  ".join(failures)) if failures else None  # sys.exit prints it, status 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -119,6 +119,12 @@ def late_gate(value, row, col, data):
     return value
 
 
+def late_batch(value, batch, row, col, data):
+    if batch > 0:
+        return value + data[batch + 1, row, col]
+    return value
+
+
 # --- the analysis ---------------------------------------------------------------------------------------------------
 
 def _range(fn, array, coordinates, which=0):
@@ -291,6 +297,10 @@ def test_checked_and_unchecked_builds_are_distinct_code():
     assert plain.key != checked.key and plain.ltoir != checked.ltoir
     spec = make_spec("prolog", "complex64", "float32", (9, 0))
     assert function_key(prolog_full, spec)[0] == plain.key  # the unchecked key is what it was before
+    # FFT keys (a cache of one's own keys on them) tell the two apart when a callback is given
+    keys = [mfft.FFT.create_key(X8, prolog=prolog_plus_3, options={"check_bounds": check}) for check in (False, True)]
+    assert keys[0] != keys[1]
+    assert mfft.FFT.create_key(X8) == mfft.FFT.create_key(X8, options={"check_bounds": True})
 
 
 # --- FFT: the checked GPU code, run on the host ------------------------------------------------------------------------
@@ -457,6 +467,10 @@ def test_matmul_check_bounds_names_the_index_on_the_cpu(monkeypatch):
         mathpy.matmul(A32, B32, epilog=late_gate, epilog_inputs={"data": data}, options={"check_bounds": True})
     assert (info.value.array, info.value.index) == ("data", (1, 2)) and "result element (1, 1)" in str(info.value)
     assert "late_gate" in info.value.callback
+    with pytest.raises(OutOfBoundsError) as info:  # the epilog that takes the batch index
+        mathpy.matmul(np.stack([A32, A32]), B32, epilog=late_batch,
+                      epilog_inputs={"data": np.ones((2, 3, 2), np.float32)}, options={"check_bounds": True})
+    assert info.value.index == (2, 0, 0) and "result element (1, 0, 0)" in str(info.value)
     monkeypatch.setenv("MATHPY_CHECK_BOUNDS", "true")
     with mathpy.Matmul(A32, B32) as mm:
         mm.plan(epilog=late_gate, epilog_inputs={"data": data})

@@ -104,12 +104,13 @@ def test_fused_matmul_check_bounds(dtype_name, size):
         mathpy.matmul(a, b, epilog=late_gate, epilog_inputs={"data": data}, options={"check_bounds": True})
     error = info.value
     assert error.array == "data" and error.index[1] == n and 1 <= error.index[0] < m and "late_gate" in error.callback
-    results = [mathpy.matmul(a, b, epilog=gate, epilog_inputs={"data": data}, options={"check_bounds": check})
-               for check in (False, True)]
-    assert torch.equal(results[0], results[1])
+    checked = mathpy.matmul(a, b, epilog=gate, epilog_inputs={"data": data}, options={"check_bounds": True})
+    if dtype_name == "float32":  # (each Hopper kernel takes a minute to compile: the checked one only there)
+        unchecked = mathpy.matmul(a, b, epilog=gate, epilog_inputs={"data": data})
+        assert torch.equal(unchecked, checked)
     a64, b64, d64 = (t.double().cpu().numpy() for t in (a, b, data))
     exact = a64 @ b64
     # the float32 product's error scaled by |data|, the product with data rounded, then the result's rounding
     out = np.float32 if dtype_name == "float32" else ml_dtypes.bfloat16
     bound = matmul_bound(a64, b64, out, roundings=2, exact=exact) * np.abs(d64)
-    assert_within(results[1].double().cpu().numpy(), exact * d64, bound)
+    assert_within(checked.double().cpu().numpy(), exact * d64, bound)

@@ -19,28 +19,22 @@ def _loop(with_batch):
         return _loops[with_batch]
     import numba
 
-    if with_batch:
-        @numba.njit(cache=False)
-        def loop(f, x, data, out):
-            for b in range(x.shape[0]):
-                for i in range(x.shape[1]):
-                    for j in range(x.shape[2]):
-                        try:
-                            out[b, i, j] = f(x[b, i, j], b, i, j, data)
-                        except Exception:  # numba's bounds check: the element is named in Python
-                            return (b * x.shape[1] + i) * x.shape[2] + j
-            return -1
+    if with_batch:  # one loop for both signatures: the call is the only difference
+        call = numba.njit(lambda f, value, b, i, j, data: f(value, b, i, j, data))
     else:
-        @numba.njit(cache=False)
-        def loop(f, x, data, out):
-            for b in range(x.shape[0]):
-                for i in range(x.shape[1]):
-                    for j in range(x.shape[2]):
-                        try:
-                            out[b, i, j] = f(x[b, i, j], i, j, data)
-                        except Exception:
-                            return (b * x.shape[1] + i) * x.shape[2] + j
-            return -1
+        call = numba.njit(lambda f, value, b, i, j, data: f(value, i, j, data))
+
+    @numba.njit(cache=False)
+    def loop(f, x, data, out):
+        for b in range(x.shape[0]):
+            for i in range(x.shape[1]):
+                for j in range(x.shape[2]):
+                    try:
+                        out[b, i, j] = call(f, x[b, i, j], b, i, j, data)
+                    except Exception:  # numba's bounds check: the element is named in Python
+                        return (b * x.shape[1] + i) * x.shape[2] + j
+        return -1
+
     with _lock:
         _loops[with_batch] = loop
     return loop

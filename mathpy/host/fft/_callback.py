@@ -60,8 +60,9 @@ class Callback:
     Raises
     ------
     TypeError
-        ``function`` is neither callable nor bytes. The data's dtype, shape and device are checked when the FFT is
-        planned (TypeError / ValueError naming what is allowed).
+        ``function`` is neither callable nor bytes. The data's dtype, shape and device, and the indices the
+        function's source shows, are checked when the FFT is planned (TypeError / ValueError naming what is
+        allowed, or the size an index needs).
 
     Notes
     -----

@@ -129,6 +129,14 @@ def make_engine(transform, execution, prolog, epilog, allocator, memory=None):
                                        allocator=allocator, **extra)
 
 
+def _callbacks_key(prolog, epilog, options):
+    """The callbacks' part of a key: their identities, and whether they are compiled with bounds checks."""
+    key = (callback_identity(prolog, "prolog"), callback_identity(epilog, "epilog"))
+    if (prolog is not None or epilog is not None) and check_bounds(options.check_bounds):
+        key += ("check_bounds",)
+    return key
+
+
 class _Resources:
     """What a live FFT holds: its engine (owned, or a plan cache entry borrowed). The weakref.finalize safety net
     calls :meth:`release`, so it must not refer to the FFT itself."""
@@ -296,8 +304,7 @@ class FFT:
     def get_key(self, prolog=None, epilog=None):
         """The hashable key of this FFT's problem with the given callbacks (none by default): what
         :meth:`create_key` gives for this operand, axes, options and execution."""
-        return ("FFT",) + self._problem.engine_key + (callback_identity(prolog, "prolog"),
-                                                      callback_identity(epilog, "epilog"))
+        return ("FFT",) + self._problem.engine_key + _callbacks_key(prolog, epilog, self._problem.options)
 
     @staticmethod
     def create_key(operand, axes=None, options=None, execution=None, prolog=None, epilog=None):
@@ -309,8 +316,7 @@ class FFT:
         options = check_or_create_options(FFTOptions, options, "options")
         execution = resolve_execution(execution, op.device_id)
         problem = fft_problem(op, None if axes is None else normalize_axes(axes, op.ndim), options, execution)
-        return ("FFT",) + problem.engine_key + (callback_identity(prolog, "prolog"),
-                                                callback_identity(epilog, "epilog"))
+        return ("FFT",) + problem.engine_key + _callbacks_key(prolog, epilog, options)
 
     @property
     def prepared_call(self):
