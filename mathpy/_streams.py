@@ -20,7 +20,7 @@ captured launch uses is kept with the plan (:func:`keep_for_graph`) where the ar
 
 import weakref
 
-from . import _operands
+from . import _operands, _packages
 from ._errors import StreamCaptureError
 
 __all__ = ["stream_handle", "stream_pointer", "refuse_in_capture", "refuse_planning_in_capture", "keep_for_graph"]
@@ -56,11 +56,12 @@ def stream_pointer(stream, package, device_id):
     return handle
 
 
-def refuse_in_capture(package, device_id, stream, call, why, fix):
+def refuse_in_capture(package, device_id, stream, call, why, fix, anywhere=False):
     """Raise :class:`~mathpy.StreamCaptureError` when raw ``stream`` (None: the current one) of ArrayPackage
-    ``package`` on ``device_id`` is capturing a CUDA graph: ``call`` cannot be recorded because ``why``; ``fix`` says
-    what to do instead. Call it before queueing any work, so that the capture stays valid."""
-    if package.is_capturing(device_id, stream):
+    ``package`` on ``device_id`` is capturing a CUDA graph (``anywhere``: or the current stream of any device package:
+    host copies and waits break a capture on another stream too); ``call`` cannot be recorded because ``why``; ``fix``
+    says what to do instead. Call it before queueing any work, so that the capture stays valid."""
+    if package.is_capturing(device_id, stream) or (anywhere and _packages.capturing(device_id)):
         raise StreamCaptureError(f"{call} cannot be captured in a CUDA graph: {why}; {fix}")
 
 

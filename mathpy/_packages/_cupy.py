@@ -47,11 +47,6 @@ class CuPyPackage(ArrayPackage):
         with self._device(device_id):
             return cupy.cuda.get_current_stream().ptr
 
-    def is_capturing(self, device_id, stream):
-        if device_id is None:
-            return False
-        return bool(cupy.cuda.runtime.streamIsCapturing(self.current_stream(device_id) if stream is None else stream))
-
     def stream_scope(self, device_id, stream):
         same_device = cupy.cuda.runtime.getDevice() == device_id
         if same_device and (stream is None or cupy.cuda.get_current_stream().ptr == stream):

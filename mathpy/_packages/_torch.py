@@ -105,7 +105,7 @@ class TorchPackage(ArrayPackage):
         return self.raw_current_stream(device_id)
 
     def is_capturing(self, device_id, stream):
-        if device_id is None:
+        if device_id is None or not torch.cuda.is_initialized():  # (no CUDA work yet: nothing can be capturing)
             return False
         if stream is None or stream == self.raw_current_stream(device_id):
             return torch.cuda.is_current_stream_capturing()

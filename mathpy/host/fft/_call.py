@@ -90,7 +90,7 @@ class FFTCall:
             refuse_in_capture(self.holder, self._device_id, stream, "an FFT of host (NumPy) data on the GPU, or with "
                               "options.blocking=True,", "copies between host and device memory and waits on the host "
                               "are not graph work", "capture it with device arrays (CuPy, torch CUDA tensors) and "
-                              "blocking='auto'")
+                              "blocking='auto'", anywhere=True)
         queue = self.holder.on(self._device_id, stream)
         if p.copy_input:
             t = p.transform

@@ -49,7 +49,7 @@ import weakref
 import numpy as np
 
 from ... import _cuda, _operands, _packages, _runtime
-from ..._errors import InvalidPlanStateError, UnsupportedLayoutError
+from ..._errors import CUDALibraryError, InvalidPlanStateError, UnsupportedLayoutError
 from ..._log import logger
 from ..._streams import keep_for_graph
 from ..._workspace import WorkspaceSource
@@ -62,6 +62,7 @@ from ._layout import Transform, cufft_params
 __all__ = ["CUFFTEngine", "live_handles"]
 
 _EXEC_FAILED = 6  # CUFFT_EXEC_FAILED: also what a launch on a thread without a current context gives
+_NOT_SUPPORTED = 16  # CUFFT_NOT_SUPPORTED
 _live_handles = [0]  # cuFFT handles this process created and has not destroyed yet (leak tests read it)
 
 
@@ -539,9 +540,18 @@ def _plan(handle, transform, params, callbacks):
         inembed = onembed = None
     else:
         inembed, onembed = LongLongs(*params.inembed), LongLongs(*params.onembed)
-    cufft.lib.cufftXtMakePlanMany(handle, params.rank, LongLongs(*params.n), inembed, params.istride, params.idist,
-                                  in_type, onembed, params.ostride, params.odist, out_type, params.batch,
-                                  ctypes.byref(work), exec_type)
+    try:
+        cufft.lib.cufftXtMakePlanMany(handle, params.rank, LongLongs(*params.n), inembed, params.istride,
+                                      params.idist, in_type, onembed, params.ostride, params.odist, out_type,
+                                      params.batch, ctypes.byref(work), exec_type)
+    except CUDALibraryError as e:
+        if callbacks and e.status == _NOT_SUPPORTED:  # (seen on the H200 for a prime length, 4099)
+            raise CUDALibraryError(e.library, e.function, e.status, e.status_name,
+                                   f"cuFFT has no kernels with callbacks for this transform (lengths {params.n}); "
+                                   f"callbacks are refused where cuFFT falls back to Bluestein's algorithm (large "
+                                   f"prime factors): pad to lengths with small prime factors, or transform without "
+                                   f"callbacks and apply them as a separate pass") from None
+        raise
     del alive
     return work.value
 

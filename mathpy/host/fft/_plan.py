@@ -373,7 +373,9 @@ class FFT:
             engine = make_engine(t, execution, bound_prolog, bound_epilog, allocator, p.options.allocator)
             return engine, engine.workspace_bytes
 
-        key = PlanKey(p.engine_key + (None if bound_prolog is None else bound_prolog.key,
+        # the holder package too: an engine takes other streams' workspaces from its pool, which a capture on a stream
+        # of another package could not use
+        key = PlanKey(p.engine_key + (p.holder, None if bound_prolog is None else bound_prolog.key,
                                       None if bound_epilog is None else bound_epilog.key))
         if self._cache is not None:
             entry = self._cache.acquire(key, create)

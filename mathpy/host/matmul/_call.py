@@ -146,7 +146,7 @@ class MatmulCall:
         refuse_in_capture(self.holder, self.device_id, stream, "a matmul of host (NumPy) operands on the GPU, or with "
                           "options.blocking=True,", "copies between host and device memory and waits on the host are "
                           "not graph work", "capture it with device arrays (CuPy, torch CUDA tensors) and "
-                          "blocking='auto'")
+                          "blocking='auto'", anywhere=True)
 
     def _new_makers(self, stream):
         """(make D, ((name, make output), ...)) on ``stream`` (None: the current one at each call)."""

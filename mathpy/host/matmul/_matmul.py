@@ -321,7 +321,7 @@ class Matmul:
 
             cache_key = None
             if self._cache is not None:
-                cache_key = PlanKey((problem.key, execution, options, preferences))
+                cache_key = PlanKey((problem.key, execution, options, preferences, self._holder.name))  # (see FFT)
                 entry = self._cache.acquire(cache_key, create)
                 cache = self._cache
                 self._engine, self._release = entry.plan, lambda: cache.release(entry)
