@@ -32,7 +32,8 @@ live (host memory on the CPU, device memory on its GPU), unless an :func:`~mathp
 sets another. Data moves as needed and results come back where the operands live.""",
     "stream": """\
 The CUDA stream the GPU work is ordered on: an ``int`` handle, a CuPy or torch stream, or any object
-with ``__cuda_stream__``. Default: the current stream of the operands' package. Ignored on the CPU.""",
+with ``__cuda_stream__``. Default: the operands' package's current stream at the time of the call (as in
+torch, CuPy and nvmath-python); a capturing stream records the work in its CUDA graph. Ignored on the CPU.""",
     "no_device": """\
 :class:`~mathpy.NoDeviceError`
     GPU execution was asked for on a machine without a usable GPU.""",

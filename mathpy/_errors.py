@@ -13,6 +13,7 @@ __all__ = [
     "InvalidPlanStateError",
     "UnsupportedLayoutError",
     "CallbackCompileError",
+    "StreamCaptureError",
     "OutOfBoundsError",
 ]
 
@@ -98,6 +99,23 @@ class InvalidPlanStateError(MathpyError, RuntimeError):
     Traceback (most recent call last):
     ...
     mathpy._errors.InvalidPlanStateError: Matmul.execute: call plan() first
+    """
+
+
+class StreamCaptureError(MathpyError, RuntimeError):
+    """A call was made while its stream was capturing a CUDA graph (``torch.cuda.graph``, CuPy's
+    ``Stream.begin_capture``) and it does work a graph cannot record: planning (cuFFT and cuBLASLt allocate and upload
+    when they plan), autotuning (it times on the host), waiting on the host (``blocking=True``), or copies between host
+    and device memory (NumPy operands or results with GPU execution). Raised before any work is queued, so the capture
+    stays valid; the message names the call and what to do instead (usually: run the call once before the capture,
+    so that it is planned).
+
+    Examples
+    --------
+    >>> import mathpy
+    >>> error = mathpy.StreamCaptureError("FFT.plan cannot be captured in a CUDA graph: ...")
+    >>> isinstance(error, RuntimeError)
+    True
     """
 
 

@@ -23,6 +23,7 @@ import contextlib
 import numpy as np
 
 from ... import _operands, _packages
+from ..._streams import keep_for_graph, refuse_in_capture
 from ._callback import raise_recorded
 
 __all__ = ["FFTCall"]
@@ -66,6 +67,8 @@ class FFTCall:
         result = make()
         if stream is None:
             stream = self._current_stream(self._device_id)
+        if self._checked:
+            self._refuse_in_capture(stream)
         with self._lock:
             self._run(x_ptr, self._pointer(result), direction, stream)
         if self._checked:
@@ -73,6 +76,11 @@ class FFTCall:
         if scale is not None:
             self.holder.on(self._device_id, stream).scale(result, self._scale_type(scale))
         return result
+
+    def _refuse_in_capture(self, stream):
+        refuse_in_capture(self.holder, self._device_id, stream, "an FFT whose callbacks check bounds (check_bounds)",
+                          "each execution waits on the host to read the callbacks' error records",
+                          "capture the FFT planned without check_bounds", anywhere=True)
 
     def _raise_recorded(self, stream):
         """An out-of-bounds access recorded by the checked callbacks the engine was planned with (a plan cache may
@@ -94,6 +102,15 @@ class FFTCall:
         p = self.problem
         if not p.on_gpu:
             return self._execute_cpu(op, direction, scale, out, staging)
+        if stream is None:
+            stream = self._current_stream(self._device_id)
+        if op.on_host or (out is not None and out.on_host) or p.options.blocking is True:
+            refuse_in_capture(self.holder, self._device_id, stream, "an FFT of host (NumPy) data on the GPU, or with "
+                              "options.blocking=True,", "copies between host and device memory and waits on the host "
+                              "are not graph work", "capture it with device arrays (CuPy, torch CUDA tensors) and "
+                              "blocking='auto'", anywhere=True)
+        if self._checked:
+            self._refuse_in_capture(stream)
         queue = self.holder.on(self._device_id, stream)
         if p.copy_input:
             t = p.transform
@@ -105,6 +122,7 @@ class FFTCall:
                 x = queue.empty(t.input_shape, t.input_dtype, p.in_order)
                 queue.copy_into(x, op.tensor)
             x_ptr = self._pointer(x)
+            keep_for_graph(self.engine, self.holder, self._device_id, stream, x)  # (a capture's replays read it)
         else:
             x, x_ptr = op.tensor, op.data_ptr
         if p.options.inplace:

@@ -119,9 +119,9 @@ def _run(name, kind, op, axes, lengths, norm, out, inverse, prolog, epilog, opti
         stage_options = _stage_options(options, stage_type, options.inplace and not last_index, parity)
         problem = fft_problem(op, stage_axes, stage_options, executing)
         handle = stream_pointer(stream, problem.holder, problem.device_id) if problem.on_gpu else None
-        fft_plan = FFT.for_problem(op, problem, handle, plan_cache)
+        fft_plan = FFT.for_problem(op, problem, cache=plan_cache)
         try:
-            fft_plan.plan(prolog=prolog if first else None, epilog=epilog if last else None)
+            fft_plan.plan(prolog=prolog if first else None, epilog=epilog if last else None, stream=handle)
             stage_out = out_op if (last and not last_index and final_dtype == problem.transform.output_dtype) \
                 else None
             stage_direction = problem.direction(direction if stage_type == "C2C" else None)

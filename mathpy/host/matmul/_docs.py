@@ -83,7 +83,8 @@ algorithms : list, optional
     Restrict the candidates to these (from an earlier ``plan()`` of the same problem, possibly reconfigured
     with ``CublasLtAlgorithm.configured``: cuBLASLt checks them).
 stream : int or stream object, optional
-    The plan's stream from now on (its workspace is allocated there; default: the constructor's).
+    The plan's home stream: its workspace is allocated in this stream's order and serves executions there
+    (default: the current stream now); executions on other streams take a workspace of their own.
 
 Returns
 -------
@@ -100,6 +101,8 @@ TypeError
     An epilog input of the wrong dtype or not an array.
 :class:`~mathpy.InvalidPlanStateError`
     The Matmul was freed.
+:class:`~mathpy.StreamCaptureError`
+    The stream is capturing a CUDA graph: plan before the capture.
 
 Notes
 -----
@@ -113,6 +116,8 @@ prune : int, optional
     Keep only that many candidates, the fastest.
 release_workspace : bool, optional
     Give the workspace back afterwards.
+stream : int or stream object, optional
+    The stream the candidates are timed on (default: the current stream now).
 
 Returns
 -------
@@ -124,12 +129,15 @@ Raises
 :class:`~mathpy.InvalidPlanStateError`
     Before :meth:`plan`, or after :meth:`free`.
 ValueError
-    ``iterations`` or ``prune`` that is not a positive int.""",
+    ``iterations`` or ``prune`` that is not a positive int.
+:class:`~mathpy.StreamCaptureError`
+    The stream is capturing a CUDA graph (timing waits on the host): autotune before the capture.""",
     "execute": """\
 Parameters
 ----------
 stream : int or stream object, optional
-    The CUDA stream for this execution (default: the Matmul's). Ignored on the CPU.
+    The CUDA stream for this execution (default: the operands' package's current stream, resolved at this
+    call). Ignored on the CPU. The execution is recorded when the stream is capturing a CUDA graph.
 algorithm : algorithm, optional
     One of :attr:`algorithms` to run this time (default: the first).
 release_workspace : bool, optional
@@ -145,6 +153,9 @@ Raises
 ------
 :class:`~mathpy.InvalidPlanStateError`
     Before :meth:`plan`, after :meth:`free`, or after :meth:`release_operands`.
+:class:`~mathpy.StreamCaptureError`
+    A capture of work a graph cannot record: host (NumPy) operands or results with GPU execution,
+    ``blocking=True``, ``release_workspace=True``.
 :class:`~mathpy.OutOfBoundsError`
     With ``MatmulOptions(check_bounds=True)``: a Python epilog read ``data`` outside its shape (named).""",
     "reset_operands": """\
@@ -160,7 +171,8 @@ alpha, beta : number, optional
 quantization_scales : dict or object, optional
     New scale tensors (for the scales given as tensors).
 stream : int or stream object, optional
-    The stream the new operands were made on: the product's stream from now on.
+    Accepted for nvmath-python's signature and checked; nothing is copied here (each :meth:`execute` reads
+    the operands on its own stream).
 
 Raises
 ------

@@ -9,7 +9,7 @@ other's error.
 
 import numpy as np
 
-__all__ = ["record_address", "raise_recorded"]
+__all__ = ["record_address", "raise_recorded", "refuse_checked_capture"]
 
 
 def _driver():
@@ -33,6 +33,16 @@ def record_address(module):
 
     _, address, _ = _check(_driver().cuModuleGetGlobal(module, RECORD_SYMBOL.encode()), "cuModuleGetGlobal")
     return int(address)
+
+
+def refuse_checked_capture(package, device_id, stream):
+    """StreamCaptureError when raw ``stream`` of ``package`` captures a CUDA graph: a checked execution waits on the
+    host for its record, which no graph can record."""
+    from ..._streams import refuse_in_capture
+
+    refuse_in_capture(package, device_id, stream, "a matmul whose Python epilog checks bounds (check_bounds)",
+                      "each execution waits on the host to read the kernel's error record",
+                      "capture the product planned without check_bounds", anywhere=True)
 
 
 def raise_recorded(address, epilog, data, stream):

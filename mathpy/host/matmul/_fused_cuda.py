@@ -17,7 +17,9 @@ Kernel choice (``algorithms[0]``):
 
 The tensor maps depend on the operands' addresses, so each execute encodes them on the host
 (``cuTensorMapEncodeTiled``) and copies them (128 bytes each, from pageable memory: staged at once, ordered on the
-stream) into a buffer from the package's stream-ordered allocator; the kernel reads them from global memory.
+stream) into a buffer from the package's stream-ordered allocator; the kernel reads them from global memory. In a CUDA
+graph capture the copy is recorded, so it comes from page-locked host memory, and both buffers stay with the plan
+(``mathpy._streams.keep_for_graph``): every replay copies the same maps again.
 """
 
 import ctypes
@@ -29,8 +31,9 @@ import numpy as np
 
 from ... import _cuda, _operands, _packages, _runtime
 from ..._errors import CUDALibraryError
+from ..._streams import keep_for_graph
 from ...jit import _matmul_epilog as E
-from ._fused_bounds import raise_recorded, record_address
+from ._fused_bounds import raise_recorded, record_address, refuse_checked_capture
 
 __all__ = ["FusedCUDAEngine"]
 
@@ -286,6 +289,8 @@ class FusedCUDAEngine:
             strides = tuple(data.strides) + (0,) * (3 - data.ndim)
             values.update(data_ptr=epilog_inputs["data"], data_s0=shape[0], data_s1=shape[1], data_s2=shape[2],
                           data_t0=strides[0], data_t1=strides[1], data_t2=strides[2])
+        if self._checked:
+            refuse_checked_capture(self._package, self.device_id, stream)
         with _runtime.device_scope(self.device_id):
             if self._hopper_config is not None and a % 16 == 0 and b % 16 == 0:
                 kernel = self._launch_hopper(a, b, d, values, stream)
@@ -319,7 +324,13 @@ class FusedCUDAEngine:
         maps = _encode_maps(config, p, a, b, data_map, d)
         buffer = self._package.on(self.device_id, stream).empty((128 * len(maps),), np.uint8)
         address = self._package.pointer(buffer)
-        _upload(address, maps, stream)
+        if self._package.is_capturing(self.device_id, stream):
+            host = _PinnedMaps(maps)
+            _runtime.copy_host_to_device(address, host.pointer, 128 * len(maps), stream)
+            keep_for_graph(self, self._package, self.device_id, stream, host, pooled=False)
+            keep_for_graph(self, self._package, self.device_id, stream, buffer)
+        else:
+            _upload(address, maps, stream)
         tiles_m, tiles_n = grid_tiles(p.m, p.n, config.bm, config.bn)
         extra = iter(range(2, len(maps)))
         values.update(tmap_a=address, tmap_b=address + 128,
@@ -370,6 +381,20 @@ def _encode_maps(config, p, a, b, data=None, d=None):
             driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
         maps.append(_check(result, "cuTensorMapEncodeTiled"))
     return maps
+
+
+class _PinnedMaps:
+    """The bytes of tensor ``maps`` in page-locked host memory (what a captured host-to-device copy may read)."""
+
+    def __init__(self, maps):
+        with _runtime.relaxed_capture():  # (made during a capture, maybe freed during another)
+            self.pointer = _runtime.call("cudaMallocHost", 128 * len(maps))
+        for i, tmap in enumerate(maps):
+            ctypes.memmove(self.pointer + 128 * i, tmap.getPtr(), 128)
+
+    def __del__(self):
+        with _runtime.relaxed_capture():
+            _runtime.call("cudaFreeHost", self.pointer)
 
 
 def _upload(address, maps, stream):

@@ -64,6 +64,21 @@ class Staged:
     def signature(self):
         return (self.op.package, self.op.device_id, self.op.shape, self.op.dtype, self.layout, self.mode)
 
+    def released(self):
+        """The same input without the caller's array (its facts stay: checks and result placement need them)."""
+        o = self.op
+        return dataclasses.replace(self, op=_operands.Operand(None, o.package, o.shape, o.strides, o.dtype,
+                                                              o.device_id, 0))
+
+    def check_replacement(self, fresh):
+        """ValueError (for ``reset_operands``) unless Staged ``fresh`` enters the plan as this input does."""
+        if self.signature() != fresh.signature():
+            o, f = self.op, fresh.op
+            raise ValueError(f"reset_operands: {self.name} must match the operand the plan was built for (package "
+                             f"{o.package}, device {o.device_id}, shape {o.shape}, dtype {o.dtype.name}, strides "
+                             f"{o.strides}); got package {f.package}, device {f.device_id}, shape {f.shape}, dtype "
+                             f"{f.dtype.name}, strides {f.strides}")
+
 
 def matrix_strides(rows, cols, rs, cs):
     """Normalised (row_stride, col_stride) with one of them 1 and a valid leading dimension, or None (copy needed)."""

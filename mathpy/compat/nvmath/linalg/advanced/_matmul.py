@@ -216,7 +216,7 @@ class Matmul:
     def autotune(self, iterations=10, prune=None, release_workspace=False, stream=None):
         """Time the candidates on the current operands and order them fastest first (keep the ``prune`` fastest)."""
         self._check_valid()
-        timings = self._mm.autotune(iterations, prune, release_workspace=release_workspace)
+        timings = self._mm.autotune(iterations, prune, release_workspace=release_workspace, stream=stream)
         self.logger.info("Autotuning: %s", timings)
 
     def execute(self, *, algorithm=None, release_workspace=False, stream=None):
