@@ -180,7 +180,7 @@ def test_what_is_not_analysed():
     assert (_range(fn, "d", {"o": coordinate(0, 3)}).hi, unconditional_accesses(fn, ("d",))[0].text) == (5, "d[o + 2]")
 
 
-# --- FFT: refused when planning ----------------------------------------------------------------------------------------
+# --- FFT: refused when planning ---------------------------------------------------------------------------------------
 
 X8 = (np.arange(8) + 1j * np.arange(8)[::-1]).astype(np.complex64)
 
@@ -247,7 +247,7 @@ def test_strided_layout_with_a_full_filter():
     assert_fft_close(got, np.fft.fft(x.astype(np.complex128) * full, axis=0), np.float32, 4)
 
 
-# --- FFT: check_bounds on the CPU ---------------------------------------------------------------------------------------
+# --- FFT: check_bounds on the CPU -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("shape, kind, callback, array, index", [
     ((8,), "prolog", mfft.Callback(prolog_late, data=np.ones(8, np.float32)), "user_info", (8,)),
@@ -303,7 +303,7 @@ def test_checked_and_unchecked_builds_are_distinct_code():
     assert mfft.FFT.create_key(X8) == mfft.FFT.create_key(X8, options={"check_bounds": True})
 
 
-# --- FFT: the checked GPU code, run on the host ------------------------------------------------------------------------
+# --- FFT: the checked GPU code, run on the host -----------------------------------------------------------------------
 
 def _header(info, data_count):
     words = np.zeros(_bounds.HEADER_WORDS, np.int64)
@@ -410,6 +410,29 @@ def test_check_bounds_on_the_gpu_path(host_code_gpu):
     for _ in range(2):
         with pytest.raises(OutOfBoundsError, match=r"user_info\[4\]"):
             mfft.fft(bad, prolog=mfft.Callback(prolog_by_value, data=info), options={"check_bounds": True})
+
+
+def test_check_bounds_is_refused_in_a_cuda_graph_capture(host_code_gpu):
+    """A checked execution waits on the host for its record, and planning a checked callback uploads its header:
+    neither can be recorded in a CUDA graph, so both raise StreamCaptureError before any work; the same FFT without
+    check_bounds is captured."""
+    x = host_code_gpu.array(X8)
+    info = host_code_gpu.array(np.ones(8, np.float32))
+    with mfft.FFT(x, execution="cuda", options={"check_bounds": True}) as checked, \
+            mfft.FFT(x, execution="cuda") as plain:
+        checked.plan(prolog=mfft.Callback(prolog_full, data=info))
+        plain.plan(prolog=mfft.Callback(prolog_full, data=info))
+        host_code_gpu.capturing.add(40)
+        with host_code_gpu.stream_scope(0, 40):
+            host_code_gpu.events.clear()
+            with pytest.raises(mathpy.StreamCaptureError, match="check_bounds"):
+                checked.execute()
+            with mfft.FFT(x, execution="cuda", options={"check_bounds": True}) as again:
+                with pytest.raises(mathpy.StreamCaptureError, match="FFT.plan with check_bounds"):
+                    again.plan(prolog=mfft.Callback(prolog_full, data=info))
+            assert host_code_gpu.events == []
+            captured = plain.execute()
+    assert_fft_close(np.asarray(captured), np.fft.fft(X8.astype(np.complex128)), np.float32, 8)
 
 
 def test_unchecked_gpu_path_passes_the_user_data(host_code_gpu):

@@ -7,7 +7,8 @@ is out of bounds sets the flag with a compare-and-swap and writes the rest; othe
 being recorded. A skipped load yields zero, a skipped store writes nothing, so the kernel finishes and the host
 raises after it (an out-of-bounds address is never formed into a load or a store).
 
-Pure llvmlite: used by the callbacks' lowering (:mod:`._device`) and the matmul epilog's ``data`` (:mod:`._epilog_data`).
+Pure llvmlite: used by the callbacks' lowering (:mod:`._device`) and the matmul epilog's ``data``
+(:mod:`._epilog_data`).
 """
 
 from llvmlite import ir

@@ -61,14 +61,14 @@ class FFTCall:
         """Transform the device data at ``x_ptr`` (laid out as ``problem.transform.input_strides``) on raw
         ``stream`` (None: the holder package's current stream); returns the new output array (of the holder
         package, on the device)."""
+        if self._checked:
+            self._refuse_in_capture(stream)  # before any work (None: the current stream)
         make = self._makers.get(stream)
         if make is None:
             make = self._maker(stream)
         result = make()
         if stream is None:
             stream = self._current_stream(self._device_id)
-        if self._checked:
-            self._refuse_in_capture(stream)
         with self._lock:
             self._run(x_ptr, self._pointer(result), direction, stream)
         if self._checked:
