@@ -14,6 +14,7 @@ __all__ = [
     "UnsupportedLayoutError",
     "CallbackCompileError",
     "StreamCaptureError",
+    "OutOfBoundsError",
 ]
 
 
@@ -166,3 +167,39 @@ class CallbackCompileError(MathpyError, TypeError):
     ...     print(str(error).splitlines()[0][:47])
     cannot compile epilog callback broken (<doctest
     """
+
+
+class OutOfBoundsError(MathpyError, IndexError):
+    """A prolog, an epilog or a matmul epilog compiled with ``check_bounds`` indexed one of its arrays out of bounds.
+    The access was skipped (a load gave zero, a store wrote nothing), so the result is not to be used.
+
+    Parameters
+    ----------
+    message : str
+        The text: the function (name, file and line), the array, the index and the array's extent.
+    callback : str, optional
+        The function's ``name (file:line)``.
+    array : str, optional
+        The array as the callback's signature names it (``"data_in"``, ``"data_out"``, ``"user_info"``, ``"data"``).
+    index : tuple of int, optional
+        The index that was out of bounds (one entry per axis).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy, mathpy.fft
+    >>> def late(data_in, offset, user_info, unused):
+    ...     if offset > 1:                   # under a condition: only a run can tell
+    ...         return data_in[offset] * user_info[offset + 2]
+    ...     return data_in[offset]
+    >>> window = mathpy.fft.Callback(late, data=np.ones(4, np.float32))
+    >>> try:
+    ...     mathpy.fft.fft(np.ones(4, np.complex64), prolog=window, options={"check_bounds": True})
+    ... except mathpy.OutOfBoundsError as error:
+    ...     print(error.array, error.index)
+    user_info (4,)
+    """
+
+    def __init__(self, message, callback=None, array=None, index=None):
+        super().__init__(message)
+        self.callback, self.array, self.index = callback, array, index

@@ -50,8 +50,10 @@ def script_headers(report):
     autograd = report.autograd_tables([{"tokens": 1, "d": 1, "step_ms": {"mathpy MLP": 1}, "forward_ms": {"mathpy MLP": 1},
                                         "extra_gb": {}}], {"call": 1.0})
     compat = report.compat_tables([("t", "c", {"mathpy.compat.nvmath": 1.0, "nvmath-python": 1.0})], {})
+    check_bounds = report.check_bounds_table([{"case": "c", "plain": 1, "kernel": {"unchecked": 1, "checked": 1},
+                                               "call": {"unchecked": 1, "checked": 1}}])
     return [tuple(header) for text in (callbacks, fft, matmul, epilog, device, difference_imaging_tables(), autograd,
-                                       compat)
+                                       compat, check_bounds)
             for header, _ in tables(text)]
 
 

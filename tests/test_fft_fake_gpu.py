@@ -203,7 +203,7 @@ def _host(bound):
         return None
     data = None if bound.data is None else np.asarray(bound.data.tensor).reshape(-1)
     return types.SimpleNamespace(function=bound.function, user_info=data, kind=bound.kind,
-                                 element_dtype=bound.element_dtype)
+                                 element_dtype=bound.element_dtype, check_bounds=bound.check_bounds)
 
 
 @pytest.fixture

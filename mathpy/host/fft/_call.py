@@ -24,6 +24,7 @@ import numpy as np
 
 from ... import _operands, _packages
 from ..._streams import keep_for_graph, refuse_in_capture
+from ._callback import raise_recorded
 
 __all__ = ["FFTCall"]
 
@@ -35,7 +36,8 @@ class FFTCall:
     ``cache_key`` is the engine's key in a plan cache (what the stateless functions borrow it under)."""
 
     __slots__ = ("problem", "engine", "callbacks", "cache_key", "holder", "locked", "_lock", "_run", "_out_shape",
-                 "_out_dtype", "_out_order", "_scale_type", "_device_id", "_pointer", "_current_stream", "_makers")
+                 "_out_dtype", "_out_order", "_scale_type", "_device_id", "_pointer", "_current_stream", "_makers",
+                 "_checked")
 
     def __init__(self, problem, engine, callbacks=(), cache_key=None):
         self.problem, self.engine, self.callbacks, self.cache_key = problem, engine, tuple(callbacks), cache_key
@@ -51,12 +53,16 @@ class FFTCall:
         self._scale_type, self._device_id = problem.scale_type, problem.device_id
         self._pointer, self._current_stream = self.holder.pointer, self.holder.current_stream
         self._makers = {}  # stream (None: the current one) -> the output's allocation on it, resolved once
+        # GPU callbacks compiled with check_bounds: each execution reads their error records afterwards
+        self._checked = problem.on_gpu and any(cb is not None and cb.check_bounds for cb in self.callbacks)
 
     # --- the direct GPU case ---------------------------------------------------------------------------------------
     def execute_direct(self, x_ptr, direction, stream=None, scale=None):
         """Transform the device data at ``x_ptr`` (laid out as ``problem.transform.input_strides``) on raw
         ``stream`` (None: the holder package's current stream); returns the new output array (of the holder
         package, on the device)."""
+        if self._checked:
+            self._refuse_in_capture(stream)  # before any work (None: the current stream)
         make = self._makers.get(stream)
         if make is None:
             make = self._maker(stream)
@@ -65,9 +71,21 @@ class FFTCall:
             stream = self._current_stream(self._device_id)
         with self._lock:
             self._run(x_ptr, self._pointer(result), direction, stream)
+        if self._checked:
+            self._raise_recorded(stream)
         if scale is not None:
             self.holder.on(self._device_id, stream).scale(result, self._scale_type(scale))
         return result
+
+    def _refuse_in_capture(self, stream):
+        refuse_in_capture(self.holder, self._device_id, stream, "an FFT whose callbacks check bounds (check_bounds)",
+                          "each execution waits on the host to read the callbacks' error records",
+                          "capture the FFT planned without check_bounds", anywhere=True)
+
+    def _raise_recorded(self, stream):
+        """An out-of-bounds access recorded by the checked callbacks the engine was planned with (a plan cache may
+        give this call an engine planned with other bindings of equal keys: theirs hold the records)."""
+        raise_recorded(getattr(self.engine, "callbacks", None) or (), self._device_id, stream)
 
     def _maker(self, stream):
         if len(self._makers) > 64:  # streams come and go
@@ -91,6 +109,8 @@ class FFTCall:
                               "options.blocking=True,", "copies between host and device memory and waits on the host "
                               "are not graph work", "capture it with device arrays (CuPy, torch CUDA tensors) and "
                               "blocking='auto'", anywhere=True)
+        if self._checked:
+            self._refuse_in_capture(stream)
         queue = self.holder.on(self._device_id, stream)
         if p.copy_input:
             t = p.transform
@@ -112,6 +132,8 @@ class FFTCall:
             result_ptr = self._pointer(result)
         with self._lock:
             self._run(x_ptr, result_ptr, direction, stream)
+        if self._checked:
+            self._raise_recorded(stream)
         if scale is not None:
             queue.scale(result, self._scale_type(scale))
         if p.options.blocking is True:

@@ -408,6 +408,11 @@ class CUFFTEngine:
     def freed(self):
         return self._handle is None
 
+    @property
+    def callbacks(self):
+        """The (prolog, epilog) the plan was made with: cuFFT reads their user data (or check_bounds headers)."""
+        return self._callbacks or ()
+
     def __repr__(self):
         t = self.transform
         state = "freed" if self._handle is None else f"workspace {self.workspace_bytes} B"

@@ -31,6 +31,7 @@ from ..._log import logger
 from ..._options import check_or_create_options
 from ..._plan_cache import PlanCache, PlanKey
 from ..._streams import refuse_in_capture, refuse_planning_in_capture, stream_handle, stream_pointer
+from ...jit._bounds import resolve as check_bounds
 from ._call import FFTCall, new_staging
 from ._callback import as_callback, bind_callback, callback_identity
 from ._docs import FFT_DOCS
@@ -126,6 +127,14 @@ def make_engine(transform, execution, prolog, epilog, allocator, memory=None):
     extra = {} if memory is None else {"memory": memory}
     return _engines.get("fft", "cuda")(transform, execution=execution, prolog=prolog, epilog=epilog,
                                        allocator=allocator, **extra)
+
+
+def _callbacks_key(prolog, epilog, options):
+    """The callbacks' part of a key: their identities, and whether they are compiled with bounds checks."""
+    key = (callback_identity(prolog, "prolog"), callback_identity(epilog, "epilog"))
+    if (prolog is not None or epilog is not None) and check_bounds(options.check_bounds):
+        key += ("check_bounds",)
+    return key
 
 
 class _Resources:
@@ -296,8 +305,7 @@ class FFT:
     def get_key(self, prolog=None, epilog=None):
         """The hashable key of this FFT's problem with the given callbacks (none by default): what
         :meth:`create_key` gives for this operand, axes, options and execution."""
-        return ("FFT",) + self._problem.engine_key + (callback_identity(prolog, "prolog"),
-                                                      callback_identity(epilog, "epilog"))
+        return ("FFT",) + self._problem.engine_key + _callbacks_key(prolog, epilog, self._problem.options)
 
     @staticmethod
     def create_key(operand, axes=None, options=None, execution=None, prolog=None, epilog=None):
@@ -309,8 +317,7 @@ class FFT:
         options = check_or_create_options(FFTOptions, options, "options")
         execution = resolve_execution(execution, op.device_id)
         problem = fft_problem(op, None if axes is None else normalize_axes(axes, op.ndim), options, execution)
-        return ("FFT",) + problem.engine_key + (callback_identity(prolog, "prolog"),
-                                                callback_identity(epilog, "epilog"))
+        return ("FFT",) + problem.engine_key + _callbacks_key(prolog, epilog, options)
 
     @property
     def prepared_call(self):
@@ -344,7 +351,8 @@ class FFT:
             (the message lists the allowed ones); :class:`~mathpy.CallbackCompileError` when the function does
             not compile (it names its file and line).
         ValueError
-            User data of a shape the callback cannot index, or on another device.
+            User data of a shape the callback cannot index, or on another device; an index the callback's source
+            shows outside ``data_in`` / ``data_out`` or its user data (named, with the size it needs).
         :class:`~mathpy.CUDALibraryError`
             cuFFT refused the plan.
         :class:`~mathpy.StreamCaptureError`
@@ -361,10 +369,14 @@ class FFT:
         start = time.perf_counter()
         handle = stream_pointer(stream, p.holder, p.device_id) if p.on_gpu else None
         t, execution = p.transform, p.execution
+        check = check_bounds(p.options.check_bounds)
+        if check and p.on_gpu and (prolog is not None or epilog is not None):  # binding uploads a header
+            refuse_planning_in_capture(_operands.holder_of(p.holder), p.device_id, handle,
+                                       "FFT.plan with check_bounds")
         bound_prolog = bind_callback(as_callback(prolog, "prolog"), "prolog", t.fft_type, t.precision, t.input_shape,
-                                     t.input_strides, execution)
+                                     t.input_strides, execution, check)
         bound_epilog = bind_callback(as_callback(epilog, "epilog"), "epilog", t.fft_type, t.precision,
-                                     t.output_shape, t.output_strides, execution)
+                                     t.output_shape, t.output_strides, execution, check)
         allocator = _operands.holder_of(p.holder).on(p.device_id, handle) if p.on_gpu else None
 
         def create():
@@ -473,6 +485,8 @@ class FFT:
             A direction the FFT type does not take.
         :class:`~mathpy.StreamCaptureError`
             A capture of work a graph cannot record (host operand, ``blocking=True``, ``release_workspace=True``).
+        :class:`~mathpy.OutOfBoundsError`
+            With ``FFTOptions(check_bounds=True)``: a callback indexed one of its arrays out of bounds (named).
         """
         if self._grad:
             _torch_route.refuse("FFT.execute", self._grad)

@@ -95,7 +95,8 @@ Raises
 ------
 ValueError
     An unknown or misspelled epilog or epilog input (named, with the epilog's inputs), a missing input, an
-    epilog the dtypes do not take, ``result_order="C"`` with a per-row epilog operand, no algorithm.
+    epilog the dtypes do not take, ``result_order="C"`` with a per-row epilog operand, no algorithm, a ``data``
+    smaller than the indices a Python epilog's source shows (named, with the shape it needs).
 TypeError
     An epilog input of the wrong dtype or not an array.
 :class:`~mathpy.InvalidPlanStateError`
@@ -154,7 +155,9 @@ Raises
     Before :meth:`plan`, after :meth:`free`, or after :meth:`release_operands`.
 :class:`~mathpy.StreamCaptureError`
     A capture of work a graph cannot record: host (NumPy) operands or results with GPU execution,
-    ``blocking=True``, ``release_workspace=True``.""",
+    ``blocking=True``, ``release_workspace=True``.
+:class:`~mathpy.OutOfBoundsError`
+    With ``MatmulOptions(check_bounds=True)``: a Python epilog read ``data`` outside its shape (named).""",
     "reset_operands": """\
 Parameters
 ----------

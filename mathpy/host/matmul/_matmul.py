@@ -41,7 +41,7 @@ from ._docs import MATMUL_DOCS
 from ._epilog import EPILOG_INPUT_NAMES, as_epilog, epilog_spec
 from . import _algorithms
 from ._epilog_operands import HANDLERS, gelu_aux_dtype, is_number, output_layouts, scale_items, split_scales
-from ._fused import FusedEpilog, check_fused_problem, fused_epilog
+from ._fused import check_fused_problem, checked_fused_epilog, fused_epilog
 from ._layouts import (Product, c_in_d_order, check_inplace, expand_c, inplace_layout, result_layout, stage_a, stage_b,
                        stage_matrix)
 from ._options import (FLOAT8_DTYPES, I8, MatmulOptions, MatmulPlanPreferences, check_scalar, is_floating,
@@ -303,7 +303,8 @@ class Matmul:
             epilog_outputs=output_layouts(spec, p.m, p.n, d_layout.batch, d_dtype, self._options.result_amax,
                                           aux_dtype, preferences.aux_amax),
             inplace=self._options.inplace, **self._float8_scales(), aux_scale=aux_scale,
-            fused=None if fused is None else FusedEpilog(fused, inputs["data"].layout if "data" in inputs else None))
+            fused=None if fused is None else checked_fused_epilog(fused, inputs.get("data"), d_layout.batch, p.m, p.n,
+                                                                  self._options))
 
         # The old plan goes first (its workspace counts against the cache bound); from here a failure must not
         # leave this object looking planned with a freed engine, so it falls back to the unplanned state.
