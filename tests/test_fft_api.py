@@ -162,6 +162,8 @@ def test_finalizer_frees_engine():
     (lambda x: mfft.FFT(x.real.astype(np.int32)), TypeError, "promote"),
     (lambda x: mfft.FFT(x.real.astype(np.float16)), TypeError, "half precision"),
     (lambda x: mfft.FFT(x, axes=(0, 0)), ValueError, "repeat"),
+    (lambda x: mfft.FFT(np.array(1 + 0j)), ValueError, "0-d .* no axis to transform"),   # not IndexError
+    (lambda x: mfft.FFT(np.array(1 + 0j), axes=[0]), ValueError, "0-d .* no axis to transform"),
     (lambda x: mfft.fftfreq(-1), ValueError, "negative dimensions"),
 ])
 def test_bad_input(call, error, match):

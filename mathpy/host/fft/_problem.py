@@ -76,6 +76,9 @@ def check_half(op, fft_type, lengths, on_gpu):
 
 def normalize_axes(axes, ndim):
     """Non-negative axes, checked for range and duplicates (ValueError quoting the bad axis)."""
+    if ndim == 0:
+        raise ValueError("the FFT operand is 0-d (a scalar): it has no axis to transform; give it at least one "
+                         "dimension (x.reshape(1))")
     if axes is None:
         return tuple(range(ndim))
     if isinstance(axes, (int, np.integer)):
