@@ -147,3 +147,14 @@ def test_help_names_every_keyword_of_the_fft_functions():
             text = obj.__doc__
             for keyword in ("prolog", "epilog", "options", "execution", "stream", "out", "norm"):
                 assert re.search(rf"^    {keyword} :", text, flags=re.M), f"{name}: {keyword} is not documented"
+
+
+def test_matmul_help_documents_the_python_epilog_and_out():
+    """The README leads with ``mathpy.matmul(a, b, epilog=f, epilog_inputs={"data": x})``: help() says what ``f``
+    receives and returns, and shows it run; numpy.matmul's ``out=`` is documented with its errors."""
+    doc = mathpy.matmul.__doc__
+    assert "f(value, row, col, data)" in doc and "f(value, batch, row, col, data)" in doc
+    assert 'epilog_inputs["data"]' in doc
+    examples = "\n".join(sections(mathpy.matmul)["Examples"])
+    assert re.search(r"def \w+\(value, row, col, data\)", examples) and "epilog=" in examples
+    assert re.search(r"^    out : array", doc, flags=re.M) and "return arrays must be of ArrayType" in doc

@@ -193,6 +193,16 @@ def _():
                   and int8.startswith("returns"), n, m[:120])
 
 
+@difference("matmul-ufunc-keywords")
+def _():
+    a = np.ones((2, 3), np.float32)
+    n = outcome(lambda: np.matmul(a, a.T, dtype=np.float64, casting="same_kind"))
+    m = outcome(lambda: mathpy.matmul(a, a.T, dtype=np.float64, casting="same_kind"))
+    spelled = outcome(lambda: mathpy.matmul(a, a.T, options={"result_type": np.float32}, out=np.empty((2, 2))))
+    return expect(n.startswith("returns float64") and m.startswith("raises TypeError") and "dtype" in m
+                  and spelled.startswith("returns float64"), n, f"{m}; options= and out=: {spelled}")
+
+
 # --- nvmath-python (mathpy's side of each API difference; nvmath-python itself is not needed) ---------------------
 
 @difference("nvmath-fft-signature")
