@@ -131,6 +131,14 @@ def test_two_d_arguments(xp, name, case):
     compare(xp, name, operand((4, 5, 6), dtype), **case)
 
 
+@pytest.mark.parametrize("name, axes", [("fftn", (-1, 2)), ("ifftn", (0, -3)), ("rfftn", (1, -1, 2)),
+                                         ("irfftn", (-2, 1)), ("fftn", (-1, 0, 2, -3))])
+def test_an_axis_named_negatively_and_positively_is_one_axis(xp, name, axes):
+    """NumPy normalises each axis before it groups them: (-1, 2) of a 3-D array is axis 2 twice (two transforms)."""
+    x = operand((4, 6, 5), "float64" if name == "rfftn" else "complex128")
+    compare(xp, name, x, axes=axes)
+
+
 def test_five_axes_and_strided_operands(xp):
     x = operand((2, 3, 2, 4, 6), "complex64")
     compare(xp, "fftn", x)
