@@ -110,6 +110,9 @@ class FFTCall:
         if p.options.blocking is True:
             queue.synchronize()
         if p.options.inplace:
+            if x is not op.tensor:  # a host operand transformed in its device copy: the result goes back into it
+                host = _operands.to_host(_operands.wrap_operand(x), stream).tensor
+                np.copyto(op.numpy().transpose(p.in_order), host)
             return op.tensor
         if out is not None:
             copy_into(out, result, stream)
