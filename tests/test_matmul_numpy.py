@@ -270,3 +270,11 @@ def test_numpy_operands_on_the_gpu_keep_numpys_order_and_dtype():
     got = matmul(a, b, execution="cuda")
     assert isinstance(got, np.ndarray) and got.dtype == np.float64 and got.flags.c_contiguous
     np.testing.assert_allclose(got, np.matmul(a, b), rtol=1e-12, atol=1e-12)
+
+
+def test_a_ragged_list_is_numpys_value_error():
+    with pytest.raises(ValueError) as numpy_error:
+        np.matmul([[1, 2], [3]], [[1], [2]])
+    with pytest.raises(ValueError, match="^a: setting an array element with a sequence") as error:
+        matmul([[1, 2], [3]], [[1], [2]])
+    assert str(error.value) == f"a: {numpy_error.value}"
