@@ -58,6 +58,8 @@ def test_out_is_filled_and_returned(xp, a_shape, b_shape, out_shape):
     ("float64", "complex128"),
 ])
 def test_out_dtype_is_cast_as_numpy_casts(xp, operands, out_dtype):
+    if xp.on_gpu and np.dtype(operands).kind in "iu":
+        pytest.skip("integer products other than int8 x int8 (in multiples of 4) have no GPU kernel: CPU only")
     a, b = operand((4, 6), operands), operand((6, 3), operands)
     out = xp.asarray(np.zeros((4, 3), out_dtype))
     assert mathpy.matmul(xp.asarray(a), xp.asarray(b), out=out) is out
@@ -76,7 +78,7 @@ def test_out_in_a_strided_view_is_written_through(xp):
     a, b = operand((4, 3)), operand((3, 5))
     base = np.zeros((5, 8))
     holder = xp.asarray(base)
-    view = holder.T[::2] if xp.name == "numpy" else holder.t()[::2]  # (4, 5), non-contiguous
+    view = holder.t()[::2] if xp.name == "torch" else holder.T[::2]  # (4, 5), non-contiguous
     assert mathpy.matmul(xp.asarray(a), xp.asarray(b), out=view) is view
     exact = a @ b
     assert_within(xp.to_numpy(holder).T[::2], exact, matmul_bound(a, b, np.float64), "strided out")
