@@ -53,8 +53,14 @@ class CUDALibraryError(MathpyError, RuntimeError):
 
     def __init__(self, library, function, status, status_name, detail=""):
         self.library, self.function, self.status, self.status_name = library, function, status, status_name
+        self.detail = detail
         message = f"{status_name} ({status}): {library} {function} failed"
         super().__init__(f"{message}. {detail}" if detail else message)
+
+    def __reduce__(self):
+        # pickled with its own arguments: a process pool sends a worker's exception back to the parent, whose
+        # result thread dies (and the pool hangs) when the exception cannot be rebuilt from BaseException's args
+        return type(self), (self.library, self.function, self.status, self.status_name, self.detail)
 
 
 class LibraryNotFoundError(MathpyError, ImportError):

@@ -25,6 +25,7 @@ from mathpy._errors import InvalidPlanStateError
 from mathpy.host.fft import _cpu, _stateless
 
 from _fft_reference import rand
+from _tolerance import assert_fft_close
 
 
 class FakeArray:
@@ -392,6 +393,22 @@ def test_inplace_and_out_and_blocking(fake_gpu):
     out = fake_gpu.array(np.zeros((4, 32), np.complex64))
     assert mfft.ifft(fake_gpu.array(x), out=out) is out
     np.testing.assert_allclose(np.asarray(out), np.fft.ifft(x), atol=1e-5)
+
+
+def test_inplace_host_operand_on_the_gpu_is_written_back(fake_gpu):
+    """A NumPy operand of an in-place FFT run on the GPU: uploaded, transformed in its device copy, downloaded into
+    the caller's array (any layout), which execute() returns; a device operand on the CPU is still refused."""
+    x = rand((6, 16))
+    for operand in (x.copy(), np.asfortranarray(x), np.zeros((12, 16), np.complex64)[::2]):
+        operand[...] = x
+        with mfft.FFT(operand, axes=[1], options={"inplace": True}, execution="cuda") as f:
+            f.plan()
+            fake_gpu.events.clear()
+            assert f.execute() is operand
+            assert ("upload", 0) in fake_gpu.events and any(e[0] == "download" for e in fake_gpu.events)
+        assert_fft_close(operand, np.fft.fft(x.astype(np.complex128), axis=1), np.float32, 16, "written back")
+    with pytest.raises(ValueError, match="in-place FFT of an operand on a GPU runs on that GPU"):
+        mfft.FFT(fake_gpu.array(x), options={"inplace": True}, execution="cpu")
 
 
 def test_plan_cache_reuses_engines(fake_gpu):

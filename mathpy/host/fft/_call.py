@@ -23,8 +23,10 @@ import contextlib
 import numpy as np
 
 from ... import _operands, _packages
+from ..._out import copy_into
 from ..._streams import keep_for_graph, refuse_in_capture
 from ._callback import raise_recorded
+from ._numpy_rules import check_floating_point, ufunc_name
 
 __all__ = ["FFTCall"]
 
@@ -139,9 +141,12 @@ class FFTCall:
         if p.options.blocking is True:
             queue.synchronize()
         if p.options.inplace:
+            if x is not op.tensor:  # a host operand transformed in its device copy: the result goes back into it
+                host = _operands.to_host(_operands.wrap_operand(x), stream).tensor
+                np.copyto(op.numpy().transpose(p.in_order), host)
             return op.tensor
         if out is not None:
-            copy_to_out(out, result, stream)
+            copy_into(out, result, stream)
             return out.tensor
         if op.on_host:
             return _operands.as_package(result, op, stream)
@@ -165,16 +170,30 @@ class FFTCall:
             result = _packages.get("numpy").on(None).empty(t.output_shape, t.output_dtype, p.out_order)
         self.engine.execute(x, result, direction, None)
         if scale is not None:
-            result *= self._scale_type(scale)
+            scale_parts(result, self._scale_type(scale))
         if p.options.inplace:
             return op.tensor
+        check_floating_point(x, result, ufunc_name(t.fft_type, direction, t.n[-1]))
         if out is not None:
             if result is not out.tensor:
-                copy_to_out(out, result, None)
+                copy_into(out, result, None)
             return out.tensor
         if op.package == "numpy" and op.on_host:
             return result
         return _operands.as_package(result, op, None)
+
+
+def scale_parts(result, factor):
+    """``result *= factor`` for a real ``factor``, part by part as NumPy's gufunc scales: a complex multiply would make
+    ``inf+0j`` into ``inf+nanj`` (and warn of an invalid value)."""
+    if result.dtype.kind != "c":
+        result *= factor
+    elif result.flags.c_contiguous or result.flags.f_contiguous:  # one pass over the real view
+        flat = result.ravel(order="A")
+        flat.view(flat.real.dtype)[...] *= factor
+    else:
+        result.real[...] *= factor
+        result.imag[...] *= factor
 
 
 def new_staging(problem):
@@ -183,14 +202,3 @@ def new_staging(problem):
     return _packages.get("numpy").on(None).empty(t.input_shape, t.input_dtype, problem.in_order)
 
 
-def copy_to_out(out, result, stream):
-    """Copy ``result`` (NumPy on the host or a device array) into the caller's ``out`` (any package, any device)."""
-    if out.on_host:
-        source = result if isinstance(result, np.ndarray) else \
-            _operands.to_host(_operands.wrap_operand(result), stream).tensor
-        np.copyto(out.numpy(), source, casting="same_kind")
-        return
-    source = _operands.wrap_operand(result)
-    if source.on_host:
-        source = _operands.to_device(source, out.device_id, stream)
-    out.interface.on(out.device_id, stream).copy_into(out.tensor, source.tensor)

@@ -24,13 +24,22 @@ alpha : number, optional
 beta : number, optional
     Scales ``c`` (default 1 with ``c``, else 0; non-zero needs ``c``).""",
     "epilog": """\
-epilog : MatmulEpilog, str or int, optional
-    An epilog fused into the product (:class:`~mathpy.MatmulEpilog`: ``"relu"``, ``"gelu"``, ``"bias"``,
-    ``"relu_bias"``, ``"relu_aux"``, ``"drelu_bgrad"``, ``"bgrada"``, ...), floating-point operands only.
+epilog : MatmulEpilog, str, int or function, optional
+    An epilog fused into the product, floating-point operands only. Either one of cuBLASLt's
+    (:class:`~mathpy.MatmulEpilog` or its name: ``"relu"``, ``"gelu"``, ``"bias"``, ``"relu_bias"``,
+    ``"relu_aux"``, ``"drelu_bgrad"``, ``"bgrada"``, ...), or a Python function ``f(value, row, col, data)``
+    (``f(value, batch, row, col, data)`` for a batched product) that returns the element to store:
+    ``value`` is ``alpha * a @ b + beta * c`` at ``(row, col)`` in the compute precision (float32 for 16-bit
+    and float32 operands, float64 for float64), ``row`` / ``col`` / ``batch`` its int64 coordinates in the
+    result, ``data`` the array ``epilog_inputs["data"]`` (indexed as a NumPy array of its shape: ``data[row]``,
+    ``data[row, col]``...) or None. The function is compiled with numba (CPU) or numba-cuda (GPU) and applied
+    to each element before it is stored, in the GEMM kernel itself on the GPU (on Hopper a persistent TMA +
+    wgmma kernel): no second pass over the result. float16, bfloat16, float32 and float64 operands; the
+    result is C-ordered.
 epilog_inputs : dict, optional
     The epilog's inputs by name (``"bias"``: one value per row of the result; ``"relu_aux"`` / ``"gelu_aux"``:
     the aux output of the forward epilog; ``"aux_scale"``: a float8 GELU aux's scale, a number or a one-element
-    float32 array), of the operands' package and device.""",
+    float32 array; ``"data"``: a Python epilog's array, optional), of the operands' package and device.""",
     "options": """\
 options : MatmulOptions or dict, optional
     :class:`~mathpy.MatmulOptions`: result, compute and scale types, TF32, float8 scales, the result's memory
