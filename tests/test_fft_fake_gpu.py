@@ -319,6 +319,9 @@ def test_stateful_calls_take_the_current_stream_when_they_are_made(fake_gpu):
         assert FakeCUFFTEngine.instances[-1].stream == 33 and engine.freed
     with pytest.raises(TypeError, match="stream must be"):
         mfft.FFT(operand, axes=[1], stream="s")  # still checked when it is given
+    mfft.plan_cache_clear()
+    mfft.fft(operand, stream=13)  # a stateless first call: planned and run on its stream=
+    assert FakeCUFFTEngine.instances[-1].stream == 13 and FakeCUFFTEngine.instances[-1].calls[-1][3] == 13
 
 
 def test_capture_refuses_what_a_graph_cannot_record_before_any_work(fake_gpu):

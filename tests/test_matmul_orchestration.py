@@ -256,6 +256,10 @@ def test_stateful_calls_take_the_current_stream_when_they_are_made(fake_gpu):
             assert engine.streams[-1] == 7  # the current stream (55 was only the operands')
     with pytest.raises(TypeError, match="stream must be"):
         Matmul(t(a), t(b), stream=1.5)
+    for out in (None, torch.empty(6, 4, dtype=torch.float64)):  # a stateless first call (and out=) on its stream=
+        matmul(t(a), t(b), epilog="relu", stream=13, out=out)
+        assert PointerEngine.instances[-1].allocator.stream == 13 and PointerEngine.instances[-1].streams[-1] == 13
+        matmul_plan_cache.clear()
 
 
 def test_capture_refuses_what_a_graph_cannot_record_before_any_work(fake_gpu):

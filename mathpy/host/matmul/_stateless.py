@@ -126,15 +126,15 @@ def matmul(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None,
                     matmul_plan_cache.release(entry)
             _calls.pop(key, None)  # evicted: plan again
     mm = Matmul.for_cache(matmul_plan_cache, a, b, c, alpha=alpha, beta=beta, options=options, execution=execution,
-                          stream=stream, quantization_scales=quantization_scales)
+                          quantization_scales=quantization_scales)
     try:
-        mm.plan(epilog=epilog, epilog_inputs=epilog_inputs, preferences=preferences)
+        mm.plan(epilog=epilog, epilog_inputs=epilog_inputs, preferences=preferences, stream=stream)
         call = mm.prepared_call
         if key is not None and call.direct:
             if len(_calls) >= _CALLS_MAX:
                 _calls.clear()
             _calls[key] = call.detached()
-        return mm.execute()
+        return mm.execute(stream=stream)
     finally:
         mm.free()
 
@@ -149,15 +149,15 @@ def _into(out, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences
                       preferences=preferences, execution=execution, stream=stream,
                       quantization_scales=quantization_scales)
     mm = Matmul.for_cache(matmul_plan_cache, a, b, c, alpha=alpha, beta=beta, options=options, execution=execution,
-                          stream=stream, quantization_scales=quantization_scales)
+                          quantization_scales=quantization_scales)
     try:
-        mm.plan(epilog=epilog, epilog_inputs=epilog_inputs, preferences=preferences)
+        mm.plan(epilog=epilog, epilog_inputs=epilog_inputs, preferences=preferences, stream=stream)
         call = mm.prepared_call
         p, finish = call.problem, call.finish
         core = tuple(extent for extent, vector in ((p.m, finish.vector_a), (p.n, finish.vector_b)) if not vector)
         check_out_shape(tuple(out_op.shape), tuple(p.batch_shape), core)
         check_writable(out_op, p.d.dtype if finish.cast is None else finish.cast, "matmul")
-        result = mm.execute()
+        result = mm.execute(stream=stream)
     finally:
         mm.free()
     d, outputs = result if isinstance(result, tuple) else (result, None)
