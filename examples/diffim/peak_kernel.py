@@ -23,7 +23,7 @@ patch_numpy_for_numba_cuda()  # numba-cuda 0.30 on NumPy >= 2.5
 
 from numba import cuda  # noqa: E402
 
-__all__ = ["THREADS", "find_peaks", "peaks_kernel"]
+__all__ = ["THREADS", "find_peaks", "launch_peaks", "peaks_kernel"]
 
 #: Threads per block (columns, rows): a warp reads 32 neighbouring pixels of one row.
 THREADS = (32, 8)
@@ -59,10 +59,10 @@ def _kernel():
     return _compiled["kernel"]
 
 
-def find_peaks(score, threshold, radius, capacity=4096):
-    """(flat indices int64, values float32) NumPy arrays of the local maxima of the CuPy float32 image ``score``
-    above ``threshold``, unordered; on CuPy's current stream. Enough room for ``capacity`` peaks, else a second
-    launch with room for all."""
+def launch_peaks(score, threshold, radius, count, flat, values):
+    """Enqueue the kernel on CuPy's current stream: the peaks of the float32 image ``score`` above ``threshold`` go
+    to ``flat`` / ``values`` (CuPy int64 / float32), their number to ``count`` (CuPy int32[1], zeroed by the caller;
+    it counts the peaks past the buffers' end too). Nothing waits for the device."""
     import cupy
     if score.dtype != np.float32 or not score.flags.c_contiguous or score.ndim != 2:
         raise TypeError(f"the score image must be a C-contiguous 2-D float32 array, got {score.dtype} "
@@ -71,14 +71,22 @@ def find_peaks(score, threshold, radius, capacity=4096):
     blocks = ((n1 + THREADS[0] - 1) // THREADS[0], (n0 + THREADS[1] - 1) // THREADS[1])
     stream = cupy.cuda.get_current_stream().ptr
     stream = cuda.external_stream(stream) if stream else cuda.default_stream()
+    arguments = [cuda.from_cuda_array_interface(a.__cuda_array_interface__, owner=a, sync=False)
+                 for a in (score, count, flat, values)]
+    with warnings.catch_warnings():  # small images: numba warns below 128 blocks
+        warnings.filterwarnings("ignore", message=".*under-utilization")
+        _kernel()[blocks, THREADS, stream](arguments[0], np.float32(threshold), np.int32(radius), *arguments[1:])
+
+
+def find_peaks(score, threshold, radius, capacity=4096):
+    """(flat indices int64, values float32) NumPy arrays of the local maxima of the CuPy float32 image ``score``
+    above ``threshold``, unordered; on CuPy's current stream. Enough room for ``capacity`` peaks, else a second
+    launch with room for all."""
+    import cupy
     while True:
         count = cupy.zeros(1, np.int32)
         flat, values = cupy.empty(capacity, np.int64), cupy.empty(capacity, np.float32)
-        arguments = [cuda.from_cuda_array_interface(a.__cuda_array_interface__, owner=a, sync=False)
-                     for a in (score, count, flat, values)]
-        with warnings.catch_warnings():  # small images: numba warns below 128 blocks
-            warnings.filterwarnings("ignore", message=".*under-utilization")
-            _kernel()[blocks, THREADS, stream](arguments[0], np.float32(threshold), np.int32(radius), *arguments[1:])
+        launch_peaks(score, threshold, radius, count, flat, values)
         found = int(count.get()[0])
         if found <= capacity:
             return flat[:found].get(), values[:found].get()

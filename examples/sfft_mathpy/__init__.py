@@ -14,5 +14,6 @@ equations with its own transforms (:mod:`.backend`), so SFFT is needed only to m
 from .backend import SFFTBackend
 from .packets import GSS, PCCP, backend_for
 from .params import Params
+from .system import kernel_images
 
-__all__ = ["GSS", "PCCP", "Params", "SFFTBackend", "backend_for"]
+__all__ = ["GSS", "PCCP", "Params", "SFFTBackend", "backend_for", "kernel_images"]

@@ -18,7 +18,7 @@ solved by LU with partial pivoting, as SFFT solves it.
 
 import numpy as np
 
-__all__ = ["NormalEquations"]
+__all__ = ["NormalEquations", "kernel_images"]
 
 
 class NormalEquations:
@@ -105,11 +105,17 @@ class NormalEquations:
         return linalg.solve_triangular(lower, y, lower=True, trans="T")
 
     def kernels(self, solution):
-        """(Fij, L0, L1) kernel images of a solution in the basis of the fields (the model is
-        ``sum_e K_e (x) f_e``): the coefficients, with the centre holding a_centre minus the other offsets' sum."""
-        p = self.params
-        a = solution[:p.Fijab].reshape(p.Fij, p.Fab) / p.pixels
-        centre = p.w0 * p.L1 + p.w1
-        kernel = a.copy()
-        kernel[:, centre] = 2 * a[:, centre] - a.sum(axis=1)
-        return kernel.reshape(p.Fij, p.L0, p.L1)
+        """(Fij, L0, L1) kernel images of a solution (:func:`kernel_images`)."""
+        return kernel_images(self.params, solution)
+
+
+def kernel_images(params, solution):
+    """(Fij, L0, L1) kernel images of SFFT's solution vector in the basis of the fields (the model is
+    ``sum_e K_e (x) f_e``): the coefficients, with the centre holding a_centre minus the other offsets' sum; NumPy or
+    CuPy, as ``solution``."""
+    p = params
+    a = solution[:p.Fijab].reshape(p.Fij, p.Fab) / p.pixels
+    centre = p.w0 * p.L1 + p.w1
+    kernel = a.copy()
+    kernel[:, centre] = 2 * a[:, centre] - a.sum(axis=1)
+    return kernel.reshape(p.Fij, p.L0, p.L1)

@@ -1,0 +1,72 @@
+"""examples/survey_night.py on the CPU: generated FITS pairs subtracted with reading and writing overlapped; the
+written difference images are mathpy's SFFT subtraction of each pair (to float32 rounding), the catalogue finds the
+injected transients. Runs only where astropy is installed (the ``astro`` extra); the GPU path (streams, pinned
+buffers) runs on the GPU machine (``test_survey_night_on_the_gpu``)."""
+
+import importlib.util
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT / "examples") not in sys.path:
+    sys.path.insert(0, str(ROOT / "examples"))
+
+
+def _example():
+    spec = importlib.util.spec_from_file_location("survey_night", ROOT / "examples" / "survey_night.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _night(tmp_path, extra=()):
+    pytest.importorskip("astropy")
+    example = _example()
+    truth = example.generate(str(tmp_path), 3, 128, scenes=2)
+    args = ["--folder", str(tmp_path), "--kernel-half-width", "3", "--kernel-order", "1", "--depth", "2", *extra]
+    assert example.main(args) == 0
+    return example, truth
+
+
+def _check(tmp_path, truth):
+    import csv
+
+    from astropy.io import fits
+
+    import diffim
+    import sfft_mathpy
+    from diffim import sfft as detection
+
+    out = tmp_path / "out"
+    rows = list(csv.DictReader(open(out / "detections.csv")))
+    params = sfft_mathpy.Params(128, 128, 3, 3, 1, 0, True)
+    for name, transients in truth.items():
+        sci, ref = (fits.getdata(tmp_path / f"{name}_{s}.fits").astype(np.float64) for s in ("sci", "ref"))
+        sky = [fits.getheader(tmp_path / f"{name}_{s}.fits") for s in ("sci", "ref")]
+        sources = (sci > sky[0]["SKY"] + 5 * sky[0]["SKYSIG"]) | (ref > sky[1]["SKY"] + 5 * sky[1]["SKYSIG"])
+        _, expected, _ = sfft_mathpy.GSS(ref, sci, np.where(sources, 0.0, ref), np.where(sources, 0.0, sci), params)
+        written = fits.getdata(out / f"{name}_diff.fits")
+        assert written.dtype == np.dtype(">f4") and written.shape == (128, 128)
+        np.testing.assert_array_equal(written, expected.astype(np.float32))
+        found = np.array([(int(r["row"]), int(r["column"])) for r in rows if r["pair"] == name])
+        recovered, _ = detection.match(found, transients)
+        assert len(recovered) >= len(transients) - 1, (name, len(recovered), len(transients))
+    assert diffim is not None
+
+
+def test_survey_night_on_the_cpu(tmp_path, capsys):
+    _, truth = _night(tmp_path, ["--cpu"])
+    lines = capsys.readouterr().out.splitlines()
+    assert any("compute only:" in line for line in lines)
+    assert lines[-1].startswith("night: 3 pairs") and "night / compute only = " in lines[-1]
+    _check(tmp_path, truth)
+
+
+@pytest.mark.gpu
+def test_survey_night_on_the_gpu(tmp_path):
+    pytest.importorskip("cupy")
+    _, truth = _night(tmp_path)
+    _check(tmp_path, truth)
