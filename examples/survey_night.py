@@ -9,7 +9,8 @@ A pair is ``NAME_sci.fits`` and ``NAME_ref.fits`` (2-D float32 or float64 primar
 cards: sky level and noise in counts); the results are ``NAME_diff.fits`` (float32) and ``detections.csv`` (pair,
 row, column, signal-to-noise, difference).
 
-Run:  python examples/survey_night.py --small        (CPU: 8 generated pairs of 256^2 in a temporary folder)
+Run:  python examples/survey_night.py --small        (CPU: 8 generated pairs of 256^2 in a temporary folder, a
+                                                      9 x 9 kernel)
       python examples/survey_night.py --generate 100 --size 4096 --folder /tmp/night   (write the pairs, then run)
       python examples/survey_night.py --folder DIR [--out DIR]
 Needs astropy (``pip install -e ".[astro]"``). The exit status is 1 when a pair's solve failed its residual check.
@@ -94,21 +95,24 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--folder", help="where the pairs are (default with --small: a temporary folder)")
     parser.add_argument("--out", help="where the results go (default: FOLDER/out)")
-    parser.add_argument("--small", action="store_true", help="generate 8 pairs of 256^2 and run on the CPU")
+    parser.add_argument("--small", action="store_true", help="generate 8 pairs of 256^2, run on the CPU with a 9 x 9 "
+                                                             "kernel")
     parser.add_argument("--generate", type=int, metavar="N", help="first write N generated pairs into --folder")
     parser.add_argument("--size", type=int, default=4096, help="image size of generated pairs")
     parser.add_argument("--scenes", type=int, default=4, help="distinct fields among the generated pairs")
-    parser.add_argument("--kernel-half-width", type=int, default=9)
+    parser.add_argument("--kernel-half-width", type=int, help="default 9 (the Roman pipeline's), 4 with --small")
     parser.add_argument("--kernel-order", type=int, default=2)
     parser.add_argument("--background-order", type=int, default=0)
     parser.add_argument("--threshold", type=float, default=5.0, help="detection threshold (sigma)")
-    parser.add_argument("--depth", type=int, default=4, help="pairs in flight")
-    parser.add_argument("--readers", type=int, default=4)
-    parser.add_argument("--writers", type=int, default=2)
+    parser.add_argument("--depth", type=int, default=6, help="pairs in flight")
+    parser.add_argument("--readers", type=int, default=4, help="reader threads")
+    parser.add_argument("--writers", type=int, default=4, help="writer threads")
     parser.add_argument("--cpu", action="store_true", help="run on the CPU even with a GPU")
     args = parser.parse_args(argv)
-    if args.small:
+    if args.small:  # a 2162-unknown system takes seconds to solve on a small CPU: a 9 x 9 kernel there
         args.generate, args.size, args.cpu = args.generate or 8, 256 if args.size == 4096 else args.size, True
+        args.kernel_half_width = args.kernel_half_width or 4
+    args.kernel_half_width = args.kernel_half_width or 9
     temporary = None
     if args.folder is None:
         if not args.generate:

@@ -31,7 +31,7 @@ def _night(tmp_path, extra=()):
     return example, truth
 
 
-def _check(tmp_path, truth):
+def _check(tmp_path, truth, exact=True):
     import csv
 
     from astropy.io import fits
@@ -44,13 +44,18 @@ def _check(tmp_path, truth):
     rows = list(csv.DictReader(open(out / "detections.csv")))
     params = sfft_mathpy.Params(128, 128, 3, 3, 1, 0, True)
     for name, transients in truth.items():
-        sci, ref = (fits.getdata(tmp_path / f"{name}_{s}.fits").astype(np.float64) for s in ("sci", "ref"))
+        sci, ref = (fits.getdata(tmp_path / f"{name}_{s}.fits").astype(np.float32) for s in ("sci", "ref"))
         sky = [fits.getheader(tmp_path / f"{name}_{s}.fits") for s in ("sci", "ref")]
-        sources = (sci > sky[0]["SKY"] + 5 * sky[0]["SKYSIG"]) | (ref > sky[1]["SKY"] + 5 * sky[1]["SKYSIG"])
+        sci, ref = sci - sky[0]["SKY"], ref - sky[1]["SKY"]          # float32, as the night computes them
+        sources = (sci > 5 * sky[0]["SKYSIG"]) | (ref > 5 * sky[1]["SKYSIG"])
         _, expected, _ = sfft_mathpy.GSS(ref, sci, np.where(sources, 0.0, ref), np.where(sources, 0.0, sci), params)
         written = fits.getdata(out / f"{name}_diff.fits")
         assert written.dtype == np.dtype(">f4") and written.shape == (128, 128)
-        np.testing.assert_array_equal(written, expected.astype(np.float32))
+        if exact:  # the same code on the CPU
+            np.testing.assert_array_equal(written, expected.astype(np.float32))
+        else:      # the GPU's float64 FFTs differ from the CPU's by rounding, far below the float32 output's
+            bound = np.finfo(np.float32).eps * np.abs(expected) + 1e-9 * np.abs(sci).max()
+            assert (np.abs(written - expected) <= bound).all()
         found = np.array([(int(r["row"]), int(r["column"])) for r in rows if r["pair"] == name])
         recovered, _ = detection.match(found, transients)
         assert len(recovered) >= len(transients) - 1, (name, len(recovered), len(transients))
@@ -69,4 +74,4 @@ def test_survey_night_on_the_cpu(tmp_path, capsys):
 def test_survey_night_on_the_gpu(tmp_path):
     pytest.importorskip("cupy")
     _, truth = _night(tmp_path)
-    _check(tmp_path, truth)
+    _check(tmp_path, truth, exact=False)

@@ -11,8 +11,9 @@ and the catalogue rows, then free the slot. So while the GPU subtracts pair i, p
 downloaded and written, and pairs i + 2... read. Without a GPU the same threads overlap reading and writing with the
 CPU subtraction.
 
-The subtraction is SFFT's (``PCCP`` with ``ForceConv="REF"``: SCI - K (x) REF): the fit sees both images with their
-sources zeroed (pixels more than 5 sigma above the header's sky level in either image). Detections are the local
+The subtraction is SFFT's (``PCCP`` with ``ForceConv="REF"``: SCI - K (x) REF) of the sky-subtracted images (the
+header's SKY level removed, as the Roman pipeline subtracts the sky first): the fit sees both images with their sources
+zeroed (pixels more than 5 sigma above the sky in either image). Detections are the local
 maxima of the difference above ``threshold`` times its noise, ``sqrt(sigma_sci^2 + sigma_ref^2 |K|^2)`` with K the
 matching kernel at the image centre (the header's sky noise of each image, SKYSIG).
 """
@@ -96,7 +97,8 @@ class Night:
         ref = fits_io.to_native(xp, slot.device_in[b:], self.dtype, self.shape)
         noise = [float(image.header["SKYSIG"]) for image in (slot.pair.science, slot.pair.reference)]
         sky = [float(image.header["SKY"]) for image in (slot.pair.science, slot.pair.reference)]
-        sources = (sci > sky[0] + 5 * noise[0]) | (ref > sky[1] + 5 * noise[1])
+        sci, ref = sci - sky[0], ref - sky[1]   # SFFT subtracts sky-subtracted images, as the Roman pipeline's
+        sources = (sci > 5 * noise[0]) | (ref > 5 * noise[1])
         solution, residual = self.backend.solve(xp.where(sources, 0.0, ref), xp.where(sources, 0.0, sci))
         difference = self.backend.difference_of(ref, sci, solution)
         kernel = xp.tensordot(self._centre, self.backend.equations.kernels(solution), axes=1)
@@ -130,9 +132,9 @@ class Night:
             self.compute(slot)
             slot.events["computed"].record(compute)
         copy.wait_event(slot.events["computed"])
-        slot.device_out.get(out=slot.host_out, stream=copy)
+        slot.device_out.get(out=slot.host_out, stream=copy, blocking=False)
         for device, host in zip(slot.device_peaks, slot.host_peaks):
-            device.get(out=host, stream=copy)
+            device.get(out=host, stream=copy, blocking=False)
         slot.events["downloaded"].record(copy)
 
     def results(self, slot):
