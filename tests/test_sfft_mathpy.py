@@ -33,13 +33,14 @@ from sfft_mathpy import Params  # noqa: E402
 
 def image_pair(n0, n1, seed=0):
     """(I, J, mI, mJ, contamination) float64 from the project's sky generator: I the reference (convolved), J the
-    science exposure with transients; the masked pair zeroes the brightest 3% of I's pixels in both, as SFFT's
-    pipelines mask sources."""
+    science exposure with transients, both sky-subtracted; the masked pair keeps the brightest 40% of I's pixels in
+    both and zeroes the rest (a pipeline keeps its sources); the contamination mask marks I's brightest 1%."""
     scene = diffim.make_scene(max(n0, n1), seed=seed)
     I = scene.reference.image[:n0, :n1].astype(np.float64)
     J = scene.science.image[:n0, :n1].astype(np.float64)
-    mask = I > np.percentile(I, 97)
-    return I, J, np.where(mask, 0.0, I), np.where(mask, 0.0, J), mask
+    I, J = I - np.median(I), J - np.median(J)
+    fitted = I > np.percentile(I, 60)
+    return I, J, np.where(fitted, I, 0.0), np.where(fitted, J, 0.0), I > np.percentile(I, 99)
 
 
 def fields(params, image):

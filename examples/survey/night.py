@@ -12,8 +12,9 @@ downloaded and written, and pairs i + 2... read. Without a GPU the same threads 
 CPU subtraction.
 
 The subtraction is SFFT's (``PCCP`` with ``ForceConv="REF"``: SCI - K (x) REF) of the sky-subtracted images (the
-header's SKY level removed, as the Roman pipeline subtracts the sky first): the fit sees both images with their sources
-zeroed (pixels more than 5 sigma above the sky in either image). Detections are the local
+header's SKY level removed, as the Roman pipeline subtracts the sky first); the fit sees the sources both images show
+(pixels above 3 sigma of the sky, grown by 2 pixels) and zero elsewhere, as the pipeline zeroes its background mask:
+the background says nothing about the kernel, and a transient, in one image only, stays out of the fit. Detections are the local
 maxima of the difference above ``threshold`` times its noise, ``sqrt(sigma_sci^2 + sigma_ref^2 |K|^2)`` with K the
 matching kernel at the image centre (the header's sky noise of each image, SKYSIG).
 """
@@ -41,6 +42,15 @@ class Pair:
     name: str
     science: fits_io.FitsImage
     reference: fits_io.FitsImage
+
+
+def _sources(xp, image, sigma):
+    """Pixels of ``image`` (sky-subtracted) above 3 sigma, grown by 2 pixels."""
+    if xp is np:
+        from scipy import ndimage
+    else:
+        from cupyx.scipy import ndimage
+    return ndimage.maximum_filter(image > 3 * sigma, size=5)
 
 
 class Slot:
@@ -98,8 +108,8 @@ class Night:
         noise = [float(image.header["SKYSIG"]) for image in (slot.pair.science, slot.pair.reference)]
         sky = [float(image.header["SKY"]) for image in (slot.pair.science, slot.pair.reference)]
         sci, ref = sci - sky[0], ref - sky[1]   # SFFT subtracts sky-subtracted images, as the Roman pipeline's
-        sources = (sci > 5 * noise[0]) | (ref > 5 * noise[1])
-        solution, residual = self.backend.solve(xp.where(sources, 0.0, ref), xp.where(sources, 0.0, sci))
+        fitted = _sources(xp, sci, noise[0]) & _sources(xp, ref, noise[1])
+        solution, residual = self.backend.solve(xp.where(fitted, ref, 0.0), xp.where(fitted, sci, 0.0))
         difference = self.backend.difference_of(ref, sci, solution)
         kernel = xp.tensordot(self._centre, self.backend.equations.kernels(solution), axes=1)
         sigma = xp.sqrt(noise[0] ** 2 + noise[1] ** 2 * xp.sum(kernel * kernel))
