@@ -50,7 +50,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-for path in (ROOT, os.path.join(ROOT, "examples")):
+for path in (HERE, ROOT, os.path.join(ROOT, "examples")):
     if path not in sys.path:
         sys.path.insert(0, path)
 

@@ -25,7 +25,7 @@ def _example():
 def _night(tmp_path, extra=()):
     pytest.importorskip("astropy")
     example = _example()
-    truth = example.generate(str(tmp_path), 3, 128, scenes=2)
+    truth = example.generate(str(tmp_path), 3, 256, scenes=2)
     args = ["--folder", str(tmp_path), "--kernel-half-width", "3", "--kernel-order", "1", "--depth", "2", *extra]
     assert example.main(args) == 0
     return example, truth
@@ -42,7 +42,7 @@ def _check(tmp_path, truth, exact=True):
 
     out = tmp_path / "out"
     rows = list(csv.DictReader(open(out / "detections.csv")))
-    params = sfft_mathpy.Params(128, 128, 3, 3, 1, 0, True)
+    params = sfft_mathpy.Params(256, 256, 3, 3, 1, 0, True)
     for name, transients in truth.items():
         sci, ref = (fits.getdata(tmp_path / f"{name}_{s}.fits").astype(np.float32) for s in ("sci", "ref"))
         sky = [fits.getheader(tmp_path / f"{name}_{s}.fits") for s in ("sci", "ref")]
@@ -52,7 +52,7 @@ def _check(tmp_path, truth, exact=True):
                   & ndimage.maximum_filter(ref > 3 * sky[1]["SKYSIG"], size=5))
         _, expected, _ = sfft_mathpy.GSS(ref, sci, np.where(fitted, ref, 0.0), np.where(fitted, sci, 0.0), params)
         written = fits.getdata(out / f"{name}_diff.fits")
-        assert written.dtype == np.dtype(">f4") and written.shape == (128, 128)
+        assert written.dtype == np.dtype(">f4") and written.shape == (256, 256)
         if exact:  # the same code on the CPU
             np.testing.assert_array_equal(written, expected.astype(np.float32))
         else:      # the GPU's float64 FFTs differ from the CPU's by rounding, far below the float32 output's
