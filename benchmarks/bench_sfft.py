@@ -25,8 +25,10 @@ Runs (all on the same pair, the results compared with SFFT's):
                    (``NUM_CPU_THREADS_4SUBTRACT = os.cpu_count()``; numba uses every thread too);
 - ``mathpy-cpu``:  ``sfft_mathpy.GSS`` on NumPy arrays (mathpy's CPU execution space; by default only up to 1024^2).
 
-Each GPU run: a first pair (compilation, planning), then ``--repeats`` pairs, each timed from a synchronised device to
-the difference image and solution ready on the device; medians. CPU runs: ``--numpy-repeats`` pairs after the first.
+Each GPU run: its setup (SFFT's configuration; the inputs to the device), a first pair (compilation, planning), then
+``--repeats`` pairs, each timed from a synchronised device to the difference image and solution ready on the device;
+medians. CPU runs: ``--numpy-repeats`` pairs after the first (with 0, the first pair's time is reported; SFFT's NumPy
+backend has compiled its numba kernels in the setup by then).
 Targets (the issue): mathpy >= 2x ``sfft-cupy`` and >= 39x ``sfft-numpy``.
 
 Run on the GPU machine, from the repository root (SFFT and its dependencies installed from carried wheels):
@@ -144,7 +146,11 @@ def measure(name, setup, repeats):
             pass
     start = time.perf_counter()
     with quiet():
-        call = setup()
+        call = setup()     # SFFT's configuration (its numba or CUDA kernels compile here); inputs to the device
+        sync()
+    prepared = time.perf_counter() - start
+    start = time.perf_counter()
+    with quiet():
         solution, difference = call()
         sync()
     first = time.perf_counter() - start
@@ -156,7 +162,7 @@ def measure(name, setup, repeats):
             call()
         sync()
         times.append((time.perf_counter() - start) * 1e3)
-    entry = {"device": "GPU" if on_gpu else "CPU", "first_pair_s": first, "repeats": repeats,
+    entry = {"device": "GPU" if on_gpu else "CPU", "setup_s": prepared, "first_pair_s": first, "repeats": repeats,
              "ms_per_pair_all": times, "ms_per_pair": statistics.median(times) if times else first * 1e3}
     return entry, (_host(solution), _host(difference))
 
