@@ -7,6 +7,7 @@ the GPU (tests/test_matmul_fused_gpu.py)."""
 
 import logging
 import math
+import re
 import types
 
 import ml_dtypes
@@ -184,7 +185,8 @@ def test_two_biases_are_not_cublaslt_s():
 # ---------------------------------------------------------------- every route end to end on a stand-in GPU
 
 class HostPass:
-    """The elementwise pass on host memory: D's values through the epilog compiled by numba, in place."""
+    """The elementwise pass on host memory: D's values through the epilog compiled by numba, in place (checked as
+    the plan says: an index outside an operand raises OutOfBoundsError, as the GPU pass's record does)."""
 
     streams = []
 
@@ -201,12 +203,14 @@ class HostPass:
         operands = [None if layout is None else host_view(epilog_inputs[name], np.dtype(layout.dtype), layout.shape,
                                                           layout.strides)
                     for name, layout in p.fused.operands]
-        view[...] = apply_cpu(p.fused.epilog, np.ascontiguousarray(view.astype(compute)), operands)
+        view[...] = apply_cpu(p.fused.epilog, np.ascontiguousarray(view.astype(compute)), operands,
+                              p.fused.check_bounds)
 
 
 @pytest.fixture
 def stand_in_gpu(monkeypatch):
-    """A GPU of compute capability 9.0 (the test may pass another) made of torch CPU tensors."""
+    """A GPU of compute capability 9.0 (the test may pass another) made of torch CPU tensors (``start.package``: the
+    package posing as torch's CUDA, whose streams may pose as capturing)."""
     torch = pytest.importorskip("torch")
     from test_matmul_orchestration import PointerEngine, PosingTorch
 
@@ -216,7 +220,7 @@ def stand_in_gpu(monkeypatch):
     def start(cc=(9, 0)):
         pretend_a_gpu(monkeypatch, cc)
         monkeypatch.setattr(_cuda, "multiprocessor_count", lambda device_id=0: 132)
-        package = PosingTorch()
+        package = start.package = PosingTorch()
         stack.append(_packages.use(package, device_package_name="torch"))
         stack.append(_engines.use("matmul", "cuda", PointerEngine))
         stack.append(_engines.use("matmul-epilog-pass", "cuda", HostPass))
@@ -354,3 +358,55 @@ def test_an_epilog_cublaslt_refuses_falls_back_to_the_pass(stand_in_gpu, caplog)
     magnitude = np.abs(a.double().numpy()) @ np.abs(a[:4].double().numpy()).T
     limit = gamma(6, np.float32) * magnitude + 2 * 2.0 ** -24 * (np.abs(ref) + np.abs(x)) + 1e-38
     assert_within(out.double().numpy(), ref, limit, "fallback")
+
+
+# ---------------------------------------------------------------- bounds of the operands on a stand-in GPU
+
+def _late_gate(value, row, col, gate):
+    if row > 0:
+        return value * gate[row, col + 1]
+    return value
+
+
+def test_operands_too_small_are_refused_on_every_route(stand_in_gpu):
+    """The plan-time check comes before the route: an operand too small for what the function indexes is a
+    ValueError naming it, whether the function is cuBLASLt's (library) or not, whatever route is asked for."""
+    torch = stand_in_gpu()
+    import mathpy
+    from test_matmul_orchestration import PointerEngine
+
+    a = torch.ones(4, 8)
+    for fn, inputs, word in [(_bias_col, {"bias": torch.ones(3)}, "bias has shape (3,)"),
+                             (_gated, {"gate": torch.ones(4, 3)}, "gate has shape (4, 3)")]:
+        for route in ("auto", "elementwise", "generic", "fused"):
+            with pytest.raises(ValueError, match=re.escape(word)):
+                mathpy.matmul(a, a.T, epilog=fn, epilog_inputs=inputs, preferences={"epilog_route": route})
+    assert not PointerEngine.instances and not HostPass.streams
+
+
+def test_check_bounds_on_the_routes_of_a_stand_in_gpu(stand_in_gpu):
+    """check_bounds runs the elementwise pass checked (OutOfBoundsError names the operand); the library route runs
+    cuBLASLt's own epilog, which reads only what the plan checked; a checked execution inside a CUDA graph capture
+    is refused before anything is queued, the library route's is captured."""
+    torch = stand_in_gpu()
+    import mathpy
+    from test_matmul_orchestration import PointerEngine
+
+    package = stand_in_gpu.package
+    a, gate, bias = torch.ones(4, 8), torch.ones(4, 4), torch.ones(4)
+    checked = {"check_bounds": True}
+    with pytest.raises(mathpy.OutOfBoundsError) as info:
+        mathpy.matmul(a, a.T, epilog=_late_gate, epilog_inputs={"gate": gate}, options=checked)
+    assert info.value.array == "gate" and info.value.index[1] == 4
+    with mathpy.Matmul(a, a.T, options=checked) as gated, mathpy.Matmul(a, a.T, options=checked) as library:
+        gated.plan(epilog=_gated, epilog_inputs={"gate": gate})
+        library.plan(epilog=_bias_col, epilog_inputs={"bias": bias})
+        assert gated.execute().shape == library.execute().shape == (4, 4)
+        calls, passes = sum(e.calls for e in PointerEngine.instances), len(HostPass.streams)
+        package.capturing.add(40)
+        with pytest.raises(mathpy.StreamCaptureError, match="check_bounds"):
+            gated.execute(stream=40)
+        assert sum(e.calls for e in PointerEngine.instances) == calls and len(HostPass.streams) == passes
+        out = library.execute(stream=40)
+    assert PointerEngine.instances[-1].streams[-1] == 40
+    np.testing.assert_allclose(out.numpy(), np.full((4, 4), 9.0))  # relu(8 + 1)

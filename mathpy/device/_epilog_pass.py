@@ -37,10 +37,12 @@ _MAX_GRID_YZ = 65535
 
 @dataclasses.dataclass(frozen=True)
 class PassConfig:
-    """One elementwise pass: ``out`` the dtype of D (:data:`PASS_KINDS`), for an epilog of ``operands`` operands."""
+    """One elementwise pass: ``out`` the dtype of D (:data:`PASS_KINDS`), for an epilog of ``operands`` operands
+    (``checked``: the epilog function also gets their shapes, check_bounds)."""
 
     out: str
     operands: int = 0
+    checked: bool = False
     threads = THREADS
 
     def __post_init__(self):
@@ -66,7 +68,7 @@ def launch_shape(m, n, batches, vector):
 def pass_source(config):
     """Python source of ``kernel(*PASS_PARAMS, *operand_params)`` (see the module docstring)."""
     V = config.vector
-    ops = "".join(f", {p}" for p in operand_params(config.operands))
+    ops = "".join(f", {p}" for p in operand_params(config.operands, config.checked))
 
     def call(value, col):
         return f"EPI({value}, b, row, {col}{ops})"
@@ -112,4 +114,4 @@ def pass_namespace(config):
     return {"cuda": cuda, "U64": np.uint64, "INT64": np.int64, "DSIZE": PASS_KINDS[config.out],
             "ALIGNED16": A.aligned16, "LOADV": A.load_vector(config.out, V), "STOREV": A.store_vector(config.out, V),
             "LOAD1": A.load_one(config.out), "STORE1": A.store_one(config.out),
-            "EPI": epilog_declaration(COMPUTE_OF[config.out], config.operands)}
+            "EPI": epilog_declaration(COMPUTE_OF[config.out], config.operands, checked=config.checked)}

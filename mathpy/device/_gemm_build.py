@@ -114,7 +114,7 @@ def hopper_namespace(config):
     if config.store_tile:
         ns["PACK"] = H.pack_pair(config.out)
     if config.epilog:
-        ns["EPI"] = K.epilog_declaration("float32", config.operands, config.stage_data)
+        ns["EPI"] = K.epilog_declaration("float32", config.operands, config.stage_data, config.checked)
     return ns
 
 
@@ -133,7 +133,7 @@ def hopper_constants(config):
 
 
 def hopper_params(config):
-    return list(HK.HOPPER_PARAMS) + (K.operand_params(config.operands) if config.epilog else [])
+    return list(HK.HOPPER_PARAMS) + (K.operand_params(config.operands, config.checked) if config.epilog else [])
 
 
 def hopper_ltoir(config, cc=(9, 0)):
@@ -179,10 +179,10 @@ def generic_ltoir(config, description, cc):
         ns.update(LOAD_S=_raw_load(description.storage_dtype), LOAD_C=H.load_element(config.out),
                   STORE_ONE=H.store_element(config.out))
         if config.epilog:
-            ns["EPI"] = K.epilog_declaration(compute, config.operands)
+            ns["EPI"] = K.epilog_declaration(compute, config.operands, checked=config.checked)
         source = K.generic_source(config, owners, header, description.accumulator_size)
         kernel = _exec(source, ns, "generic")
-        params = list(K.GENERIC_PARAMS) + (K.operand_params(config.operands) if config.epilog else [])
+        params = list(K.GENERIC_PARAMS) + (K.operand_params(config.operands, config.checked) if config.epilog else [])
         return _ltoir(kernel, params, compute, cc), params, source
 
 
@@ -193,7 +193,7 @@ def pass_ltoir(config, cc):
     patch_numpy_for_numba_cuda()
     source = P.pass_source(config)
     kernel = _exec(source, P.pass_namespace(config), "pass")
-    params = list(P.PASS_PARAMS) + K.operand_params(config.operands)
+    params = list(P.PASS_PARAMS) + K.operand_params(config.operands, config.checked)
     bounds = (config.threads, P.MIN_BLOCKS)
     return _ltoir(kernel, params, K.COMPUTE_OF[config.out], cc, launch_bounds=bounds), params, source
 

@@ -67,12 +67,11 @@ class HopperConfig:
     128); ``stages`` ring buffers (:func:`max_stages`); ``a_mn_major`` / ``b_mn_major``: A is M-contiguous
     (column-major) / B is N-contiguous (row-major) in global memory; ``batched_a`` / ``batched_b``: 3-D tensor maps
     (batch coordinate); ``has_c``; ``epilog``: the kernel calls the epilog function, which reads ``operands``
-    operands; ``edges``: some tiles cross the result's last row or column (False: the edge-tile epilog is left out,
-    half the code for ptxas to compile); ``stage_data``: operand 0 of the
-    epilog, 16-bit of the result's shape, is copied tile by tile into shared memory (``batched_data``: with a batch
-    axis); ``store_tile``: D (16-bit)
-    leaves through shared memory with bulk tensor stores (``batched_d``: 3-D map); ``group_m``: tile rows per
-    rasterisation group. One block per SM: two would cap registers at 80 per thread, and an m64n128 wgmma alone
+    operands (``checked``: a check_bounds build, which passes it their shapes too); ``edges``: some tiles cross the
+    result's last row or column (False: the edge-tile epilog is left out, half the code for ptxas to compile);
+    ``stage_data``: operand 0 of the epilog, 16-bit of the result's shape, is copied tile by tile into shared memory
+    (``batched_data``: with a batch axis); ``store_tile``: D (16-bit) leaves through shared memory with bulk tensor
+    stores (``batched_d``: 3-D map); ``group_m``: tile rows per rasterisation group. One block per SM: two would cap registers at 80 per thread, and an m64n128 wgmma alone
     needs 90."""
 
     ab: str
@@ -86,6 +85,7 @@ class HopperConfig:
     has_c: bool = False
     epilog: bool = False
     operands: int = 0
+    checked: bool = False
     edges: bool = True
     stage_data: bool = False
     batched_data: bool = False
@@ -213,7 +213,7 @@ def hopper_source(config):
     """Python source of ``kernel(*HOPPER_PARAMS[, *operand_params])`` for :class:`HopperConfig` ``config``."""
     c = config
     S = c.stages
-    params = list(HOPPER_PARAMS) + (operand_params(c.operands) if c.epilog else [])
+    params = list(HOPPER_PARAMS) + (operand_params(c.operands, c.checked) if c.epilog else [])
     L = [f"def kernel({', '.join(params)}):",
          "    smem = cuda.shared.array(0, BYTE)",
          "    base = (SMEM_ADDRESS(smem) + U32(1023)) & U32(0xFFFFFC00)",

@@ -9,11 +9,14 @@ operands, whatever the epilog, and a new epilog costs a small compile and a link
 (:func:`epilog_signature`)::
 
     compute EPI(compute value, int64 batch, int64 row, int64 col,
-                [uint64 ptr, int64 t0, t1, t2] * operands,    # each operand: address and strides in elements
+                [uint64 ptr, int64 t0, t1, t2,                # each operand: address and strides in elements,
+                 [int64 s0, s1, s2]] * operands,              # and its shape in a checked build (check_bounds)
                 [int64 sbase, int64 m0, int64 n0])            # only when operand 0 is staged (Hopper)
 
 Few arguments matter: numba's front end types every call site (the Hopper kernel has 256 of them), and its time
-grows with their arguments.
+grows with their arguments. So the operands' shapes travel only in *checked* builds (a configuration's ``checked``
+field: ``check_bounds``, :mod:`mathpy.jit._bounds`), whose views compare every index with them; an unchecked kernel
+neither takes nor passes them.
 
 Generators:
 
@@ -34,8 +37,9 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["GenericConfig", "generic_source", "GENERIC_PARAMS", "operand_params", "OPERAND_FIELDS", "MAX_OPERANDS",
-           "EPILOG_SYMBOL", "epilog_signature", "epilog_declaration", "epilog_lines", "output_kind", "COMPUTE_OF"]
+__all__ = ["GenericConfig", "generic_source", "GENERIC_PARAMS", "operand_params", "operand_fields", "OPERAND_FIELDS",
+           "CHECKED_FIELDS", "MAX_OPERANDS", "EPILOG_SYMBOL", "epilog_signature", "epilog_declaration", "epilog_lines",
+           "output_kind", "COMPUTE_OF"]
 
 GENERIC_PARAMS = ("a_ptr", "b_ptr", "d_ptr", "c_ptr", "m", "n", "k", "a_rs", "a_cs", "a_batch", "b_rs", "b_cs",
                   "b_batch", "ldd", "ldc", "c_cs", "d_batch", "c_batch", "alpha", "beta", "tiles_m", "tiles_n")
@@ -45,6 +49,8 @@ EPILOG_SYMBOL = "mathpy_matmul_epilog"
 MAX_OPERANDS = 8
 #: The scalars of one operand: address and strides in elements (3, unused ones 0).
 OPERAND_FIELDS = ("ptr", "t0", "t1", "t2")
+#: ... followed, in a checked build, by its shape (3, unused ones 0).
+CHECKED_FIELDS = OPERAND_FIELDS + ("s0", "s1", "s2")
 #: The compute precision of a result dtype (the type of ``value`` and of what the epilog returns).
 COMPUTE_OF = {"bfloat16": "float32", "float16": "float32", "float32": "float32", "float64": "float64",
               "complex64": "complex64"}
@@ -52,33 +58,41 @@ COMPUTE_OF = {"bfloat16": "float32", "float16": "float32", "float32": "float32",
 _STORE_KINDS = ("bfloat16", "float16", "float32", "float64")
 
 
-def operand_params(count):
-    """The kernel parameters of ``count`` operands: ``o{i}_ptr, o{i}_t0, o{i}_t1, o{i}_t2``."""
-    return [f"o{i}_{field}" for i in range(count) for field in OPERAND_FIELDS]
+def operand_fields(checked=False):
+    """The scalars of one operand: :data:`OPERAND_FIELDS`, or :data:`CHECKED_FIELDS` in a checked build."""
+    return CHECKED_FIELDS if checked else OPERAND_FIELDS
 
 
-def epilog_signature(compute, count, staged=False):
+def operand_params(count, checked=False):
+    """The kernel parameters of ``count`` operands: ``o{i}_ptr, o{i}_t0, o{i}_t1, o{i}_t2`` (then ``o{i}_s0..2``
+    when ``checked``)."""
+    return [f"o{i}_{field}" for i in range(count) for field in operand_fields(checked)]
+
+
+def epilog_signature(compute, count, staged=False, checked=False):
     """The numba signature of the epilog device function for ``compute`` ("float32", "float64", "complex64") with
-    ``count`` operands (``staged``: operand 0's tile is in shared memory)."""
+    ``count`` operands (``staged``: operand 0's tile is in shared memory; ``checked``: each operand's shape
+    follows its strides)."""
     from numba import types
 
     value = {"float32": types.float32, "float64": types.float64, "complex64": types.complex64}[compute]
-    slots = [types.uint64 if field == "ptr" else types.int64 for _ in range(count) for field in OPERAND_FIELDS]
+    slots = [types.uint64 if field == "ptr" else types.int64 for _ in range(count) for field in
+             operand_fields(checked)]
     return value(value, types.int64, types.int64, types.int64, *slots, *((types.int64,) * (3 if staged else 0)))
 
 
-def epilog_declaration(compute, count, staged=False):
+def epilog_declaration(compute, count, staged=False, checked=False):
     """``EPI``: the external epilog device function, as a kernel calls it."""
     from numba import cuda
 
-    return cuda.declare_device(EPILOG_SYMBOL, epilog_signature(compute, count, staged), abi="c")
+    return cuda.declare_device(EPILOG_SYMBOL, epilog_signature(compute, count, staged, checked), abi="c")
 
 
 @dataclasses.dataclass(frozen=True)
 class GenericConfig:
     """One generic kernel (any architecture the block GEMM supports): ``precision`` of A and B (storage and block
     GEMM), ``out`` the dtype of D and C, tile ``bm x bn`` with k-slices of ``bk``, ``block_size`` threads; ``has_c``,
-    ``epilog`` (the kernel calls :data:`EPILOG_SYMBOL`) and its ``operands`` as in
+    ``epilog`` (the kernel calls :data:`EPILOG_SYMBOL`), its ``operands`` and ``checked`` as in
     :class:`~._gemm_hopper.HopperConfig`."""
 
     precision: str
@@ -90,6 +104,7 @@ class GenericConfig:
     has_c: bool = False
     epilog: bool = False
     operands: int = 0
+    checked: bool = False
 
 
 def epilog_lines(indent, value, batch, row, col, config, out_var, staged=None):
@@ -99,7 +114,7 @@ def epilog_lines(indent, value, batch, row, col, config, out_var, staged=None):
     pad = " " * indent
     if not config.epilog:
         return [f"{pad}{out_var} = {value}"]
-    args = [value, batch, row, col, *operand_params(config.operands)] + ([staged] if staged else [])
+    args = [value, batch, row, col, *operand_params(config.operands, config.checked)] + ([staged] if staged else [])
     return [f"{pad}{out_var} = EPI({', '.join(args)})"]
 
 
@@ -109,7 +124,7 @@ def generic_source(config, owners, header, acc_size):
     (``_matmul._owners``)."""
     c = config
     BM, BN, BK = c.bm, c.bn, c.bk
-    params = list(GENERIC_PARAMS) + (operand_params(c.operands) if c.epilog else [])
+    params = list(GENERIC_PARAMS) + (operand_params(c.operands, c.checked) if c.epilog else [])
     L = [f"def kernel({', '.join(params)}):"]
     L += ["    smem = cuda.shared.array(0, STORAGE)",
           "    smem_a = smem[:A_SIZE]",

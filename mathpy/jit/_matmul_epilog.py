@@ -26,8 +26,10 @@ results keep IEEE division.
 Each operand is indexed like a NumPy array of its own shape and strides (``bias[col]``, ``gate[row, col]``,
 ``scale[batch]``, ``residual[batch, row, col]``), at most 3 dimensions, of a dtype in :data:`DATA_DTYPES`; float16
 and bfloat16 operands read as float32 (exactly), so the function sees the same values on the CPU and the GPU. On the
-GPU they are read through the read-only data cache (``ld.global.nc``): they must not overlap the result. Indices are
-not bounds-checked (as in numba kernels): index inside the array.
+GPU they are read through the read-only data cache (``ld.global.nc``): they must not overlap the result. Indices that
+every call reaches and that the function's source shows are checked against each operand's shape when planning (a
+ValueError names what it needs); others are checked only with ``check_bounds`` (:mod:`mathpy.jit._bounds`: numba's
+boundscheck on the CPU, checked views on the GPU), otherwise not (as in numba kernels): index inside the array.
 
 What the function may use is what numba compiles for the CPU and for CUDA: ``math.exp``, ``tanh``, ``erf``,
 ``sqrt``, ``log1p`` and the rest of ``math``, ``min`` / ``max``, comparisons, ``if`` / ternaries, module-level
@@ -167,23 +169,29 @@ _cpu_loops = {}
 _cpu_functions = {}
 
 
-def _loop(with_batch, count):
-    """The numba loop applying ``f`` to every element of a ``(batch, M, N)`` array with ``count`` operands."""
-    found = _cpu_loops.get((with_batch, count))
+def _loop(with_batch, count, checked=False):
+    """The numba loop applying ``f`` to every element of a ``(batch, M, N)`` array with ``count`` operands; it returns
+    -1, or (``checked``) the flat index of the first element whose call raised (numba's bounds check)."""
+    found = _cpu_loops.get((with_batch, count, checked))
     if found is not None:
         return found
     import numba
 
     ops = "".join(f", o{i}" for i in range(count))
     coords = "b, i, j" if with_batch else "i, j"
+    store = f"out[b, i, j] = f(x[b, i, j], {coords}{ops})"
+    if checked:  # (the element is named in Python: numba's IndexError says no more than that one was raised)
+        store = (f"try:\n                    {store}\n                except Exception:\n"
+                 f"                    return (b * x.shape[1] + i) * x.shape[2] + j")
     source = (f"def loop(f, x, out{ops}):\n"
               f"    for b in range(x.shape[0]):\n"
               f"        for i in range(x.shape[1]):\n"
               f"            for j in range(x.shape[2]):\n"
-              f"                out[b, i, j] = f(x[b, i, j], {coords}{ops})\n")
+              f"                {store}\n"
+              f"    return -1\n")
     namespace = {}
-    exec(compile(source, f"<mathpy matmul epilog loop {with_batch} {count}>", "exec"), namespace)
-    found = _cpu_loops[(with_batch, count)] = numba.njit(cache=False)(namespace["loop"])
+    exec(compile(source, f"<mathpy matmul epilog loop {with_batch} {count} {checked}>", "exec"), namespace)
+    found = _cpu_loops[(with_batch, count, checked)] = numba.njit(cache=False)(namespace["loop"])
     return found
 
 
@@ -198,23 +206,32 @@ def _read_only(data):
     return data
 
 
-def apply_cpu(epilog, x, operands=()):
+def apply_cpu(epilog, x, operands=(), check_bounds=False):
     """``epilog`` applied to every element of ``x`` (shape ``(batch, M, N)``, the compute dtype), compiled for the CPU
     with numba; returns a new array of ``x``'s dtype. ``operands``: NumPy arrays (or None) in the order of
-    ``epilog.operands`` (16-bit floats are read as float32)."""
+    ``epilog.operands`` (16-bit floats are read as float32). ``check_bounds``: compiled with numba's
+    ``boundscheck=True``; the first element whose call indexes outside an operand stops the loop and is run again in
+    Python to name the operand and the index (OutOfBoundsError, :func:`mathpy.jit._bounds.locate_epilog`)."""
     import numba
 
     with _cpu_lock:
-        loop = _loop(epilog.with_batch, len(operands))
+        loop = _loop(epilog.with_batch, len(operands), check_bounds)
         # numba freezes the globals it reads when it compiles: key on the content too, so that a rebound global
-        # compiles again
-        key = (epilog.function, epilog.key)
+        # compiles again; a checked build is other code
+        key = (epilog.function, epilog.key, check_bounds)
         jitted = _cpu_functions.get(key)
         if jitted is None:
-            jitted = _cpu_functions[key] = numba.njit(cache=False)(epilog.function)
+            jitted = _cpu_functions[key] = numba.njit(cache=False, boundscheck=check_bounds)(epilog.function)
     out = np.empty_like(x)
+    operands = [_read_only(o) for o in operands]
     try:
-        loop(jitted, x, out, *(_read_only(o) for o in operands))
+        failed = loop(jitted, x, out, *operands)
     except numba.core.errors.TypingError as e:
         raise wrap_compile_error(epilog, "the CPU", e) from e
+    if check_bounds and failed >= 0:
+        from ._bounds import locate_epilog
+
+        b, i, j = np.unravel_index(failed, x.shape)
+        raise locate_epilog(epilog.function, epilog.with_batch, epilog.where, x[b, i, j], (b, i, j),
+                            tuple(zip(epilog.operands, operands)))
     return out

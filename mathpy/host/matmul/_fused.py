@@ -58,11 +58,13 @@ class DataLayout:
 @dataclasses.dataclass(frozen=True)
 class FusedEpilog:
     """The Python epilog of a problem, the layout of each operand in the function's order (``(name, DataLayout or
-    None)``; None: the function gets None) and, on a GPU, the :class:`~._fused_route.Route` it takes."""
+    None)``; None: the function gets None), on a GPU the :class:`~._fused_route.Route` it takes, and
+    ``check_bounds``: every index checked when it runs (:mod:`mathpy.jit._bounds`)."""
 
     epilog: E.MatmulEpilogFunction
     operands: tuple = ()
     route: object = None
+    check_bounds: bool = False
 
     @property
     def name(self):
@@ -117,20 +119,26 @@ def stage_data(op, name="data"):
     return DataLayout(tuple(op.shape), strides, dtype), copy
 
 
-def plan_fused(fused, inputs, product, batch, d_dtype, inplace, staged, c_given, compute_type, device_id, requested,
+def plan_fused(fused, inputs, product, batch, d_dtype, options, staged, c_given, compute_type, device_id, requested,
                logger):
     """``(FusedEpilog, D's layout)`` of a plan with the Python epilog ``fused`` (``inputs``: its Staged operands;
-    ``staged``: A's and B's; ``c_given``: C as given, or None; ``device_id`` None on the CPU): the result is row-major
-    except on the route that runs cuBLASLt's bias by row (column-major); on a GPU the route (``requested``:
-    MatmulPlanPreferences.epilog_route) is logged with its reason."""
+    ``options``: the MatmulOptions; ``staged``: A's and B's; ``c_given``: C as given, or None; ``device_id`` None on
+    the CPU). First the indices the function's source shows are checked against every operand's shape (ValueError
+    naming what the operand needs). The result is row-major except on the route that runs cuBLASLt's bias by row
+    (column-major); on a GPU the route (``requested``: MatmulPlanPreferences.epilog_route) is logged with its
+    reason."""
+    from ...jit._bounds import check_epilog_indexing, resolve
     from ._layouts import c_in_d_order
     from ._problem import col_major, row_major
 
-    if inplace:
+    if options.inplace:
         raise ValueError("a Python epilog writes a new result: it cannot run in place (inplace=True)")
     p = product
     d_layout, route = row_major(p.m, p.n, batch, d_dtype), None
     layouts = {name: s.layout for name, s in inputs.items()}
+    check_epilog_indexing(fused.function, fused.with_batch, fused.where,
+                          [(name, layouts[name].shape if name in layouts else None) for name in fused.operands],
+                          batch, p.m, p.n)
     if device_id is not None:
         c = None if c_given is None else c_in_d_order(c_given, d_layout, p).layout
         route = gpu_route(fused, layouts, p.m, p.n, p.k, batch, staged["a"].layout, staged["b"].layout, c, d_dtype,
@@ -139,7 +147,7 @@ def plan_fused(fused, inputs, product, batch, d_dtype, inplace, staged, c_given,
         if route.order == "F":
             d_layout = col_major(p.m, p.n, batch, d_dtype)
     operands = tuple((name, layouts.get(name)) for name in fused.operands)
-    return FusedEpilog(fused, operands, route), d_layout
+    return FusedEpilog(fused, operands, route, resolve(options.check_bounds)), d_layout
 
 
 def gpu_route(fused, operands, m, n, k, batch, a, b, c, d_dtype, compute_type, device_id, requested):
@@ -169,4 +177,4 @@ class FusedCPUEngine(CPUEngine):
         x = self._product(a, b, c, alpha, beta)[0]
         x = np.ascontiguousarray(np.broadcast_to(x, (p.batch, p.m, p.n)))
         operands = [epilog_inputs.get(name) for name, _ in p.fused.operands]
-        _store(E.apply_cpu(p.fused.epilog, x, operands), d)
+        _store(E.apply_cpu(p.fused.epilog, x, operands, p.fused.check_bounds), d)

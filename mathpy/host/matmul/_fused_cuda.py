@@ -14,13 +14,23 @@
   at an execute fall back to a variant without them (built then, once). The tensor maps depend on the operands'
   addresses, so each execute encodes them on the host (``cuTensorMapEncodeTiled``) and copies them (128 bytes each,
   from pageable memory: staged at once, ordered on the stream) into a buffer from the package's stream-ordered
-  allocator; the kernel reads them from global memory.
+  allocator; the kernel reads them from global memory. In a CUDA graph capture the copy is recorded, so it comes
+  from page-locked host memory, and both buffers stay with the plan (``mathpy._streams.keep_for_graph``): every
+  replay copies the same maps again.
 - ``"generic"``: the block-GEMM kernel (:mod:`mathpy.device._gemm_kernel`), 64 x 64 tiles, any strides.
 
 Kernels come from :mod:`._fused_kernels` (built once per configuration, the epilog linked in, cached on disk). Every
-launch takes the stream of its call.
+launch takes the stream of its call (resolved by the call: the engine remembers none).
+
+``check_bounds`` (:attr:`~._fused.FusedEpilog.check_bounds`): the routes that run the user's function (elementwise,
+fused, generic) run checked builds, whose epilog function gets every operand's shape and records the first index
+outside one (:mod:`._fused_bounds`); each execution then waits for the record and raises OutOfBoundsError, so it is
+refused in a CUDA graph capture (StreamCaptureError, before anything is queued). The library route runs cuBLASLt's
+own epilog, which reads no operand by a user's index: the plan checked every read it makes (its operands have
+exactly the shapes cuBLASLt reads), and it runs as without check_bounds.
 """
 
+import ctypes
 import dataclasses
 import threading
 
@@ -29,7 +39,9 @@ import numpy as np
 from ... import _cuda, _engines, _operands, _packages, _runtime
 from ..._errors import CUDALibraryError, UnsupportedLayoutError
 from ..._log import logger
+from ..._streams import keep_for_graph
 from ._epilog import MatmulEpilog
+from ._fused_bounds import raise_recorded, refuse_checked_capture, runs_checked
 from ._fused_kernels import Build, kernel
 from ._fused_route import hopper_tile_n
 from ._problem import MatrixLayout
@@ -41,18 +53,22 @@ __all__ = ["FusedCUDAEngine", "EpilogPass", "operand_values", "hopper_config"]
 CONFIG_OVERRIDE = {}
 
 
-def operand_values(operands, addresses):
-    """The kernels' operand parameters (``o{i}_ptr``, strides ``o{i}_t*``) of the epilog's ``operands`` ((name,
-    DataLayout or None), ...) at ``addresses`` (name -> device address)."""
+def operand_values(operands, addresses, checked=False):
+    """The kernels' operand parameters (``o{i}_ptr``, strides ``o{i}_t*``, and ``checked``: shape ``o{i}_s*``) of the
+    epilog's ``operands`` ((name, DataLayout or None), ...) at ``addresses`` (name -> device address)."""
     values = {}
     for i, (name, layout) in enumerate(operands):
         if layout is None:
             continue
         strides = tuple(layout.strides) + (0,) * (3 - layout.ndim)
+        shape = tuple(layout.shape) + (0,) * (3 - layout.ndim)  # (axes it lacks: any index is outside)
         values[f"o{i}_ptr"] = addresses[name]
         for j in range(3):
             values[f"o{i}_t{j}"] = strides[j]
+            if checked:
+                values[f"o{i}_s{j}"] = shape[j]
     return values
+
 
 
 def _cc(device_id):
@@ -61,15 +77,17 @@ def _cc(device_id):
 
 class EpilogPass:
     """The elementwise pass of :mod:`mathpy.device._epilog_pass` for ``problem`` (D row-major): ``execute(d,
-    epilog_inputs, stream)`` applies the problem's epilog to D in place on ``stream``. Everything but the addresses
-    is set once; an execute writes D's and the operands' addresses into the argument block and launches."""
+    epilog_inputs, stream)`` applies the problem's epilog to D in place on ``stream`` (with check_bounds: then waits
+    for the record and raises OutOfBoundsError; its caller refuses a capture). Everything but the addresses is set
+    once; an execute writes D's and the operands' addresses into the argument block and launches."""
 
     def __init__(self, problem, *, execution=None):
         from ...device import _epilog_pass as P
 
         self.problem, self.device_id = problem, execution.device_id
         fused, d = problem.fused, problem.d
-        config = P.PassConfig(d.dtype.name, len(fused.operands))
+        self._checked = runs_checked(fused)
+        config = P.PassConfig(d.dtype.name, len(fused.operands), self._checked)
         self._kernel = kernel(Build("pass", config, _cc(self.device_id)), fused.epilog, fused.kinds, None,
                               self.device_id)
         self._arguments = args = self._kernel.arguments()
@@ -77,7 +95,7 @@ class EpilogPass:
         self._grid = grid
         args.update({"m": problem.m, "n": problem.n, "ldd": d.row_stride, "d_batch": d.batch_stride,
                      "batches": problem.batch, "row_shift": shift})
-        args.update(operand_values(fused.operands, {name: 0 for name, _ in fused.operands}))
+        args.update(operand_values(fused.operands, {name: 0 for name, _ in fused.operands}, self._checked))
         self._d = args.values["d_ptr"]
         self._pointers = tuple((args.values[f"o{i}_ptr"], name) for i, (name, layout) in enumerate(fused.operands)
                                if layout is not None)
@@ -88,6 +106,8 @@ class EpilogPass:
             slot.value = epilog_inputs[name]
         with _runtime.device_scope(self.device_id):
             self._kernel.launch(self._grid, stream, self._arguments)
+            if self._checked:
+                raise_recorded(self._kernel.record, self.problem.fused, stream)
 
 
 def _product_problem(problem, plan=None):
@@ -132,27 +152,9 @@ class FusedCUDAEngine:
         self.route = route
         self._product = self._pass = self._hopper = self._generic = None
         self._plan = route.library
+        self._checked = runs_checked(problem.fused)
         if route.name in ("library", "elementwise"):
-            engine = _engines.get("matmul", "cuda")
-            sub, self._transposed = _product_problem(problem, self._plan)
-            try:
-                self._product = engine(sub, execution=execution, options=options, preferences=preferences,
-                                       allocator=allocator)
-            except (CUDALibraryError, UnsupportedLayoutError) as e:
-                if route.name != "library" or route.order != "C":
-                    raise
-                # cuBLASLt has no kernel for its epilog here: the product alone, and the pass
-                logger.info("Matmul epilog %s: cuBLASLt refused its %s epilog (%s); route: elementwise instead",
-                            problem.fused.name, self._plan.epilog, e)
-                self._plan, (sub, self._transposed) = None, _product_problem(problem)
-                self._product = engine(sub, execution=execution, options=options, preferences=preferences,
-                                       allocator=allocator)
-            try:
-                if self._plan is None:
-                    self._pass = _engines.get("matmul-epilog-pass", "cuda")(problem, execution=execution)
-            except BaseException:
-                self._product.free()
-                raise
+            self._plan_cublaslt(options, preferences, allocator)
             self.algorithms = self._product.algorithms
         elif route.name == "fused":
             self._plan_hopper()
@@ -166,6 +168,31 @@ class FusedCUDAEngine:
         return 0 if self._product is None else self._product.workspace_bytes
 
     # -- cuBLASLt routes ------------------------------------------------------------------------------------------
+
+    def _plan_cublaslt(self, options, preferences, allocator):
+        problem, execution, route = self.problem, self.execution, self.route
+        engine = _engines.get("matmul", "cuda")
+        sub, self._transposed = _product_problem(problem, self._plan)
+        try:
+            self._product = engine(sub, execution=execution, options=options, preferences=preferences,
+                                   allocator=allocator)
+        except (CUDALibraryError, UnsupportedLayoutError) as e:
+            if route.name != "library" or route.order != "C":
+                raise
+            # cuBLASLt has no kernel for its epilog here: the product alone, and the pass
+            logger.info("Matmul epilog %s: cuBLASLt refused its %s epilog (%s); route: elementwise instead",
+                        problem.fused.name, self._plan.epilog, e)
+            self._plan, (sub, self._transposed) = None, _product_problem(problem)
+            self._product = engine(sub, execution=execution, options=options, preferences=preferences,
+                                   allocator=allocator)
+        # the library route runs cuBLASLt's own epilog: nothing of the user's runs, nothing is left to check
+        self._checked = self._checked and self._plan is None
+        try:
+            if self._plan is None:
+                self._pass = _engines.get("matmul-epilog-pass", "cuda")(problem, execution=execution)
+        except BaseException:
+            self._product.free()
+            raise
 
     def _library_arguments(self, a, b, c, d, epilog_inputs, alpha, beta):
         plan = self._plan
@@ -186,7 +213,7 @@ class FusedCUDAEngine:
         p = self.problem
         fused = p.fused
         first = fused.operands[0][1] if fused.operands else None
-        self._hopper_config = hopper_config(p, first, _stage_data_ok(first, p), _store_tile_ok(p))
+        self._hopper_config = hopper_config(p, first, _stage_data_ok(first, p), _store_tile_ok(p), self._checked)
         self._hopper = self._kernel("hopper", self._hopper_config)
         self._hopper_args = {}
         self._sms = _cuda.multiprocessor_count(self.device_id)
@@ -204,7 +231,7 @@ class FusedCUDAEngine:
         p = self.problem
         precision = p.a.dtype.name
         config = K.GenericConfig(precision, p.d.dtype.name, has_c=p.c is not None, epilog=True,
-                                 operands=len(p.fused.operands))
+                                 operands=len(p.fused.operands), checked=self._checked)
         self._generic_config = config
         self._generic = self._kernel("generic", config, (config.bm, config.bn, config.bk, precision,
                                                          config.block_size))
@@ -225,22 +252,26 @@ class FusedCUDAEngine:
         if self._plan is not None:
             self._product.execute(**self._library_arguments(a, b, c, d, epilog_inputs, alpha, beta), stream=stream)
             return
+        stream = 0 if stream is None else stream
+        if self._checked:  # before anything is queued: the capture stays valid
+            refuse_checked_capture(self._package, self.device_id, stream)
         if self._pass is not None:
             self._product.execute(a, b, c, d, {}, {}, alpha, beta, stream)
-            self._pass.execute(d, epilog_inputs, 0 if stream is None else stream)
+            self._pass.execute(d, epilog_inputs, stream)
             return
         p = self.problem
-        stream = 0 if stream is None else stream
         values = {"d_ptr": d, "c_ptr": c or 0, "m": p.m, "n": p.n, "k": p.k, "ldd": p.d.ld,
                   "ldc": p.c.ld if p.c is not None else 0, "d_batch": p.d.batch_stride if p.batch > 1 else 0,
                   "c_batch": (p.c.batch_stride if p.c is not None and p.batch > 1 else 0),
                   "alpha": float(np.real(alpha)), "beta": float(np.real(beta))}
-        values.update(operand_values(p.fused.operands, epilog_inputs))
+        values.update(operand_values(p.fused.operands, epilog_inputs, self._checked))
         with _runtime.device_scope(self.device_id):
             if self._hopper is not None and a % 16 == 0 and b % 16 == 0:
-                self._launch_hopper(a, b, d, values, stream)
+                launched = self._launch_hopper(a, b, d, values, stream)
             else:
-                self._launch_generic(a, b, values, stream)
+                launched = self._launch_generic(a, b, values, stream)
+            if self._checked:
+                raise_recorded(launched.record, p.fused, stream)
 
     def _hopper_variant(self, d, data_ptr):
         """The planned kernel, or (an unaligned D or staged operand at this execute) the variant without tile stores
@@ -270,7 +301,13 @@ class FusedCUDAEngine:
         maps = _encode_maps(config, p, a, b, staged, d)
         buffer = self._package.on(self.device_id, stream).empty((128 * len(maps),), np.uint8)
         address = self._package.pointer(buffer)
-        _upload(address, maps, stream)
+        if self._package.is_capturing(self.device_id, stream):
+            host = _PinnedMaps(maps)
+            _runtime.copy_host_to_device(address, host.pointer, 128 * len(maps), stream)
+            keep_for_graph(self, self._package, self.device_id, stream, host, pooled=False)
+            keep_for_graph(self, self._package, self.device_id, stream, buffer)
+        else:
+            _upload(address, maps, stream)
         tiles_m, tiles_n = -(-p.m // config.bm), -(-p.n // config.bn)
         extra = iter(range(2, len(maps)))
         values.update(tmap_a=address, tmap_b=address + 128,
@@ -281,6 +318,7 @@ class FusedCUDAEngine:
         # persistent: one block per SM (or per tile when there are fewer)
         kern.launch((min(tiles_m * tiles_n * p.batch, self._sms), 1, 1), stream, arguments)
         self._keep = (buffer, maps)  # alive until the copy is staged and the launch enqueued
+        return kern
 
     def _launch_generic(self, a, b, values, stream):
         if self._generic is None:
@@ -293,6 +331,7 @@ class FusedCUDAEngine:
                       b_batch=p.b.batch_stride if p.batch > 1 else 0, tiles_m=tiles_m, tiles_n=tiles_n)
         arguments.update(values)
         kern.launch((tiles_m * tiles_n, p.batch, 1), stream, arguments)
+        return kern
 
     def release_workspace(self):
         if self._product is not None:
@@ -327,9 +366,9 @@ def _stage_data_ok(data, p):
             and (data.ndim == 2 or p.batch == 1 or (strides[0] * 2) % 16 == 0))
 
 
-def hopper_config(p, data, stage, store):
+def hopper_config(p, data, stage, store, checked=False):
     """The wgmma kernel's configuration for problem ``p`` whose operand 0 is ``data`` (``CONFIG_OVERRIDE``
-    applied)."""
+    applied; ``checked``: the check_bounds build)."""
     from ...device import _gemm_hopper as HK
 
     bn = CONFIG_OVERRIDE.get("bn", hopper_tile_n(p.n))
@@ -340,7 +379,8 @@ def hopper_config(p, data, stage, store):
         p.a.dtype.name, p.d.dtype.name, bn=bn, stages=stages, a_mn_major=p.a.row_stride == 1 and p.m > 1,
         b_mn_major=p.b.col_stride == 1 and p.n > 1, batched_a=p.a.batch > 1 and p.a.batch_stride != 0,
         batched_b=p.b.batch > 1 and p.b.batch_stride != 0, has_c=p.c is not None, epilog=True,
-        operands=len(p.fused.operands), edges=bool(p.m % HK.HopperConfig.bm or p.n % bn), stage_data=stage,
+        operands=len(p.fused.operands), checked=checked, edges=bool(p.m % HK.HopperConfig.bm or p.n % bn),
+        stage_data=stage,
         batched_data=stage and data.ndim == 3, store_tile=store, batched_d=store and p.batch > 1)
 
 
@@ -375,6 +415,20 @@ def _encode_maps(config, p, a, b, data=None, d=None):
             driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
         maps.append(_check(result, "cuTensorMapEncodeTiled"))
     return maps
+
+
+class _PinnedMaps:
+    """The bytes of tensor ``maps`` in page-locked host memory (what a captured host-to-device copy may read)."""
+
+    def __init__(self, maps):
+        with _runtime.relaxed_capture():  # (made during a capture, maybe freed during another)
+            self.pointer = _runtime.call("cudaMallocHost", 128 * len(maps))
+        for i, tmap in enumerate(maps):
+            ctypes.memmove(self.pointer + 128 * i, tmap.getPtr(), 128)
+
+    def __del__(self):
+        with _runtime.relaxed_capture():
+            _runtime.call("cudaFreeHost", self.pointer)
 
 
 def _upload(address, maps, stream):

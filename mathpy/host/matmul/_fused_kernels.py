@@ -13,11 +13,13 @@ compiled the PTX. Now:
    Hopper kernel), kept on disk;
 4. **load**: ``cuModuleLoadData`` of the cubin, milliseconds, no numba-cuda import.
 
-Keys (all through :mod:`mathpy.jit._cache`'s store): the skeleton's configuration, the sources of the device code
-generators, the compute capability, the toolchain (numba, numba-cuda, llvmlite installs, CUDA_HOME) and mathpy's
-version; the cubin's adds the epilog's key (its code and the values of the globals and closures it reads, the
-operands' dtypes and dimensions), the link options and nvJitLink's version. A new process with the same function and
-dtypes goes straight to 4.
+Keys (all through :mod:`mathpy.jit._cache`'s store): the skeleton's configuration (``checked`` included: a
+check_bounds build is another skeleton and another epilog function, so checked and unchecked kernels never share an
+entry), the sources of the device code generators, the compute capability, the toolchain (numba, numba-cuda,
+llvmlite installs, CUDA_HOME) and mathpy's version; the cubin's adds the epilog's key (its code and the values of the
+globals and closures it reads, the operands' dtypes and dimensions), the link options and nvJitLink's version. A new
+process with the same function and dtypes goes straight to 4. A checked kernel's module also holds its bounds record,
+whose address is looked up when it is loaded (:mod:`._fused_bounds`).
 """
 
 import ctypes
@@ -142,7 +144,13 @@ def kernel(build, epilog, kinds, staged, device_id):
         found = _loaded.get(memory_key)
         if found is None:
             cubin, header, _ = linked(build, epilog, kinds, staged, key)
-            found = _loaded[memory_key] = Kernel(cubin, header, device_id)
+            found = Kernel(cubin, header, device_id)
+            if build.config.checked:
+                from ._fused_bounds import record_address
+
+                with _runtime.device_scope(device_id):
+                    found.record = record_address(found.module)
+            _loaded[memory_key] = found
         return found
 
 
@@ -151,7 +159,7 @@ def cubin_key(build, epilog, kinds, staged):
     from ...jit import _epilog_wrapper as W
     from ...jit import _link
 
-    wrapper_key = W.wrapper_key(epilog, kinds, _compute(build), staged, build.cc)
+    wrapper_key = W.wrapper_key(epilog, kinds, _compute(build), staged, build.cc, build.config.checked)
     if wrapper_key is None:
         return None
     parts = (build.key, wrapper_key, build.arch, build.link_options, _link.linker_version())
@@ -183,7 +191,7 @@ def _link_kernel(build, epilog, kinds, staged):
     from ...jit import _link
 
     skeleton, params = skeleton_ltoir(build)
-    wrapper, _ = W.wrapper_ltoir(epilog, kinds, build.result, staged, build.cc)
+    wrapper, _ = W.wrapper_ltoir(epilog, kinds, build.result, staged, build.cc, build.config.checked)
     cubin, ptx = _link.link({"kernel": skeleton, "epilog": wrapper}, build.arch, build.link_options,
                             inlined=EPILOG_SYMBOL)
     threads, shared = build.launch_facts()
@@ -203,7 +211,10 @@ def _check(result, what):
 
 
 class Kernel:
-    """A loaded kernel: its CUfunction, parameter names and ctypes, block size and dynamic shared memory."""
+    """A loaded kernel: its CUfunction, parameter names and ctypes, block size and dynamic shared memory; ``record``:
+    the device address of a checked build's bounds record (:mod:`._fused_bounds`), else None."""
+
+    record = None
 
     def __init__(self, cubin, header, device_id):
         from cuda.bindings import driver
