@@ -252,14 +252,14 @@ class FusedCUDAEngine:
         if self._plan is not None:
             self._product.execute(**self._library_arguments(a, b, c, d, epilog_inputs, alpha, beta), stream=stream)
             return
-        stream = 0 if stream is None else stream
         if self._checked:  # before anything is queued: the capture stays valid
             refuse_checked_capture(self._package, self.device_id, stream)
         if self._pass is not None:
             self._product.execute(a, b, c, d, {}, {}, alpha, beta, stream)
-            self._pass.execute(d, epilog_inputs, stream)
+            self._pass.execute(d, epilog_inputs, 0 if stream is None else stream)
             return
         p = self.problem
+        stream = 0 if stream is None else stream
         values = {"d_ptr": d, "c_ptr": c or 0, "m": p.m, "n": p.n, "k": p.k, "ldd": p.d.ld,
                   "ldc": p.c.ld if p.c is not None else 0, "d_batch": p.d.batch_stride if p.batch > 1 else 0,
                   "c_batch": (p.c.batch_stride if p.c is not None and p.batch > 1 else 0),
