@@ -200,31 +200,10 @@ def _check(layers, x):
     return errors
 
 
-def table(rows):
-    headers = ["grid, modes, dtype", "**mathpy** ms", "neuraloperator ms", "torch ms", "neuraloperator / mathpy",
-               "torch / mathpy", "extra GB: mathpy / neuraloperator / torch"]
-    cells, missed = [], []
-    for r in rows:
-        step, gb = r["step_ms"], r["extra_gb"]
-        mp = step["mathpy"]
-        cells.append([f"{'x'.join(map(str, r['grid']))}, {r['modes']}, {r['dtype']}", f"**{_report.ms(mp)}**",
-                      _report.ms(step.get("neuraloperator")), _report.ms(step.get("torch")),
-                      _report.ratio(step.get("neuraloperator"), mp), _report.ratio(step.get("torch"), mp),
-                      " / ".join(f"{gb[k]:.2f}" if k in gb and gb[k] == gb[k] else "-"
-                                 for k in ("mathpy", "neuraloperator", "torch"))])
-        faster = min(v for k, v in step.items() if k != "mathpy")
-        if faster < 1.5 * mp:
-            missed.append(cells[-1][0])
-    note = (f"SpectralConv forward + backward per step (ms), batch {rows[0]['batch']}, width {rows[0]['width']}, "
-            f"medians. " + _report.RATIO_NOTE + " Target: the faster peer / mathpy >= 1.5: "
-            + (f"missed at {'; '.join(missed)}" if missed else "met on every row") + ".")
-    return _report.table(headers, cells) + "\n\n" + note
-
-
 def write(rows, device_name):
     os.makedirs(RESULTS, exist_ok=True)
     text = _report.environment(device_name, [f"neuraloperator {_report._version('neuraloperator') or 'absent'}"]) + \
-        "\n\n" + table(rows) + "\n"
+        "\n\n" + _report.fno_table(rows) + "\n"
     with open(os.path.join(RESULTS, "bench_fno.md"), "w") as f:
         f.write(text)
     with open(os.path.join(RESULTS, "bench_fno.json"), "w") as f:

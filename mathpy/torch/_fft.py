@@ -36,15 +36,20 @@ _REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
 # --- the ops -----------------------------------------------------------------------------------------------------
 
 def _c2c_kernel(x, dim, norm, forward):
-    transform = _mathpy_fft.fftn if forward else _mathpy_fft.ifftn
-    return transform(x, axes=dim, norm=norm).contiguous()
+    if len(dim) == 1:  # (the 1-D functions: the shortest path to the remembered prepared call)
+        return (_mathpy_fft.fft if forward else _mathpy_fft.ifft)(x, axis=dim[0], norm=norm).contiguous()
+    return (_mathpy_fft.fftn if forward else _mathpy_fft.ifftn)(x, axes=dim, norm=norm).contiguous()
 
 
 def _r2c_kernel(x, dim, norm):
+    if len(dim) == 1:
+        return _mathpy_fft.rfft(x, axis=dim[0], norm=norm).contiguous()
     return _mathpy_fft.rfftn(x, axes=dim, norm=norm).contiguous()
 
 
 def _c2r_kernel(x, dim, norm, last):
+    if len(dim) == 1:
+        return _mathpy_fft.irfft(x, n=last, axis=dim[0], norm=norm).contiguous()
     s = [x.shape[d] for d in dim[:-1]] + [last]
     return _mathpy_fft.irfftn(x, s=s, axes=dim, norm=norm).contiguous()
 
