@@ -239,9 +239,10 @@ def autograd_host_table(host, dry=False):
 
 def fno_table(rows):
     """``rows``: one dict per problem: "grid", "modes", "dtype", "batch", "width", and per layer ("mathpy",
-    "neuraloperator", "torch") "step_ms" and "extra_gb"."""
+    "neuraloperator", "torch", and mathpy's two last-axis paths "mathpy gemm", "mathpy fft") "step_ms" and
+    "extra_gb"."""
     headers = ["grid, modes, dtype", "**mathpy** ms", "neuraloperator ms", "torch ms", "neuraloperator / mathpy",
-               "torch / mathpy", "extra GB: mathpy / neuraloperator / torch"]
+               "torch / mathpy", "extra GB: mathpy / neuraloperator / torch", "mathpy, last axis by GEMM / FFT ms"]
     cells, missed = [], []
     for r in rows:
         step, gb = r["step_ms"], r["extra_gb"]
@@ -250,8 +251,9 @@ def fno_table(rows):
                       ms(step.get("neuraloperator")), ms(step.get("torch")), ratio(step.get("neuraloperator"), mp),
                       ratio(step.get("torch"), mp),
                       " / ".join(f"{gb[k]:.2f}" if gb.get(k) == gb.get(k) and k in gb else "-"
-                                 for k in ("mathpy", "neuraloperator", "torch"))])
-        peers = [v for k, v in step.items() if k != "mathpy"]
+                                 for k in ("mathpy", "neuraloperator", "torch")),
+                      f"{ms(step.get('mathpy gemm'))} / {ms(step.get('mathpy fft'))}"])
+        peers = [v for k, v in step.items() if not k.startswith("mathpy")]
         if peers and min(peers) < 1.5 * mp:
             missed.append(cells[-1][0])
     note = (f"SpectralConv forward + backward per step (ms), batch {rows[0]['batch']}, width {rows[0]['width']}, "

@@ -12,9 +12,10 @@ grid with 16 modes (neuraloperator's count: the last axis keeps modes // 2 + 1 f
 float32; neuraloperator's half precision (``fno_block_precision="half"``: float16 and complex32 FFTs) gets the same
 bfloat16 input; the plain torch layer casts to float32 (torch.fft has no bfloat16).
 
-- **mathpy**: pruned transform (R2C on the last axis, then each further axis only over the kept columns; back, each
-  pass pads only its own axis), the channel mixing as one batched complex GEMM over the modes (mathpy.matmul), the
-  bias in the DC mode.
+- **mathpy**: pruned transform (the last axis first, cut to its kept bins, then each further axis only over the kept
+  columns; back, each pass pads only its own axis), the channel mixing as one batched complex GEMM over the modes
+  (mathpy.matmul), the bias in the DC mode. The last axis by its kept bins' DFT matrix (GEMMs) or by FFTs, as
+  ``last_axis="auto"`` picks; both are timed too (the "GEMM / FFT" column).
 - **neuraloperator**: its dense SpectralConv (full rfftn, fftshift, einsum on the kept block, a full zero spectrum,
   fftshift, full irfftn, bias add).
 - **torch**: rfftn, index_select of the kept modes, einsum, index_put into a zero spectrum, irfftn, bias add.
@@ -76,6 +77,17 @@ class TorchSpectralConv(torch.nn.Module):
         full[where] = mixed
         y = torch.fft.irfftn(full, s=tuple(grid), dim=dims, norm=norm) + bias.view(-1, *([1] * d))
         return y.to(x.dtype)
+
+
+class LastAxis(torch.nn.Module):
+    """``layer`` (sharing its parameters) with its last grid axis transformed one way: "gemm" or "fft"."""
+
+    def __init__(self, layer, how):
+        super().__init__()
+        self.layer, self.how = layer, how
+
+    def forward(self, x):
+        return mt.spectral_conv(x, self.layer.weight, self.layer.bias, self.layer.norm, self.how)
 
 
 def _low(keep, n, device):
@@ -141,7 +153,8 @@ def bench_row(grid, modes, dtype_name, batch, width, device, rounds, reps):
     dtype = getattr(torch, dtype_name)
     ours = mt.SpectralConv(width, width, (modes,) * len(grid), device=device)
     layers = {"mathpy": ours, "neuraloperator": neuraloperator_layer(ours, dtype_name, device),
-              "torch": TorchSpectralConv(ours)}
+              "torch": TorchSpectralConv(ours), "mathpy gemm": LastAxis(ours, "gemm"),
+              "mathpy fft": LastAxis(ours, "fft")}
     layers = {name: layer for name, layer in layers.items() if layer is not None}
     generator = torch.Generator(device=device).manual_seed(1)
     x = torch.randn(batch, width, *grid, device=device, generator=generator).to(dtype).requires_grad_()

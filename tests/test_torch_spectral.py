@@ -61,9 +61,10 @@ IDS = ["1d", "2d", "2d-odd", "3d", "2d-all-modes"]
 
 @pytest.mark.parametrize("shape, modes", CASES, ids=IDS)
 @pytest.mark.parametrize("norm", ["forward", "backward", "ortho"])
-def test_layer_matches_the_full_transform_and_its_gradient_is_exact(device, shape, modes, norm):
+@pytest.mark.parametrize("last_axis", ["fft", "gemm"])
+def test_layer_matches_the_full_transform_and_its_gradient_is_exact(device, shape, modes, norm, last_axis):
     torch.manual_seed(0)
-    layer = mt.SpectralConv(shape[1], 4, modes, norm=norm, dtype=F64, device=device)
+    layer = mt.SpectralConv(shape[1], 4, modes, norm=norm, dtype=F64, device=device, last_axis=last_axis)
     x = randn(*shape, device=device)
     y = layer(x)
     want = reference(x, layer.weight, layer.bias, norm)
@@ -77,28 +78,33 @@ def test_layer_matches_the_full_transform_and_its_gradient_is_exact(device, shap
 
 @pytest.mark.parametrize("shape, modes", [((1, 2, 8), (3,)), ((1, 2, 6, 5), (3, 4)), ((1, 1, 4, 3, 6), (3, 2, 4))],
                          ids=["1d", "2d", "3d"])
-def test_layer_gradcheck(device, shape, modes):
+@pytest.mark.parametrize("last_axis", ["fft", "gemm"])
+def test_layer_gradcheck(device, shape, modes, last_axis):
     """Small grids: gradcheck perturbs every element of x, the weight and the bias."""
     torch.manual_seed(0)
     layer = mt.SpectralConv(shape[1], 2, modes, norm="ortho", dtype=F64, device=device)
     x = randn(*shape, device=device)
-    assert torch.autograd.gradcheck(lambda *t: mt.spectral_conv(*t, norm="ortho"), (x, layer.weight, layer.bias))
+    assert torch.autograd.gradcheck(lambda *t: mt.spectral_conv(*t, norm="ortho", last_axis=last_axis),
+                                    (x, layer.weight, layer.bias))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_lower_precisions_are_within_their_rounding(device, dtype):
-    """float32 computes in float32; bfloat16 input is computed in float32 and rounded once at the end. Normwise
-    bound: two transforms of relative error FFT_CONSTANT u (log2 n + 1) and a GEMM over C channels (C u), plus the
-    input's and output's rounding to ``dtype``."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("last_axis", ["fft", "gemm"])
+def test_lower_precisions_are_within_their_rounding(device, dtype, last_axis):
+    """float32 computes in float32. 16-bit input: the FFT path transforms it in float32 and rounds once at the end;
+    the GEMM path multiplies it by the DFT matrix rounded to its dtype (tensor cores, float32 accumulation) and rounds
+    the output to it. Normwise bound: two float32 transforms of relative error FFT_CONSTANT u (log2 n + 1) and the
+    channel GEMM (C u), plus, for 16-bit data, the output's rounding and (GEMM path) each DFT matrix's, one unit
+    roundoff of the dtype each."""
     torch.manual_seed(0)
-    layer = mt.SpectralConv(8, 8, (8, 6), device=device)  # float32 weights
+    layer = mt.SpectralConv(8, 8, (8, 6), device=device, last_axis=last_axis)  # float32 weights
     x = torch.randn(4, 8, 32, 24, device=device).to(dtype)
     y = layer(x)
     assert y.dtype == dtype
     want = reference(x, layer.weight.detach(), layer.bias.detach(), "forward")
-    u = EPS[torch.float32]
-    n = 32 * 24
-    bound = 2 * FFT_CONSTANT * u * (math.log2(n) + 1) + 8 * u + (2 * EPS[dtype] if dtype != torch.float32 else 0)
+    u, n = EPS[torch.float32], 32 * 24
+    roundings = 0 if dtype == torch.float32 else (3 if last_axis == "gemm" else 1)
+    bound = 2 * FFT_CONSTANT * u * (math.log2(n) + 1) + 8 * u + roundings * EPS[dtype]
     error = float(torch.linalg.vector_norm(y.double() - want) / torch.linalg.vector_norm(want))
     assert error <= bound, (error, bound)
 
@@ -148,10 +154,10 @@ def test_later_passes_transform_only_the_kept_modes(device):
                                    args[0].is_complex()))
             return func(*args, **(kwargs or {}))
 
-    layer = mt.SpectralConv(4, 5, (16, 16), dtype=F64, device=device)
     x = randn(2, 4, 64, 64, device=device)
+    fft_layer = mt.SpectralConv(4, 5, (16, 16), dtype=F64, device=device, last_axis="fft")
     with Recorder() as forward:
-        y = layer(x)
+        y = fft_layer(x)
     assert [call[:2] for call in forward.calls] == [
         ("fft_r2c_low", (2, 4, 64, 64)), ("fft_c2c_low", (2, 4, 9, 64)), ("matmul", (16 * 9, 2, 4)),
         ("fft_c2c_pad", (2, 5, 9, 16)), ("fft_c2r_low", (2, 5, 64, 9))]
@@ -161,6 +167,13 @@ def test_later_passes_transform_only_the_kept_modes(device):
                                                                     "fft_c2c_pad", "fft_c2r_low"])
     half_spectrum = 2 * 5 * 64 * 33
     assert all(math.prod(shape) <= half_spectrum // 3 for _, shape, is_complex in backward.calls if is_complex)
+    # the GEMM form of the last axis: the grid times the kept bins' DFT matrix (64 x 18), and back (18 x 64)
+    gemm_layer = mt.SpectralConv(4, 5, (16, 16), dtype=F64, device=device, last_axis="gemm")
+    with Recorder() as forward:
+        gemm_layer(x)
+    assert [call[:2] for call in forward.calls] == [
+        ("matmul", (2 * 4 * 64, 64)), ("fft_c2c_low", (2, 4, 9, 64)), ("matmul", (16 * 9, 2, 4)),
+        ("fft_c2c_pad", (2, 5, 9, 16)), ("matmul", (2 * 5 * 64, 18))]
 
 
 def test_layer_compiles_without_graph_breaks(device):
@@ -216,6 +229,8 @@ def test_bad_arguments_are_refused_by_name(device):
         mt.SpectralConv(3, 4, (0, 4))
     with pytest.raises(TypeError, match="dtype must be torch.float32 or torch.float64"):
         mt.SpectralConv(3, 4, (4, 4), dtype=torch.float16)
+    with pytest.raises(ValueError, match="last_axis must be 'auto', 'fft' or 'gemm', not 'dft'"):
+        mt.SpectralConv(3, 4, (4, 4), last_axis="dft")
 
 
 def test_train_fno_example_learns():

@@ -18,15 +18,26 @@ Each op's backward is its partner: the adjoint of "transform, then keep" is "pad
 back (the C2C pair with the opposite direction and the swapped norm; the real pair with the one-sided spectrum's bin
 weights, as for :mod:`._fft`'s ``fft_r2c`` / ``fft_c2r``), so gradients are exact and never transform the discarded
 modes. ``torch.autograd.gradcheck`` checks them in float64.
+
+The real pair has a second form for few kept bins, :func:`r2c_low_gemm` / :func:`c2r_low_gemm`: the kept part of a
+real DFT is a ``(n, 2 keep)`` real matrix, so the pruned R2C is one GEMM (mathpy.matmul) that reads the grid once and
+writes only the kept bins, and the padded C2R one GEMM that reads only them and writes the grid: no full half
+spectrum, zero-padded or not, is ever written. It costs ``4 n keep`` flops per row against the FFT's ``~5 n log2 n``
+but moves half the bytes or less; with few bins, or 16-bit tensor cores, that is the faster side of a memory-bound
+pass. Gradients come from mathpy.matmul's (the transposed matrix).
 """
 
 import torch
 
+import math
+
 from .. import fft as _mathpy_fft
 from ..host.fft._numpy_rules import swap_norm
+from ..host.matmul import MatmulOptions
+from ..host.matmul import matmul as _mathpy_matmul
 from ._common import call, define, eager
 
-__all__ = ["r2c_low", "c2r_low", "c2c_low", "c2c_pad", "split"]
+__all__ = ["r2c_low", "c2r_low", "c2c_low", "c2c_pad", "r2c_low_gemm", "c2r_low_gemm", "split"]
 
 _COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
 _REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
@@ -190,3 +201,65 @@ def c2c_pad(x, n, norm, forward=False):
     """The length-``n`` ``ifft`` (``fft``) along the last axis of a spectrum of which ``x`` holds the lowest frequencies
     in FFT order, differentiable."""
     return call(_C2C_PAD, (x,), x, n, norm, forward)
+
+
+# --- the real pair as GEMMs ----------------------------------------------------------------------------------------
+
+_FLOAT32_RESULT = MatmulOptions(result_type="float32")
+
+
+def r2c_low_gemm(x, keep, norm):
+    """:func:`r2c_low` as one GEMM with the ``(n, 2 keep)`` matrix of the kept bins' cosines and sines; ``x`` of a
+    16-bit dtype is multiplied in it (tensor cores) with a float32 result. Differentiable (mathpy.matmul)."""
+    n = x.shape[-1]
+    _check_keep(keep, n // 2 + 1, "r2c_low_gemm")
+    matrix = _dft_matrix(n, keep, norm, False, x.dtype, x.device)
+    options = _FLOAT32_RESULT if x.dtype in (torch.float16, torch.bfloat16) else None
+    rows = _mathpy_matmul(x.reshape(-1, n), matrix, options=options)  # (rows, 2 keep): re, im interleaved
+    return torch.view_as_complex(rows.reshape(*x.shape[:-1], keep, 2))
+
+
+def c2r_low_gemm(x, n, norm, dtype=None):
+    """:func:`c2r_low` as one GEMM with the ``(2 keep, n)`` matrix of the one-sided inverse (each interior bin twice,
+    DC and Nyquist once, their imaginary parts ignored, as irfft); computed in ``dtype`` (a 16-bit one: tensor cores,
+    a result in that dtype; None: ``x``'s real dtype). Differentiable (mathpy.matmul)."""
+    keep = x.shape[-1]
+    _check_keep(keep, n // 2 + 1, "c2r_low_gemm")
+    dtype = dtype or _REAL[x.dtype]
+    real = torch.view_as_real(x if x.is_contiguous() else x.contiguous()).reshape(-1, 2 * keep)
+    matrix = _dft_matrix(n, keep, norm, True, dtype, x.device)
+    return _mathpy_matmul(real if real.dtype == dtype else real.to(dtype), matrix).reshape(*x.shape[:-1], n)
+
+
+_matrices = {}  # (n, keep, norm, inverse, dtype, device) -> the DFT matrix, in eager mode
+
+
+def _dft_matrix(n, keep, norm, inverse, dtype, device):
+    """The real DFT matrix of the first ``keep`` bins of a length-``n`` axis: ``(n, 2 keep)`` forward (columns re, im
+    of each bin), ``(2 keep, n)`` inverse; scaled by ``norm``; computed in float64 from exact integer phases, rounded
+    once to ``dtype``. Remembered in eager mode (not while a CUDA graph captures)."""
+    key = (n, keep, norm, inverse, dtype, device)
+    remember = eager(()) and not (device.type == "cuda" and torch.cuda.is_current_stream_capturing())
+    matrix = _matrices.get(key) if remember else None
+    if matrix is not None:
+        return matrix
+    phase = torch.outer(torch.arange(keep, dtype=torch.float64), torch.arange(n, dtype=torch.float64))
+    angle = (2 * math.pi / n) * torch.remainder(phase, n)  # (keep, n), exact j * w mod n
+    scale = {"backward": 1.0, "ortho": 1 / math.sqrt(n), "forward": 1.0 / n}[norm]
+    if inverse:
+        scale = {"backward": 1.0 / n, "ortho": 1 / math.sqrt(n), "forward": 1.0}[norm]
+        count = torch.full((keep, 1), 2.0, dtype=torch.float64)
+        count[0] = 1.0
+        if n % 2 == 0 and keep == n // 2 + 1:
+            count[-1] = 1.0  # the Nyquist bin stands for itself only
+        pair = torch.stack((count * torch.cos(angle), -count * torch.sin(angle)), dim=1)  # (keep, 2, n)
+        matrix = (scale * pair).reshape(2 * keep, n)
+    else:
+        pair = torch.stack((torch.cos(angle), -torch.sin(angle)), dim=1)  # (keep, 2, n)
+        matrix = (scale * pair).reshape(2 * keep, n).T
+    matrix = matrix.to(device=device, dtype=dtype).contiguous()
+    if remember:
+        if len(_matrices) >= 64:
+            _matrices.clear()
+        _matrices[key] = matrix
+    return matrix

@@ -7,7 +7,10 @@ the full zero spectrum and transforms it all back. Here:
 
 - **a pruned transform** (:mod:`._pruned`): the last axis is transformed first (R2C) and cut to its kept bins; each
   further axis is transformed over the kept columns only, and cut in turn. Back, each pass pads only the axis it
-  transforms. At 512² with 16 modes the second pass runs over 9 of 257 columns;
+  transforms. At 512² with 16 modes the second pass runs over 9 of 257 columns. The last axis's two passes (the only
+  ones over the whole grid) run as GEMMs with the kept bins' DFT matrix when that moves fewer bytes for the flops it
+  adds (``last_axis="auto"``: 16-bit input, tensor cores; float32 with at most 16 kept bins), so no full half
+  spectrum is written at all; otherwise as an R2C FFT cut to the kept bins and a C2R FFT of the padded bins;
 - **the weight multiply is one batched complex GEMM** over the modes (:func:`mathpy.matmul`): ``(M, B, C) @ (M, C, O)``;
 - **the bias goes into the DC mode** of the mixed spectrum (a constant added to every grid point is the DC bin of the
   inverse transform), instead of another pass over the output.
@@ -28,7 +31,7 @@ import torch
 
 from ..host.fft._numpy_rules import check_norm
 from ..host.matmul import matmul as _mathpy_matmul
-from ._pruned import c2c_low, c2c_pad, c2r_low, r2c_low
+from ._pruned import c2c_low, c2c_pad, c2r_low, c2r_low_gemm, r2c_low, r2c_low_gemm
 
 __all__ = ["SpectralConv", "spectral_conv"]
 
@@ -36,19 +39,25 @@ _REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
 _COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
 
 
-def spectral_conv(x, weight, bias=None, norm="forward"):
+def spectral_conv(x, weight, bias=None, norm="forward", last_axis="auto"):
     """The spectral convolution of ``x`` ``(batch, in_channels, *grid)`` with ``weight`` ``(*modes, in_channels,
     out_channels)`` (complex; ``modes``: the kept modes per grid axis, the last one the non-negative frequencies of the
     real transform) and a real ``bias`` ``(out_channels,)``; ``norm`` the FFT normalisation of the forward transform
-    (neuraloperator's default: ``"forward"``). Computed in ``weight``'s precision; the result has ``x``'s dtype. See
-    the module docstring."""
+    (neuraloperator's default: ``"forward"``); ``last_axis``: how the last grid axis is transformed, ``"fft"``,
+    ``"gemm"`` (its kept bins' DFT matrix) or ``"auto"``. Computed in ``weight``'s precision (16-bit input: the
+    last axis's GEMMs in that dtype, with tensor cores); the result has ``x``'s dtype. See the module docstring."""
     d = weight.dim() - 2
     _check(x, weight, bias, d)
     norm = check_norm(norm)
     modes, (channels, out_channels) = tuple(weight.shape[:d]), tuple(weight.shape[d:])
     grid = tuple(x.shape[2:])
     real = _REAL[weight.dtype]
-    y = r2c_low(x if x.dtype == real else x.to(real), modes[-1], norm)
+    gemm = _gemm_last_axis(last_axis, x.dtype, modes[-1])
+    if gemm:
+        y = r2c_low_gemm(x if x.dtype in _GEMM_DTYPES or x.dtype == real else x.to(real), modes[-1], norm)
+        y = y if y.dtype == weight.dtype else y.to(weight.dtype)
+    else:
+        y = r2c_low(x if x.dtype == real else x.to(real), modes[-1], norm)
     for axis in range(d - 1, 0, -1):  # tensor axis 1 + axis holds grid axis ``axis`` (1-based); innermost first
         y = c2c_low(y.movedim(axis + 1, -1), modes[axis - 1], norm).movedim(-1, axis + 1)
     batch, count = y.shape[0], math.prod(modes)
@@ -59,8 +68,25 @@ def spectral_conv(x, weight, bias=None, norm="forward"):
     z = z.permute(1, 2, 0).reshape(batch, out_channels, *modes)
     for axis in range(1, d):
         z = c2c_pad(z.movedim(axis + 1, -1), grid[axis - 1], norm).movedim(-1, axis + 1)
-    out = c2r_low(z, grid[-1], norm)
+    if gemm:
+        out = c2r_low_gemm(z, grid[-1], norm, x.dtype if x.dtype in _GEMM_DTYPES else real)
+    else:
+        out = c2r_low(z, grid[-1], norm)
     return out if out.dtype == x.dtype else out.to(x.dtype)
+
+
+_GEMM_DTYPES = (torch.float16, torch.bfloat16)  # the last axis's GEMMs run in these as they come
+_GEMM_MAX_BINS = 16  # float32: 4 n keep flops per row against the ~8 n bytes the full half spectrum costs an FFT,
+#                      at an H200's ~12 flop/byte of float32 CUDA cores, pays up to ~23 bins; 16 leaves margin
+
+
+def _gemm_last_axis(choice, dtype, keep):
+    """Whether the last axis runs as GEMMs (``choice``: "auto", "fft" or "gemm")."""
+    if choice not in ("auto", "fft", "gemm"):
+        raise ValueError(f"last_axis must be 'auto', 'fft' or 'gemm', not {choice!r}")
+    if choice != "auto":
+        return choice == "gemm"
+    return dtype in _GEMM_DTYPES or keep <= _GEMM_MAX_BINS
 
 
 def _dc_scale(norm, grid):
@@ -95,7 +121,8 @@ class SpectralConv(torch.nn.Module):
     neuraloperator counts them (the last axis keeps ``n_modes[-1] // 2 + 1`` non-negative frequencies); ``norm``:
     the forward transform's normalisation. ``dtype``: the real dtype of the computation (float32: complex64 weights;
     float64: complex128); inputs of other floating dtypes (bfloat16, float16) are computed in it and come back in
-    their own dtype.
+    their own dtype. ``last_axis``: ``"auto"`` (default), ``"fft"`` or ``"gemm"``, how the last grid axis, the only
+    one transformed over the whole grid, is transformed (:func:`spectral_conv`).
 
     Parameters: ``weight`` ``(*modes, in_channels, out_channels)`` complex, initialised as neuraloperator does
     (complex normal with standard deviation ``sqrt(2 / (in + out))``), and ``bias`` ``(out_channels,)``.
@@ -106,8 +133,11 @@ class SpectralConv(torch.nn.Module):
     ((8, 5, 4, 6), torch.Size([2, 6, 32, 32]))
     """
 
-    def __init__(self, in_channels, out_channels, n_modes, bias=True, norm="forward", device=None, dtype=None):
+    def __init__(self, in_channels, out_channels, n_modes, bias=True, norm="forward", device=None, dtype=None,
+                 last_axis="auto"):
         super().__init__()
+        _gemm_last_axis(last_axis, torch.float32, 1)  # (checks the value)
+        self.last_axis = last_axis
         n_modes = (n_modes,) if isinstance(n_modes, int) else tuple(n_modes)
         if not n_modes or any(not isinstance(m, int) or m < 1 for m in n_modes):
             raise ValueError(f"n_modes must be positive integers, one per grid axis, not {n_modes!r}")
@@ -123,7 +153,7 @@ class SpectralConv(torch.nn.Module):
         self.bias = torch.nn.Parameter(std * torch.randn(out_channels, device=device, dtype=dtype)) if bias else None
 
     def forward(self, x):
-        return spectral_conv(x, self.weight, self.bias, self.norm)
+        return spectral_conv(x, self.weight, self.bias, self.norm, self.last_axis)
 
     @torch.no_grad()
     def load_neuraloperator(self, layer):
@@ -142,4 +172,5 @@ class SpectralConv(torch.nn.Module):
             self.bias.copy_(layer.bias.reshape(-1) if layer.bias is not None else torch.zeros_like(self.bias))
 
     def extra_repr(self):
-        return f"{self.in_channels}, {self.out_channels}, n_modes={self.n_modes}, norm={self.norm!r}"
+        return f"{self.in_channels}, {self.out_channels}, n_modes={self.n_modes}, norm={self.norm!r}, " \
+            f"last_axis={self.last_axis!r}"
