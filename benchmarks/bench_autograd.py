@@ -249,9 +249,10 @@ def bench_linear(tokens, d, dtype, activation, reps, rounds):
             row["forward_ms"][name] = gpu_ms(forward, reps, rounds)
         row["step_ms"][name] = gpu_ms(step, reps, rounds)
         row["extra_gb"][name] = extra_gb(step)
-    print(f"  {row['layer']:<28} {row['dtype']:<9} forward {row['forward_ms']['mathpy']:.3f} / "
-          f"{row['forward_ms']['torch']:.3f} ms, step {row['step_ms']['mathpy']:.3f} / {row['step_ms']['torch']:.3f} ms "
-          f"(mathpy / torch), +{row['extra_gb']['mathpy']:.2f} / +{row['extra_gb']['torch']:.2f} GB", flush=True)
+    f, s, gb = row["forward_ms"], row["step_ms"], row["extra_gb"]
+    print(f"  {row['layer']:<28} {row['dtype']:<9} forward {f['mathpy']:.3f} / {f['torch']:.3f} ms, step "
+          f"{s['mathpy']:.3f} / {s['torch']:.3f} ms (mathpy / torch), +{gb['mathpy']:.2f} / +{gb['torch']:.2f} GB",
+          flush=True)
     return row
 
 

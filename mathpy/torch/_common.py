@@ -7,13 +7,14 @@ torch.compile), and an :class:`torch.autograd.Function` registered at the ``Auto
 with ``register_autograd`` would do the same in one decorator, but costs tens of microseconds of Python per eager call
 and per backward boundary (pytorch issues 139500, 176592, 177109); this costs what an ``autograd.Function`` costs.
 
-**Calling it.** :func:`call` is the one entry of every op: in eager mode, on plain tensors (no dispatch mode, no functorch
-transform, not traced), it runs the kernel directly, or, when a gradient will be recorded, the Function's C ``apply``
-(what ``Function.apply`` reaches after its Python preamble, which only binds default arguments and unwraps dead functorch
-wrappers: neither applies here), whose ``forward`` again runs the kernel directly. Anything else (torch.compile, fake or
-functional tensors, a ``TorchDispatchMode``, vmap/grad) goes through the dispatcher, ``torch.ops.mathpy.<name>``: the
-``Autograd`` kernel records the same Function, whose ``forward`` re-enters the dispatcher below autograd. Both paths
-record the same node with the same backward, so eager, compiled and traced code agree.
+**Calling it.** :func:`call` is the one entry of every op: in eager mode, on plain tensors (no dispatch mode, no
+functorch transform, not traced), it runs the kernel directly, or, when a gradient will be recorded, the Function's C
+``apply`` (what ``Function.apply`` reaches after its Python preamble, which binds default arguments, which these
+Functions do not have, and unwraps tensors leaked from finished functorch transforms), whose ``forward`` again runs
+the kernel directly. Anything else (torch.compile, fake or functional tensors, a ``TorchDispatchMode``, vmap/grad)
+goes through the dispatcher, ``torch.ops.mathpy.<name>``: the ``Autograd`` kernel records the same Function's twin,
+whose ``forward`` re-enters the dispatcher below autograd. Both record the same backward, so eager, compiled and
+traced code agree.
 """
 
 import torch
@@ -22,7 +23,7 @@ __all__ = ["define", "call", "eager", "refuse", "requires_grad", "reason", "Op"]
 
 _LIBRARY = torch.library.Library("mathpy", "FRAGMENT")
 
-# (each a C function: the checks of call() cost a few hundred nanoseconds together)
+# (C functions, but for is_compiling, which dynamo must see by name: call()'s checks cost well under a microsecond)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 _functorch_active = torch._C._are_functorch_transforms_active

@@ -396,8 +396,9 @@ def route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, exe
             names = tuple((name, type(value)) for name, value in epilog_inputs.items())
             bias = epilog_inputs.get("bias")
             aux = epilog_inputs.get("relu_aux", epilog_inputs.get("gelu_aux"))
-        grad = _grad_enabled() and (a.requires_grad or b.requires_grad or (c is not None and c.requires_grad) or
-                                    (bias is not None and bias.requires_grad) or (aux is not None and aux.requires_grad))
+        grad = _grad_enabled() and (a.requires_grad or b.requires_grad or (c is not None and c.requires_grad)
+                                    or (bias is not None and bias.requires_grad)
+                                    or (aux is not None and aux.requires_grad))
         try:
             key = (epilog, type(alpha), alpha, type(beta), beta, type(c), names, a.dtype, b.dtype, grad)
             found = _resolved.get(key)
