@@ -320,3 +320,28 @@ def compat_tables(fused, overhead):
         table(call_headers, call_rows), "",
         "Host time per asynchronous call (2000 calls, one synchronisation; nvmath-python's stateless calls 200, with "
         "an epilog 10). 8 x 1024 complex64 FFT over the last axis, 128^3 float16 matmul."])
+
+
+# --- plots -----------------------------------------------------------------------------------------------------------
+
+def grouped_bars(path, labels, series, ylabel, title, log=False):
+    """A bar chart, one group per label and one bar per series ({name: values}), saved to ``path`` (matplotlib,
+    Agg); a failure is printed, not raised: the table is what matters."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(12, 4.5))
+        width = 0.8 / len(series)
+        for i, (name, values) in enumerate(series.items()):
+            ax.bar([j + (i - (len(series) - 1) / 2) * width for j in range(len(labels))], values, width, label=name)
+        ax.set_xticks(range(len(labels)), labels, fontsize=8)
+        if log:
+            ax.set_yscale("log")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+    except Exception as e:
+        print(f"(no plot: {e})")

@@ -325,25 +325,10 @@ def write(rows, linear_rows, host, device):
 
 
 def _plot(rows, device):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        names = list(_report.AUTOGRAD_IMPLS)
-        fig, ax = plt.subplots(figsize=(11, 4.5))
-        width = 0.8 / len(names)
-        for i, name in enumerate(names):
-            values = [48.0 * r["tokens"] * r["d"] ** 2 / r["step_ms"][name] / 1e9 for r in rows]
-            ax.bar([j + (i - (len(names) - 1) / 2) * width for j in range(len(rows))], values, width, label=name)
-        ax.set_xticks(range(len(rows)), [f"{r['tokens']} x {r['d']}" for r in rows])
-        ax.set_xlabel("tokens x d (MLP d -> 4d -> d)")
-        ax.set_ylabel("TFLOP/s, forward + backward")
-        ax.set_title(f"bf16 MLP block training step, {device}")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(os.path.join(RESULTS, "bench_autograd.png"), dpi=120)
-    except Exception as e:  # the table is what matters
-        print(f"(no plot: {e})")
+    _report.grouped_bars(os.path.join(RESULTS, "bench_autograd.png"), [f"{r['tokens']} x {r['d']}" for r in rows],
+                         {name: [48.0 * r["tokens"] * r["d"] ** 2 / r["step_ms"][name] / 1e9 for r in rows]
+                          for name in _report.AUTOGRAD_IMPLS},
+                         "TFLOP/s, forward + backward", f"bf16 MLP block (d -> 4d -> d) training step, {device}")
 
 
 def main():

@@ -53,6 +53,7 @@ QUICK_ROWS = [((128, 128), 16, "float32"), ((512, 512), 16, "float32"), ((512, 5
               ((64, 64, 64), 16, "float32"), ((512, 512), 16, "bfloat16")]
 CPU_ROWS = [((32, 32), 8, "float32"), ((16, 16, 16), 4, "float32"), ((32, 32), 8, "bfloat16")]
 CPU_BATCH, CPU_WIDTH = 2, 8
+_SHORT = {"float32": "f32", "bfloat16": "bf16"}
 
 
 class TorchSpectralConv(torch.nn.Module):
@@ -221,26 +222,13 @@ def write(rows, device_name):
         f.write(text)
     with open(os.path.join(RESULTS, "bench_fno.json"), "w") as f:
         json.dump({"device": device_name, "rows": rows}, f, indent=1)
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        names = ["mathpy", "neuraloperator", "torch"]
-        fig, ax = plt.subplots(figsize=(12, 4.5))
-        width = 0.8 / len(names)
-        for i, name in enumerate(names):
-            values = [r["step_ms"].get(name, float("nan")) for r in rows]
-            ax.bar([j + (i - 1) * width for j in range(len(rows))], values, width, label=name)
-        ax.set_xticks(range(len(rows)), [f"{'x'.join(map(str, r['grid']))}\nm{r['modes']} {r['dtype'][:4]}"
-                                         for r in rows], fontsize=8)
-        ax.set_yscale("log")
-        ax.set_ylabel("ms per forward + backward (log)")
-        ax.set_title(f"FNO SpectralConv, batch {rows[0]['batch']}, width {rows[0]['width']}, {device_name}")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(os.path.join(RESULTS, "bench_fno.png"), dpi=120)
-    except Exception as e:  # the table is what matters
-        print(f"(no plot: {e})")
+    names = ["mathpy", "neuraloperator", "torch"]
+    _report.grouped_bars(os.path.join(RESULTS, "bench_fno.png"),
+                         [f"{'x'.join(map(str, r['grid']))}\nm{r['modes']} {_SHORT[r['dtype']]}" for r in rows],
+                         {name: [r["step_ms"].get(name, float("nan")) for r in rows] for name in names},
+                         "ms per forward + backward (log)",
+                         f"FNO SpectralConv, batch {rows[0]['batch']}, width {rows[0]['width']}, {device_name}",
+                         log=True)
     return text
 
 

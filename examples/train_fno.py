@@ -11,7 +11,7 @@ The model: lift (w, x, y) to ``width`` channels, four Fourier layers (``mathpy.t
 neuraloperator's with ``--layer neuraloperator``, plus a pointwise 1x1 convolution and GELU), project back to one
 channel; Adam on the mean relative L2 error, a fixed number of steps.
 
-    python examples/train_fno.py                              # the GPU run (64^2 grid, 3000 steps)
+    python examples/train_fno.py                              # the GPU run (128^2 grid, 2000 steps)
     python examples/train_fno.py --layer neuraloperator       # the same with neuraloperator's SpectralConv
     python examples/train_fno.py --small                      # a 32^2 run on the CPU in well under a minute
     python examples/train_fno.py --tiny                       # seconds: what the tests run
@@ -31,7 +31,7 @@ import mathpy.fft
 import mathpy.torch as mt
 
 SIZES = {  # grid, train / test samples, T, dt, width, modes, steps, batch
-    "full": dict(grid=64, train=1000, test=100, T=2.0, dt=2.5e-3, width=32, modes=12, steps=3000, batch=20),
+    "full": dict(grid=128, train=1000, test=100, T=2.0, dt=1.25e-3, width=48, modes=16, steps=2000, batch=32),
     "small": dict(grid=32, train=200, test=50, T=1.0, dt=5e-3, width=16, modes=8, steps=200, batch=10),
     "tiny": dict(grid=16, train=48, test=16, T=0.5, dt=1e-2, width=8, modes=4, steps=60, batch=8),
 }

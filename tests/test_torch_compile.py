@@ -8,23 +8,13 @@ takes ~30 s on CI's two cores); on the GPU it is inductor."""
 
 import pytest
 
-from _torch_helpers import DEVICES, device_of, torch
+from _torch_helpers import device, randn, torch  # noqa: F401  (device: the fixture)
 
 import mathpy
 import mathpy.fft as mfft
 import mathpy.torch as mt
 
 F64 = torch.float64
-
-
-@pytest.fixture(params=DEVICES)
-def device(request):
-    return device_of(request)
-
-
-def randn(*shape, dtype=F64, device="cpu", seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, dtype=dtype, generator=g).to(device).requires_grad_()
 
 
 def _opcheck_cases(device):

@@ -5,22 +5,12 @@ the op's public seam) and that no elementwise kernel is left in the MLP's backwa
 import pytest
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from _torch_helpers import DEVICES, EPS, device_of, gelu_error, gradcheck_options, torch
+from _torch_helpers import EPS, device, gelu_error, gradcheck_options, randn, torch  # noqa: F401
 
 import mathpy.torch as mt
 
 F64 = torch.float64
 gelu_tanh = torch.nn.GELU(approximate="tanh")
-
-
-@pytest.fixture(params=DEVICES)
-def device(request):
-    return device_of(request)
-
-
-def randn(*shape, dtype=F64, device="cpu", seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, dtype=dtype, generator=g).to(device).requires_grad_()
 
 
 class Recorder(TorchDispatchMode):

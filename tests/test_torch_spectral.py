@@ -14,22 +14,12 @@ import sys
 import pytest
 
 from _tolerance import FFT_CONSTANT
-from _torch_helpers import DEVICES, EPS, device_of, torch
+from _torch_helpers import EPS, device, randn, torch  # noqa: F401  (device: the fixture)
 
 import mathpy.torch as mt
 from mathpy.torch import _pruned
 
 F64, C128 = torch.float64, torch.complex128
-
-
-@pytest.fixture(params=DEVICES)
-def device(request):
-    return device_of(request)
-
-
-def randn(*shape, dtype=F64, device="cpu", seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, dtype=dtype, generator=g).to(device).requires_grad_()
 
 
 def low_indices(keep, n):

@@ -19,7 +19,7 @@ traced code agree.
 
 import torch
 
-__all__ = ["define", "call", "eager", "refuse", "requires_grad", "reason", "Op"]
+__all__ = ["define", "call", "eager", "refuse", "refuse_placement", "requires_grad", "reason", "Op"]
 
 _LIBRARY = torch.library.Library("mathpy", "FRAGMENT")
 
@@ -128,6 +128,17 @@ def reason(**named):
             if isinstance(t, torch.Tensor) and t.requires_grad:
                 return f"({name} requires grad)"
     return "(torch.compile is tracing it)"
+
+
+def refuse_placement(call, execution, stream, why, what="tensor"):
+    """Refuse ``execution=`` and ``stream=``: autograd and compiled graphs run where the tensors are, on torch's
+    current stream."""
+    if execution is not None:
+        refuse(call, "execution=", f"moves data between devices outside autograd {why}",
+               f"move the {what} with .to(device) (differentiable) and leave execution=None")
+    if stream is not None:
+        refuse(call, "stream=", f"is not supported here {why}",
+               "make the stream current with torch.cuda.stream(...): mathpy runs on torch's current stream")
 
 
 def refuse(call, argument, why, fix):

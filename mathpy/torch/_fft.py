@@ -25,7 +25,7 @@ from .. import fft as _mathpy_fft
 from .._options import check_or_create_options
 from ..host.fft import FFTOptions
 from ..host.fft._numpy_rules import check_no_axes, check_norm, cook_1d, cook_nd, stage_shape, stages, swap_norm
-from ._common import _PLAIN, _compiling, call, define, eager, reason, refuse
+from ._common import _PLAIN, _compiling, call, define, eager, reason, refuse, refuse_placement
 
 __all__ = ["fft_c2c", "fft_r2c", "fft_c2r", "route"]
 
@@ -258,12 +258,7 @@ def _check_supported(call, a, out, prolog, epilog, options, execution, stream):
         if options.inplace:
             refuse(call, "options.inplace=True", f"overwrites the operand, which has no backward {why}",
                    "leave inplace False")
-    if execution is not None:
-        refuse(call, "execution=", f"moves data between devices outside autograd {why}",
-               "move the tensor with .to(device) (differentiable) and leave execution=None")
-    if stream is not None:
-        refuse(call, "stream=", f"is not supported here {why}",
-               "make the stream current with torch.cuda.stream(...): mathpy runs on torch's current stream")
+    refuse_placement(call, execution, stream, why)
     return options
 
 

@@ -27,7 +27,8 @@ from .._options import check_or_create_options
 from ..host.matmul import MatmulEpilog, MatmulOptions, MatmulPlanPreferences
 from ..host.matmul import matmul as _mathpy_matmul
 from ..host.matmul._epilog import epilog_spec, gelu_aux_rows, relu_aux_rows
-from ._common import _PLAIN, _compiling, _grad_enabled, call, define, reason, refuse, requires_grad
+from ._common import (_PLAIN, _compiling, _grad_enabled, call, define, reason, refuse, refuse_placement,
+                      requires_grad)
 
 __all__ = ["matmul", "route", "product", "gelu_backward", "relu_backward", "encode_options", "clear_aux_padding",
            "torch_options"]
@@ -425,13 +426,8 @@ def _route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, ex
     bias = grad_inputs.get("bias")
     aux = grad_inputs.get("relu_aux", grad_inputs.get("gelu_aux"))
     grad = requires_grad(a, b, c, bias, aux)
-    why = reason(a=a, b=b, c=c, **_named(grad_inputs))
-    if execution is not None:
-        refuse(call, "execution=", f"moves data between devices outside autograd {why}",
-               "move the tensors with .to(device) (differentiable) and leave execution=None")
-    if stream is not None:
-        refuse(call, "stream=", f"is not supported here {why}",
-               "make the stream current with torch.cuda.stream(...): mathpy runs on torch's current stream")
+    if execution is not None or stream is not None:
+        refuse_placement(call, execution, stream, reason(a=a, b=b, c=c, **_named(grad_inputs)), "tensors")
     run, alpha, beta, output = _resolve(a, b, c, alpha, beta, epilog, epilog_inputs, grad)
     d, extra = matmul(a, b, c, alpha, beta, run, bias, aux, encode_options(MatmulOptions, options, "options"),
                       encode_options(MatmulPlanPreferences, preferences, "preferences"))
