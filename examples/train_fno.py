@@ -32,7 +32,7 @@ import mathpy.torch as mt
 
 SIZES = {  # grid, train / test samples, T, dt, width, modes, steps, batch
     "full": dict(grid=128, train=1000, test=100, T=2.0, dt=1.25e-3, width=48, modes=16, steps=2000, batch=32),
-    "small": dict(grid=32, train=200, test=50, T=1.0, dt=5e-3, width=16, modes=8, steps=200, batch=10),
+    "small": dict(grid=32, train=200, test=50, T=1.0, dt=5e-3, width=16, modes=8, steps=150, batch=10),
     "tiny": dict(grid=16, train=48, test=16, T=0.5, dt=1e-2, width=8, modes=4, steps=60, batch=8),
 }
 

@@ -9,8 +9,9 @@ the full zero spectrum and transforms it all back. Here:
   further axis is transformed over the kept columns only, and cut in turn. Back, each pass pads only the axis it
   transforms. At 512² with 16 modes the second pass runs over 9 of 257 columns. The last axis's two passes (the only
   ones over the whole grid) run as GEMMs with the kept bins' DFT matrix when that moves fewer bytes for the flops it
-  adds (``last_axis="auto"``: 16-bit input, tensor cores; float32 with at most 16 kept bins), so no full half
-  spectrum is written at all; otherwise as an R2C FFT cut to the kept bins and a C2R FFT of the padded bins;
+  adds (``last_axis="auto"``, on a GPU: 16-bit input, tensor cores; float32 with at most 16 kept bins), so no full
+  half spectrum is written at all; otherwise (and on the CPU, whose FFT is cheaper than its GEMMs) as an R2C FFT cut
+  to the kept bins and a C2R FFT of the padded bins;
 - **the weight multiply is one batched complex GEMM** over the modes (:func:`mathpy.matmul`): ``(M, B, C) @ (M, C, O)``;
 - **the bias goes into the DC mode** of the mixed spectrum (a constant added to every grid point is the DC bin of the
   inverse transform), instead of another pass over the output.
@@ -52,7 +53,7 @@ def spectral_conv(x, weight, bias=None, norm="forward", last_axis="auto"):
     modes, (channels, out_channels) = tuple(weight.shape[:d]), tuple(weight.shape[d:])
     grid = tuple(x.shape[2:])
     real = _REAL[weight.dtype]
-    gemm = _gemm_last_axis(last_axis, x.dtype, modes[-1])
+    gemm = _gemm_last_axis(last_axis, x, modes[-1])
     if gemm:
         y = r2c_low_gemm(x if x.dtype in _GEMM_DTYPES or x.dtype == real else x.to(real), modes[-1], norm)
         y = y if y.dtype == weight.dtype else y.to(weight.dtype)
@@ -80,13 +81,13 @@ _GEMM_MAX_BINS = 16  # float32: 4 n keep flops per row against the ~8 n bytes th
 #                      at an H200's ~12 flop/byte of float32 CUDA cores, pays up to ~23 bins; 16 leaves margin
 
 
-def _gemm_last_axis(choice, dtype, keep):
-    """Whether the last axis runs as GEMMs (``choice``: "auto", "fft" or "gemm")."""
+def _gemm_last_axis(choice, x, keep):
+    """Whether the last axis of ``x`` runs as GEMMs (``choice``: "auto", "fft" or "gemm"; x None: only check it)."""
     if choice not in ("auto", "fft", "gemm"):
         raise ValueError(f"last_axis must be 'auto', 'fft' or 'gemm', not {choice!r}")
-    if choice != "auto":
+    if choice != "auto" or x is None:
         return choice == "gemm"
-    return dtype in _GEMM_DTYPES or keep <= _GEMM_MAX_BINS
+    return x.is_cuda and (x.dtype in _GEMM_DTYPES or keep <= _GEMM_MAX_BINS)
 
 
 def _dc_scale(norm, grid):
@@ -136,7 +137,7 @@ class SpectralConv(torch.nn.Module):
     def __init__(self, in_channels, out_channels, n_modes, bias=True, norm="forward", device=None, dtype=None,
                  last_axis="auto"):
         super().__init__()
-        _gemm_last_axis(last_axis, torch.float32, 1)  # (checks the value)
+        _gemm_last_axis(last_axis, None, 1)  # (checks the value)
         self.last_axis = last_axis
         n_modes = (n_modes,) if isinstance(n_modes, int) else tuple(n_modes)
         if not n_modes or any(not isinstance(m, int) or m < 1 for m in n_modes):
