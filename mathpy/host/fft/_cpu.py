@@ -49,7 +49,8 @@ class CPUEngine:
         t = self.transform
         x = input_array
         if self.prolog is not None:
-            x = apply_prolog_cpu(self.prolog.function, _flat_span(x), self._in_offsets, self.prolog.user_info)
+            x = apply_prolog_cpu(self.prolog.function, _flat_span(x), self._in_offsets, self.prolog.user_info,
+                                 check_bounds=self.prolog.check_bounds)
         if t.fft_type == "C2C":
             if direction < 0:
                 y = _pocketfft.fftn(x, axes=t.axes, norm="backward", workers=self.workers)
@@ -62,7 +63,7 @@ class CPUEngine:
         if self.epilog is not None:
             y = y.astype(output_array.dtype, copy=False)
             apply_epilog_cpu(self.epilog.function, _flat_span(output_array), self._out_offsets, y,
-                             self.epilog.user_info)
+                             self.epilog.user_info, check_bounds=self.epilog.check_bounds)
         else:
             np.copyto(output_array, y, casting="same_kind")
 

@@ -28,8 +28,8 @@ from ...jit import _matmul_epilog as E
 from ._cpu import CPUEngine, _store
 from ._options import BF16
 
-__all__ = ["FusedEpilog", "DataLayout", "fused_epilog", "check_fused_problem", "stage_data", "FusedCPUEngine",
-           "FUSED_DTYPES"]
+__all__ = ["FusedEpilog", "DataLayout", "fused_epilog", "checked_fused_epilog", "check_fused_problem", "stage_data",
+           "FusedCPUEngine", "FUSED_DTYPES"]
 
 FUSED_DTYPES = (np.dtype(np.float16), BF16, np.dtype(np.float32), np.dtype(np.float64))
 
@@ -49,10 +49,12 @@ class DataLayout:
 
 @dataclasses.dataclass(frozen=True)
 class FusedEpilog:
-    """The Python epilog of a problem and the layout of its ``data`` (None: the function gets ``data=None``)."""
+    """The Python epilog of a problem and the layout of its ``data`` (None: the function gets ``data=None``);
+    ``check_bounds``: compiled with bounds checks (:mod:`mathpy.jit._bounds`)."""
 
     epilog: E.MatmulEpilogFunction
     data: DataLayout | None
+    check_bounds: bool = False
 
     @property
     def name(self):
@@ -65,6 +67,18 @@ def fused_epilog(epilog):
     if epilog is None or isinstance(epilog, (str, int, bool)) or not callable(epilog):
         return None
     return E.as_matmul_epilog(epilog)
+
+
+def checked_fused_epilog(epilog, data, batch, m, n, options):
+    """The :class:`FusedEpilog` of ``epilog`` reading ``data`` (the staged input, with its ``layout``, or None) for a
+    ``batch`` x ``m`` x ``n`` result, after the plan-time check of the indices its source shows (ValueError naming
+    what ``data`` needs); compiled with bounds checks as ``options.check_bounds`` says."""
+    from ...jit._bounds import check_epilog_indexing, resolve
+
+    layout = None if data is None else data.layout
+    if layout is not None:
+        check_epilog_indexing(epilog.function, epilog.with_batch, epilog.where, layout.shape, batch, m, n)
+    return FusedEpilog(epilog, layout, resolve(options.check_bounds))
 
 
 def check_fused_problem(epilog, a_dtype, b_dtype, d_dtype, compute_type):
@@ -111,5 +125,5 @@ class FusedCPUEngine(CPUEngine):
         p = self.problem
         x = self._product(a, b, c, alpha, beta)[0]
         x = np.ascontiguousarray(np.broadcast_to(x, (p.batch, p.m, p.n)))
-        y = E.apply_cpu(p.fused.epilog, x, epilog_inputs.get("data"))
+        y = E.apply_cpu(p.fused.epilog, x, epilog_inputs.get("data"), p.fused.check_bounds)
         _store(y, d)
