@@ -210,13 +210,17 @@ def _check(layers, x):
                     raise
                 print(f"  ({name} does not run {x.dtype} on {x.device.type}: {str(e).splitlines()[0]})")
                 del layers[name]
-    reference = outputs["mathpy"]
-    errors = {}
-    for name, out in outputs.items():
-        errors[name] = float(torch.linalg.vector_norm(out - reference) / torch.linalg.vector_norm(reference))
-        allowed = 1e-4 if x.dtype == torch.float32 else 3e-2
-        if errors[name] > allowed:
-            raise AssertionError(f"{name} differs from mathpy by {errors[name]:.3g} (relative), more than {allowed}")
+    # the plain torch layer (rfftn -> einsum -> irfftn on the same weights) is the independent reference
+    reference = outputs["torch"] if "torch" in outputs else outputs["mathpy"]
+    allowed = 1e-4 if x.dtype == torch.float32 else 3e-2
+    errors = {name: float(torch.linalg.vector_norm(out - reference) / torch.linalg.vector_norm(reference))
+              for name, out in outputs.items()}
+    print("  relative error against the plain torch layer: " + ", ".join(f"{n} {e:.2g}" for n, e in errors.items()))
+    wrong = sorted(name for name, error in errors.items() if error > allowed)
+    if any(name.startswith("mathpy") for name in wrong):
+        raise AssertionError(f"{wrong} differ from the plain torch layer by more than {allowed} (relative): {errors}")
+    for name in wrong:  # a peer that computes another function: timed, but its row is marked
+        print(f"  WARNING: {name} differs from the plain torch layer by {errors[name]:.3g}, more than {allowed}")
     return errors
 
 

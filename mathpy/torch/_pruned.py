@@ -88,9 +88,11 @@ def _c2c_pad_kernel(x, n, norm, forward):
 
 
 def _check_keep(keep, n, what):
-    """``keep`` bins of an axis of ``n`` (torch._check: a guard under torch.compile, a ValueError-like error in
-    eager mode)."""
-    torch._check(1 <= keep <= n, lambda: f"{what}: {keep} bins of an axis of {n} (allowed: 1 to {n})")
+    """``keep`` bins of an axis of ``n``: a ValueError otherwise. A plain test, not torch._check: dynamo (torch 2.11)
+    cannot trace torch._check's message function when it reads these closure variables, and under torch.compile the
+    test becomes a guard on the lengths."""
+    if not 1 <= keep <= n:
+        raise ValueError(f"{what}: {keep} bins of an axis of {n} (allowed: 1 to {n})")
 
 
 def _r2c_low_fake(x, keep, norm):
