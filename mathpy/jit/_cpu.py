@@ -16,7 +16,7 @@ from .._log import logger
 from ._cache import function_key
 from ._spec import CallbackSpec, check_function, describe_function
 
-__all__ = ["apply_epilog_cpu", "apply_prolog_cpu"]
+__all__ = ["apply_epilog_cpu", "apply_prolog_cpu", "jit_callback", "prepare_user_info", "run_loop"]
 
 _lock = threading.RLock()
 _state = {}  # "numba": module, "prolog": loop dispatcher, "epilog": loop dispatcher
@@ -48,7 +48,7 @@ def _define_loops():
     return _state
 
 
-def _jit(py, kind):
+def jit_callback(py, kind):
     """numba CPU dispatcher for ``py``; a new one when the function's code, closure or globals changed."""
     key, _ = function_key(py, CallbackSpec(kind, "cpu", None, (0, 0)))
     if key is None:
@@ -72,21 +72,29 @@ def _prepare(buffer_1d, offsets, user_info):
     flat = np.ascontiguousarray(offsets, dtype=np.int64).reshape(-1)
     if flat.size and (flat.min() < 0 or flat.max() >= buffer_1d.size):
         raise ValueError(f"offsets must lie in [0, {buffer_1d.size}), got [{flat.min()}, {flat.max()}]")
-    if user_info is not None:
-        user_info = np.asarray(user_info)
-        user_info = np.ascontiguousarray(user_info.reshape(-1) if user_info.ndim != 1 else user_info)
-        if user_info.dtype == np.float16:  # numba's CPU target has no float16: the same values as float32
-            user_info = user_info.astype(np.float32)
-        user_info = user_info.view()
-        user_info.flags.writeable = False  # as on the GPU, where user data is read through non-coherent loads
-    return buffer_1d, offsets, flat, user_info
+    return buffer_1d, offsets, flat, prepare_user_info(user_info)
 
 
-def _run(kind, py, loop_args):
+def prepare_user_info(user_info):
+    """User data as the CPU loops read it: 1-D, C-contiguous, read-only, float16 as float32 (None stays None)."""
+    if user_info is None:
+        return None
+    user_info = np.asarray(user_info)
+    user_info = np.ascontiguousarray(user_info.reshape(-1) if user_info.ndim != 1 else user_info)
+    if user_info.dtype == np.float16:  # numba's CPU target has no float16: the same values as float32
+        user_info = user_info.astype(np.float32)
+    user_info = user_info.view()
+    user_info.flags.writeable = False  # as on the GPU, where user data is read through non-coherent loads
+    return user_info
+
+
+def run_loop(kind, py, loop, loop_args):
+    """``loop(*loop_args)``, where ``loop_args[0]`` is ``py`` compiled (:func:`jit_callback`); numba's typing errors
+    become a CallbackCompileError naming the user's function."""
     numba = _loops()["numba"]
     start = time.perf_counter()
     try:
-        _loops()[kind](*loop_args)
+        loop(*loop_args)
     except numba.core.errors.TypingError as e:
         raise CallbackCompileError(f"cannot compile {kind} callback {describe_function(py)} for the CPU:\n"
                                    f"{str(e).strip()}") from e
@@ -146,7 +154,7 @@ def apply_prolog_cpu(fn, buffer_1d, offsets, user_info=None):
     py = check_function(fn, "prolog")
     buffer_1d, offsets, flat, user_info = _prepare(buffer_1d, offsets, user_info)
     out = np.empty(flat.size, dtype=buffer_1d.dtype)
-    _run("prolog", py, (_jit(py, "prolog"), buffer_1d, flat, user_info, out))
+    run_loop("prolog", py, _loops()["prolog"], (jit_callback(py, "prolog"), buffer_1d, flat, user_info, out))
     return out.reshape(offsets.shape)
 
 
@@ -201,5 +209,6 @@ def apply_epilog_cpu(fn, buffer_1d, offsets, values, user_info=None):
         raise ValueError(f"values shape {values.shape} must equal offsets shape {offsets.shape}")
     if not buffer_1d.flags.writeable:
         raise ValueError("buffer_1d must be writable: the epilog stores into it")
-    _run("epilog", py, (_jit(py, "epilog"), buffer_1d, flat, np.ascontiguousarray(values).reshape(-1), user_info))
+    run_loop("epilog", py, _loops()["epilog"],
+             (jit_callback(py, "epilog"), buffer_1d, flat, np.ascontiguousarray(values).reshape(-1), user_info))
     return buffer_1d

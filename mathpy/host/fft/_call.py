@@ -132,9 +132,12 @@ class FFTCall:
             result = out.tensor
         else:
             result = _packages.get("numpy").on(None).empty(t.output_shape, t.output_dtype, p.out_order)
-        self.engine.execute(x, result, direction, None)
-        if scale is not None:
-            result *= self._scale_type(scale)
+        if scale is not None and getattr(self.engine, "scales", False):  # the engine scales inside its passes
+            self.engine.execute(x, result, direction, None, scale=scale)
+        else:
+            self.engine.execute(x, result, direction, None)
+            if scale is not None:
+                result *= self._scale_type(scale)
         if p.options.inplace:
             return op.tensor
         if out is not None:

@@ -1,0 +1,159 @@
+"""Fused CPU passes: an FFT's prolog/epilog callbacks and a matmul's Python epilog as numba loops over a block of rows,
+compiled with ``nogil=True``, so that :func:`mathpy._threads.run_chunks` runs blocks on every core at once.
+
+An FFT pass addresses its operand through two small offset tables instead of one offset per element: element
+``(r, j)`` of a pass lies at ``row_offsets[r] + inner_offsets[j]`` of the operand's 1-D memory span (the rows are the
+batch, or the first transform axis; the inner offsets cover the rest), and that offset is what the callback gets, as
+on the GPU.
+
+- :func:`loader`: ``dst[r, j] = prolog(span, offset(r, j), user_info, None)``; without a prolog, a plain gather;
+- :func:`storer`: ``epilog(span, offset(r, j), src[r, j], user_info, None)``, then ``span[offset] *= scale`` when
+  scaled (the epilog sees the unnormalised value, as on the GPU); without an epilog, a plain scatter;
+- :func:`matmul_epilog_pass`: ``x[b, i, j] = f(x[b, i, j], (b,) i, j, data)`` in place, for rows ``start..stop`` of
+  ``x`` seen as ``(batch * M, N)``.
+
+>>> import numpy as np
+>>> span, dst = np.arange(12.0), np.empty((2, 3))
+>>> load_rows(None, "prolog", span, np.array([0, 6]), np.array([0, 2, 4]), None, dst)
+>>> dst
+array([[ 0.,  2.,  4.],
+       [ 6.,  8., 10.]])
+"""
+
+import threading
+
+import numpy as np
+
+from ._cpu import jit_callback, prepare_user_info, run_loop
+
+__all__ = ["loader", "storer", "load_rows", "matmul_epilog_pass", "prepare_user_info"]
+
+_lock = threading.Lock()
+_kernels = {}  # (pass, numba dispatcher of the user's function) -> the pass compiled around it
+
+
+def _numba():
+    import numba
+    return numba
+
+
+def _plain(kind):
+    """The function of a pass without a callback: a plain load or store."""
+    key = ("plain", kind)
+    found = _kernels.get(key)
+    if found is None:
+        numba = _numba()
+        if kind == "load":
+            @numba.njit(cache=False)
+            def found(data_in, offset, user_info, unused):
+                return data_in[offset]
+        else:
+            @numba.njit(cache=False)
+            def found(data_out, offset, value, user_info, unused):
+                data_out[offset] = value
+        _kernels[key] = found
+    return found
+
+
+def _define(name, f):
+    """The pass ``name`` with ``f`` called inside. ``f`` is a global of the pass, not an argument: numba types a
+    function argument on every call (tens of microseconds), an array in well under one."""
+    numba = _numba()
+    if name == "load":
+        @numba.njit(nogil=True, cache=False)
+        def kernel(span, row_offsets, inner_offsets, info, dst):
+            for r in range(row_offsets.size):
+                base = row_offsets[r]
+                for j in range(inner_offsets.size):
+                    dst[r, j] = f(span, np.uint64(base + inner_offsets[j]), info, None)
+    elif name == "store":
+        @numba.njit(nogil=True, cache=False)
+        def kernel(span, row_offsets, inner_offsets, src, info, scale, scaled):
+            for r in range(row_offsets.size):
+                base = row_offsets[r]
+                for j in range(inner_offsets.size):
+                    offset = base + inner_offsets[j]
+                    f(span, np.uint64(offset), src[r, j], info, None)
+                    if scaled:
+                        span[offset] *= scale
+    elif name == "rows_with_batch":
+        @numba.njit(nogil=True, cache=False)
+        def kernel(x, data, start, stop):
+            m = x.shape[1]
+            for r in range(start, stop):
+                b = r // m
+                i = r - b * m
+                for j in range(x.shape[2]):
+                    x[b, i, j] = f(x[b, i, j], b, i, j, data)
+    else:
+        @numba.njit(nogil=True, cache=False)
+        def kernel(x, data, start, stop):
+            m = x.shape[1]
+            for r in range(start, stop):
+                b = r // m
+                i = r - b * m
+                for j in range(x.shape[2]):
+                    x[b, i, j] = f(x[b, i, j], i, j, data)
+    return kernel
+
+
+def _kernel(name, f):
+    with _lock:
+        found = _kernels.get((name, f))
+        if found is None:
+            if len(_kernels) > 256:
+                _kernels.clear()
+            found = _kernels[(name, f)] = _define(name, f)
+        return found
+
+
+def loader(fn, kind="prolog"):
+    """``run(span, row_offsets, inner_offsets, user_info, dst)``: ``dst[r, j] = fn(span, row_offsets[r] +
+    inner_offsets[j], user_info, None)`` (``fn`` a checked Python prolog, or None for ``span[offset]``), with
+    ``user_info`` as :func:`prepare_user_info` gives it. A typing error of ``fn`` is raised at the first run as a
+    :class:`~mathpy.CallbackCompileError`."""
+    kernel = _kernel("load", _plain("load") if fn is None else jit_callback(fn, kind))
+
+    def run(span, row_offsets, inner_offsets, user_info, dst):
+        run_loop(kind, fn, kernel, (span, row_offsets, inner_offsets, user_info, dst))
+    return run
+
+
+def storer(fn, kind="epilog"):
+    """``run(span, row_offsets, inner_offsets, src, user_info, scale)``: ``fn(span, row_offsets[r] +
+    inner_offsets[j], src[r, j], user_info, None)`` for every ``(r, j)`` (None: store ``src[r, j]`` there), then that
+    element times ``scale`` (a scalar of the element's real precision; None: unscaled)."""
+    kernel = _kernel("store", _plain("store") if fn is None else jit_callback(fn, kind))
+    one = None
+
+    def run(span, row_offsets, inner_offsets, src, user_info, scale=None):
+        nonlocal one
+        if scale is None:
+            if one is None:
+                one = np.dtype(span.dtype.char.lower()).type(1)
+            run_loop(kind, fn, kernel, (span, row_offsets, inner_offsets, src, user_info, one, False))
+        else:
+            run_loop(kind, fn, kernel, (span, row_offsets, inner_offsets, src, user_info, scale, True))
+    return run
+
+
+def load_rows(fn, kind, span, row_offsets, inner_offsets, user_info, dst):
+    """One :func:`loader` run."""
+    loader(fn, kind)(span, row_offsets, inner_offsets, user_info, dst)
+
+
+def matmul_epilog_pass(epilog):
+    """``run(x, data, start, stop)``: a checked matmul epilog (:class:`~._matmul_epilog.MatmulEpilogFunction`) applied
+    in place to rows ``start`` to ``stop`` of ``x`` (``(batch, M, N)``, C-contiguous, the compute dtype) seen as
+    ``(batch * M, N)``; ``data``: the read-only data array (16-bit floats as float32) or None."""
+    from ._matmul_epilog import wrap_compile_error
+
+    numba = _numba()
+    kernel = _kernel("rows_with_batch" if epilog.with_batch else "rows", jit_callback(epilog.function, "epilog"))
+
+    def run(x, data, start, stop):
+        try:
+            kernel(x, data, start, stop)
+        except numba.core.errors.TypingError as e:
+            raise wrap_compile_error(epilog, "the CPU", e) from e
+    return run
