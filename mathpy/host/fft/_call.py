@@ -33,8 +33,9 @@ class FFTCall:
     """``problem`` executed by ``engine``; the bound callbacks are kept for as long as the call may run, and
     ``cache_key`` is the engine's key in a plan cache (what the stateless functions borrow it under)."""
 
-    __slots__ = ("problem", "engine", "callbacks", "cache_key", "holder", "locked", "_lock", "_run", "_out_shape",
-                 "_out_dtype", "_out_order", "_scale_type", "_device_id", "_pointer", "_current_stream", "_makers")
+    __slots__ = ("problem", "engine", "callbacks", "cache_key", "holder", "locked", "host_direct", "_lock", "_run",
+                 "_out_shape", "_out_dtype", "_out_order", "_scale_type", "_device_id", "_pointer", "_current_stream",
+                 "_makers")
 
     def __init__(self, problem, engine, callbacks=(), cache_key=None):
         self.problem, self.engine, self.callbacks, self.cache_key = problem, engine, tuple(callbacks), cache_key
@@ -50,6 +51,9 @@ class FFTCall:
         self._scale_type, self._device_id = problem.scale_type, problem.device_id
         self._pointer, self._current_stream = self.holder.pointer, self.holder.current_stream
         self._makers = {}  # stream (None: the current one) -> the output's allocation on it, resolved once
+        # the CPU engine reads the caller's NumPy array where it lies and writes a new one: execute_host()
+        self.host_direct = not problem.on_gpu and problem.local and not problem.copy_input and \
+            not problem.options.inplace
 
     # --- the direct GPU case ---------------------------------------------------------------------------------------
     def execute_direct(self, x_ptr, direction, stream=None, scale=None):
@@ -74,6 +78,25 @@ class FFTCall:
         make = self._makers[stream] = self.holder.on(self._device_id, stream).maker(self._out_shape, self._out_dtype,
                                                                                     self._out_order)
         return make
+
+    # --- the direct CPU case ---------------------------------------------------------------------------------------
+    def execute_host(self, array, direction, scale=None):
+        """:meth:`execute` for a NumPy array laid out as ``problem.transform.input_strides`` on the CPU
+        (``host_direct``): returns the new output array."""
+        make = self._makers.get(None)
+        if make is None:
+            make = self._maker(None)
+        result = make()
+        self._run_cpu(array, result, direction, scale)
+        return result
+
+    def _run_cpu(self, x, result, direction, scale):
+        if scale is not None and getattr(self.engine, "scales", False):  # the engine scales inside its passes
+            self.engine.execute(x, result, direction, None, scale=scale)
+            return
+        self.engine.execute(x, result, direction, None)
+        if scale is not None:
+            result *= self._scale_type(scale)
 
     # --- every case ----------------------------------------------------------------------------------------------
     def execute(self, op, direction, stream, scale=None, out=None, staging=None):
@@ -132,12 +155,7 @@ class FFTCall:
             result = out.tensor
         else:
             result = _packages.get("numpy").on(None).empty(t.output_shape, t.output_dtype, p.out_order)
-        if scale is not None and getattr(self.engine, "scales", False):  # the engine scales inside its passes
-            self.engine.execute(x, result, direction, None, scale=scale)
-        else:
-            self.engine.execute(x, result, direction, None)
-            if scale is not None:
-                result *= self._scale_type(scale)
+        self._run_cpu(x, result, direction, scale)
         if p.options.inplace:
             return op.tensor
         if out is not None:

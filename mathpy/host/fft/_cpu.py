@@ -34,7 +34,7 @@ from ..._log import logger
 from ..._strides import dense_strides
 from ...jit import _cpu_passes as passes
 from ._callback import element_offsets, span
-from ._cpu_libraries import Executor, candidates, scale_in_place
+from ._cpu_libraries import Executor, candidates, scale_in_place, transform_bytes
 from ._layout import Transform
 
 __all__ = ["CPUEngine"]
@@ -110,7 +110,7 @@ class CPUEngine:
             self._executor = Executor(t, libraries, self.threads, limit=execution.num_threads)
             self._fused = None
             # a pyFFTW plan owns arrays of the layouts (FFTW_MEASURE writes into the arrays it plans on)
-            self.workspace_bytes = _bytes(t) if any(lib.plans for lib in libraries) else 0
+            self.workspace_bytes = transform_bytes(t) if any(lib.plans for lib in libraries) else 0
         else:
             self._executor = None
             self._fused = _FusedPass(t, prolog, epilog, libraries, self.threads, execution.num_threads)
@@ -140,10 +140,6 @@ class CPUEngine:
     def free(self):
         self._freed = True
         self.prolog = self.epilog = None
-
-
-def _bytes(t):
-    return math.prod(t.input_shape) * t.input_dtype.itemsize + math.prod(t.output_shape) * t.output_dtype.itemsize
 
 
 def _norm(scale, t):
@@ -181,7 +177,7 @@ class _FusedPass:
     # --- planning ----------------------------------------------------------------------------------------------------
     def _blocked_setup(self, libraries):
         t, count, threads = self.t, self._in.count, self.threads
-        per_transform = _bytes(t) // count
+        per_transform = transform_bytes(t) // count
         blocks = max(threads, min(MAX_BLOCKS, (count * per_transform) // BLOCK_BYTES))
         self._rows = -(-count // blocks)
         # the transform reads the caller's input (writes the caller's output) in place unless a callback sits there

@@ -24,6 +24,7 @@ arrays and keeps the fastest for the later calls (:attr:`Executor.timings` says 
 
 import importlib
 import math
+import statistics
 import threading
 import time
 
@@ -32,11 +33,13 @@ import numpy as np
 from ... import _threads
 from ..._log import logger
 
-__all__ = ["LIBRARIES", "candidates", "Executor", "FFTW_PLANNING_SECONDS"]
+__all__ = ["LIBRARIES", "candidates", "Executor", "FFTW_PLANNING_SECONDS", "scale_in_place", "transform_bytes"]
 
 #: At most this many seconds of FFTW_MEASURE planning per plan (pyFFTW's ``planning_timelimit``): large 2-D plans
 #: measured without a limit took 13 s on 2 cores.
 FFTW_PLANNING_SECONDS = 2.0
+#: Rounds of timing when several libraries can run a transform: every library once per round, the first round cold.
+TUNING_ROUNDS = 6
 _SIMD_ALIGNMENT = 16  # FFTW's: plans made on 16-byte aligned arrays run on any 16-byte aligned arrays
 _INVERSE_NORMS = ("forward", "ortho", "backward")  # numpy-style norm naming 0 / 1 / 2 for an inverse transform
 _FORWARD_NORMS = ("backward", "ortho", "forward")
@@ -58,6 +61,11 @@ def _norm_factor(norm, transform, dtype):
     """1/sqrt(N) (``norm`` 1) or 1/N (2) in ``dtype`` (a double factor would cost long double its extra digits)."""
     n = dtype.type(math.prod(transform.n))
     return dtype.type(1) / (np.sqrt(n) if norm == 1 else n)
+
+
+def transform_bytes(t):
+    """Bytes of a Transform's input and output."""
+    return math.prod(t.input_shape) * t.input_dtype.itemsize + math.prod(t.output_shape) * t.output_dtype.itemsize
 
 
 def scale_in_place(out, factor, threads):
@@ -296,6 +304,8 @@ class Executor:
     library may overwrite. ``timings``: seconds per library measured when choosing; ``library``: the one running."""
 
     def __init__(self, transform, libraries, threads, destroy_input=False, limit=None):
+        # small transforms on fewer threads: waking a thread costs more than its share of the work
+        threads = _threads.threads_for_bytes(threads, transform_bytes(transform))
         self.transform, self.threads, self.timings = transform, threads, {}
         self._libraries, self._destroy, self._limit = list(libraries), destroy_input, limit
         self._run = self._make(self._libraries[0], measure=False)
@@ -325,14 +335,14 @@ class Executor:
                     for lib in self._libraries}
         if len(measured) > 1:
             x_copy, out_copy = _like(x), (None if x is out else _like(out))
-            for name, run in measured.items():
-                samples = []
-                for _ in range(3):  # the first run may be cold; keep the best of the other two
+            samples = {name: [] for name in measured}
+            for _ in range(TUNING_ROUNDS):  # in rounds: drift and other processes' load reach every library alike
+                for name, run in measured.items():
                     np.copyto(x_copy, x)
                     start = time.perf_counter()
                     run(x_copy, x_copy if out_copy is None else out_copy, forward, 0)
-                    samples.append(time.perf_counter() - start)
-                self.timings[name] = min(samples[1:])
+                    samples[name].append(time.perf_counter() - start)
+            self.timings = {name: statistics.median(times[1:]) for name, times in samples.items()}  # [0]: cold
             self.library = min(self.timings, key=self.timings.get)
             logger.debug("CPU FFT %s threads=%d: %s (measured %s)", self.transform, self.threads, self.library,
                          {k: f"{v * 1e3:.3f} ms" for k, v in self.timings.items()})
