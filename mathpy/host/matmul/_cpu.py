@@ -18,6 +18,8 @@ import time
 import ml_dtypes
 import numpy as np
 
+from ... import _threads
+from ._cpu_epilog import epilog_pass
 from ._epilog import gelu, gelu_grad, pack_bits, unpack_bits
 from ._options import BF16, F16, FLOAT8_DTYPES
 
@@ -88,6 +90,30 @@ def _scalar(dtype, value):
     return value if dtype.kind == "O" else dtype.type(value)
 
 
+_NATIVE_COMPUTE = ("32F", "64F", "NATIVE")
+
+
+def _native_product(problem, compute):
+    """Whether the product is numpy.matmul of the operands as they are, in D's dtype: no conversion, no rounding of
+    the inputs, no float8 scales."""
+    p = problem
+    dtypes = {p.a.dtype, p.b.dtype, p.d.dtype} | ({p.c.dtype} if p.c is not None else set())
+    return (p.compute_type in _NATIVE_COMPUTE and dtypes == {compute} and compute.kind in "fciu"
+            and p.a_scale is None and p.b_scale is None and p.d_scale is None and not p.inplace)
+
+
+def _native_epilog(problem):
+    """Whether the epilog pass does what the epilog asks: RELU / GELU, a bias, their bitmask or aux in D's dtype."""
+    spec = problem.spec
+    if problem.epilog is None:
+        return True
+    outputs = dict(problem.epilog_outputs)
+    return (spec.activation in (None, "relu", "gelu") and spec.bgrad is None and problem.d.dtype.kind == "f"
+            and (problem.d.is_col_major or not (spec.bias or spec.aux_out))  # per-row operands run along Q
+            and set(outputs) <= {"relu_aux", "gelu_aux"} and problem.aux_scale is None
+            and ("gelu_aux" not in outputs or outputs["gelu_aux"].dtype == problem.d.dtype))
+
+
 class CPUEngine:
     """Executes a :class:`~._problem.MatmulProblem` with NumPy; see the module docstring for the argument forms."""
 
@@ -99,6 +125,11 @@ class CPUEngine:
         self.algorithms = [self.algorithm]
         self.workspace_bytes = 0
         self._compute = _problem_compute_dtype(problem)
+        self.threads = _threads.threads_for(execution)
+        self._blas_limit = getattr(execution, "num_threads", None)
+        self._work = problem.m * problem.n * problem.k * problem.batch
+        #: the product is numpy.matmul's, computed into D itself (and what cuBLASLt adds after it, in one pass)
+        self.native = _native_product(problem, self._compute) and _native_epilog(problem)
 
     def autotune(self, operands, stream=None, iterations=3):
         """Time the (single) algorithm; returns ``[(algorithm, seconds)]``."""
@@ -121,6 +152,34 @@ class CPUEngine:
         return x, A, B
 
     def execute(self, a, b, c, d, epilog_inputs, epilog_outputs, alpha, beta, stream=None):
+        if self.native:
+            self._execute_native(a, b, c, d, epilog_inputs, epilog_outputs, alpha, beta)
+            return
+        with _threads.blas_threads(self._blas_limit, self._work):
+            self._execute_numpy(a, b, c, d, epilog_inputs, epilog_outputs, alpha, beta)
+
+    def product_into(self, a, b, d):
+        """``d[...] = a @ b`` by the BLAS, into D's own memory, on the threads the execution space allows."""
+        with _threads.blas_threads(self._blas_limit, self._work):
+            np.matmul(a, b, out=d)
+
+    def _execute_native(self, a, b, c, d, epilog_inputs, epilog_outputs, alpha, beta):
+        """numpy.matmul into D, then one pass for alpha, beta * C, the bias, the activation and its aux output."""
+        p = self.problem
+        self.product_into(a, b, d)
+        spec = p.spec
+        c = c if c is not None and beta != 0 else None
+        if alpha == 1 and c is None and p.epilog is None:
+            return
+        # the pass walks D in memory order: a column-major D (every per-row epilog) as its transpose
+        swap = (lambda x: x.swapaxes(1, 2)) if p.d.is_col_major else (lambda x: x)
+        outputs = {name: swap(view) for name, view in epilog_outputs.items()}  # with their padding: the pass zeroes it
+        epilog_pass(swap(d), self.threads, alpha=None if alpha == 1 else alpha, c=None if c is None else swap(c),
+                    beta=beta, bias=epilog_inputs.get("bias"), activation=spec.activation,
+                    relu_aux=outputs.get("relu_aux"), gelu_aux=outputs.get("gelu_aux"))
+
+    def _execute_numpy(self, a, b, c, d, epilog_inputs, epilog_outputs, alpha, beta):
+        """Every other product, in NumPy operations on the compute dtype (cuBLASLt's numerics)."""
         p, ct = self.problem, self._compute
         spec = p.spec
         a_scale, b_scale, d_scale, aux_scale = (
