@@ -23,7 +23,7 @@ from ._cpu_epilog import epilog_pass
 from ._epilog import gelu, gelu_grad, pack_bits, unpack_bits
 from ._options import BF16, F16, FLOAT8_DTYPES
 
-__all__ = ["CPUEngine", "CPUAlgorithm"]
+__all__ = ["CPUEngine", "CPUAlgorithm", "HostCall"]
 
 
 class CPUAlgorithm:
@@ -165,9 +165,13 @@ class CPUEngine:
 
     def _execute_native(self, a, b, c, d, epilog_inputs, epilog_outputs, alpha, beta):
         """numpy.matmul into D, then one pass for alpha, beta * C, the bias, the activation and its aux output."""
-        p = self.problem
         self.product_into(a, b, d)
-        spec = p.spec
+        self.after_product(d, c, epilog_inputs.get("bias"), epilog_outputs, alpha, beta)
+
+    def after_product(self, d, c, bias, epilog_outputs, alpha, beta):
+        """The pass over D (``(batch, M, N)`` views, as ``execute`` takes them) that a native product needs after
+        ``A @ B``: alpha, beta * C, the bias, the activation and its aux outputs; nothing when none of them is asked."""
+        p = self.problem
         c = c if c is not None and beta != 0 else None
         if alpha == 1 and c is None and p.epilog is None:
             return
@@ -175,8 +179,27 @@ class CPUEngine:
         swap = (lambda x: x.swapaxes(1, 2)) if p.d.is_col_major else (lambda x: x)
         outputs = {name: swap(view) for name, view in epilog_outputs.items()}  # with their padding: the pass zeroes it
         epilog_pass(swap(d), self.threads, alpha=None if alpha == 1 else alpha, c=None if c is None else swap(c),
-                    beta=beta, bias=epilog_inputs.get("bias"), activation=spec.activation,
-                    relu_aux=outputs.get("relu_aux"), gelu_aux=outputs.get("gelu_aux"))
+                    beta=beta, bias=bias, activation=p.spec.activation, relu_aux=outputs.get("relu_aux"),
+                    gelu_aux=outputs.get("gelu_aux"))
+
+    def host_call(self, call, a, b, epilog_inputs):
+        """A :class:`HostCall` running ``call`` (this engine's :class:`~._call.MatmulCall`) on later NumPy operands of
+        the facts of ``a``, ``b`` and ``epilog_inputs``, or None when the call needs more than the product and its
+        pass on the caller's arrays: copies, C, epilog outputs, a bias other than ``(M,)``, a 1-D operand with more
+        than the product."""
+        p, f = self.problem, call.finish
+        if not self.native or call.inplace or p.c is not None or p.epilog_outputs or f.cast is not None or \
+                f.like is not None or any(s.mode is not None or s.move for s in call.staged.values()):
+            return None
+        names = set(epilog_inputs or ())
+        bias = (epilog_inputs or {}).get("bias")
+        if names - {"bias", "data"} or (bias is not None and (type(bias) is not np.ndarray or bias.shape != (p.m,))):
+            return None
+        plain = call.alpha == 1 and p.epilog is None and p.fused is None
+        if not plain and (a.ndim < 2 or b.ndim < 2):
+            return None
+        shape = (*p.batch_shape, *(() if f.vector_a else (p.m,)), *(() if f.vector_b else (p.n,)))  # numpy.matmul's
+        return HostCall(self, call.alpha, call.beta, shape, p.d.is_col_major and a.ndim >= 2 and b.ndim >= 2, plain)
 
     def _execute_numpy(self, a, b, c, d, epilog_inputs, epilog_outputs, alpha, beta):
         """Every other product, in NumPy operations on the compute dtype (cuBLASLt's numerics)."""
@@ -228,3 +251,38 @@ class CPUEngine:
 
     def free(self):
         """Nothing to release (the engine protocol's free())."""
+
+
+class HostCall:
+    """The stateless matmul's prepared call on the CPU for NumPy operands read where they lie
+    (:meth:`CPUEngine.host_call`): ``call(a, b, inputs)`` allocates D in the plan's layout, runs the BLAS product into
+    it with numpy.matmul's shapes (batch broadcasting, 1-D operands) and the engine's pass over it, and returns it.
+    The same product and pass as :meth:`CPUEngine.execute`, without the plan's views."""
+
+    __slots__ = ("engine", "alpha", "beta", "shape", "plain", "_storage", "_swap", "_dtype")
+
+    def __init__(self, engine, alpha, beta, shape, col_major, plain):
+        self.engine, self.alpha, self.beta, self.shape, self.plain = engine, alpha, beta, shape, plain
+        self._dtype = engine.problem.d.dtype
+        self._swap = col_major and len(shape) >= 2
+        self._storage = shape[:-2] + shape[:-3:-1] if self._swap else shape  # allocated; D is its transpose
+
+    def __call__(self, a, b, inputs):
+        engine = self.engine
+        if not self.shape:  # 1-D @ 1-D: a NumPy scalar, as numpy.matmul gives it
+            with _threads.blas_threads(engine._blas_limit, engine._work):
+                return np.matmul(a, b)
+        d = np.empty(self._storage, self._dtype)
+        if self._swap:
+            d = d.swapaxes(-1, -2)
+        engine.product_into(a, b, d)
+        if self.plain:
+            return d
+        d3 = d.reshape(-1, *self.shape[-2:])
+        if engine.problem.fused is None:
+            bias = inputs.get("bias") if inputs else None
+            engine.after_product(d3, None, None if bias is None else bias[None], {}, self.alpha, self.beta)
+        else:
+            engine.after_product(d3, None, None, {}, self.alpha, self.beta)
+            engine.run_epilog(d3, inputs.get("data") if inputs else None)
+        return d

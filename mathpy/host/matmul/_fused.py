@@ -117,18 +117,22 @@ class FusedCPUEngine(CPUEngine):
 
     def execute(self, a, b, c, d, epilog_inputs, epilog_outputs, alpha, beta, stream=None):
         p = self.problem
-        if self._epilog is None:
-            self._epilog = matmul_epilog_pass(p.fused.epilog)
-        data = _epilog_data(epilog_inputs.get("data"))
         if self.native:  # float32 / float64: the product in D itself, the epilog in place
             self._execute_native(a, b, c, d, {}, {}, alpha, beta)
-            python_epilog_pass(self._epilog, d, data, self.threads)
+            self.run_epilog(d, epilog_inputs.get("data"))
             return
         with _threads.blas_threads(self._blas_limit, self._work):
             x = self._product(a, b, c, alpha, beta)[0]
         x = np.require(np.broadcast_to(x, (p.batch, p.m, p.n)), requirements=("C", "W"))  # the pass writes it
-        python_epilog_pass(self._epilog, x, data, self.threads)
+        self.run_epilog(x, epilog_inputs.get("data"))
         _store(x, d)
+
+    def run_epilog(self, x, data):
+        """The Python epilog in place on ``x`` (``(batch, M, N)``, C-contiguous, the compute dtype), on every
+        thread."""
+        if self._epilog is None:
+            self._epilog = matmul_epilog_pass(self.problem.fused.epilog)
+        python_epilog_pass(self._epilog, x, _epilog_data(data), self.threads)
 
 
 def _epilog_data(data):

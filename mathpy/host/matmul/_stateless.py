@@ -10,6 +10,8 @@ addresses, on the current (or given) stream: plans do not depend on streams.
 
 import types
 
+import numpy as np
+
 from ... import _execution, _packages, _torch_route
 from ..._docstrings import fill
 from ..._streams import stream_handle
@@ -19,6 +21,7 @@ from ._matmul import Matmul, matmul_plan_cache
 __all__ = ["matmul", "forget", "remembered"]
 
 _calls = {}  # key -> MatmulCall
+_host_calls = {}  # key -> (plan cache key, HostCall): NumPy operands on the CPU
 _CALLS_MAX = 128
 
 
@@ -76,6 +79,18 @@ def matmul(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None,
     """
     if _torch_route.wanted(a, b, c, epilog_inputs):  # autograd / torch.compile: mathpy.torch
         return _torch_route.matmul(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution, stream)
+    host_key = None
+    if type(a) is np.ndarray and type(b) is np.ndarray and c is None and quantization_scales is None:
+        host_key = _host_key(a, b, alpha, beta, epilog, epilog_inputs, options, preferences, execution)
+        if host_key is not None:
+            try:
+                found = _host_calls.get(host_key)
+            except TypeError:  # an unhashable argument: Matmul judges it
+                found = host_key = None
+            if found is not None:
+                if matmul_plan_cache.touch(found[0]) is found[1].engine:  # CPU engines hold nothing to free
+                    return found[1](a, b, epilog_inputs)
+                _host_calls.pop(host_key, None)  # evicted or planned again: plan again
     key, addresses = (None, None) if quantization_scales is not None else \
         _call_key(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution)
     if key is not None:
@@ -102,6 +117,13 @@ def matmul(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None,
             if len(_calls) >= _CALLS_MAX:
                 _calls.clear()
             _calls[key] = call.detached()
+        elif host_key is not None and not call.on_gpu:
+            host = getattr(call.engine, "host_call", None)
+            host = host and host(call, a, b, epilog_inputs)
+            if host is not None:
+                if len(_host_calls) >= _CALLS_MAX:
+                    _host_calls.clear()
+                _host_calls[host_key] = (call.cache_key, host)
         return mm.execute()
     finally:
         mm.free()
@@ -109,12 +131,35 @@ def matmul(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None,
 
 def remembered():
     """How many prepared calls are remembered."""
-    return len(_calls)
+    return len(_calls) + len(_host_calls)
 
 
 def forget():
     """Drop every remembered call (they hold no GPU memory: engines stay in the plan cache)."""
     _calls.clear()
+    _host_calls.clear()
+
+
+def _host_key(a, b, alpha, beta, epilog, epilog_inputs, options, preferences, execution):
+    """The key of a CPU call on NumPy operands (their shapes, strides and dtypes, and every other argument), or None
+    when an epilog input is not a NumPy array."""
+    inputs = None
+    if epilog_inputs:
+        if type(epilog_inputs) is not dict:
+            return None
+        inputs = []
+        for name in sorted(epilog_inputs):
+            value = epilog_inputs[name]
+            if type(value) is not np.ndarray:
+                return None
+            inputs.append((name, value.shape, value.strides, value.dtype))
+        inputs = tuple(inputs)
+    if type(options) is dict:
+        options = tuple(sorted(options.items()))
+    if type(preferences) is dict:
+        preferences = tuple(sorted(preferences.items()))
+    return (a.shape, a.strides, a.dtype, b.shape, b.strides, b.dtype, inputs, type(alpha), alpha, type(beta), beta,
+            epilog, options, preferences, execution, _execution.scoped_execution())
 
 
 _NO_INPUTS = types.MappingProxyType({})
