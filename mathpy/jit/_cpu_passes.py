@@ -14,7 +14,8 @@ on the GPU.
 
 >>> import numpy as np
 >>> span, dst = np.arange(12.0), np.empty((2, 3))
->>> load_rows(None, "prolog", span, np.array([0, 6]), np.array([0, 2, 4]), None, dst)
+>>> inner = np.array([0, 2, 4])
+>>> loader(None)(span, np.array([0, 6]), inner, inner_step(inner), None, dst)
 >>> dst
 array([[ 0.,  2.,  4.],
        [ 6.,  8., 10.]])
@@ -26,7 +27,7 @@ import numpy as np
 
 from ._cpu import jit_callback, prepare_user_info, run_loop
 
-__all__ = ["loader", "storer", "load_rows", "matmul_epilog_pass", "prepare_user_info"]
+__all__ = ["loader", "storer", "inner_step", "matmul_epilog_pass", "prepare_user_info"]
 
 _lock = threading.Lock()
 _kernels = {}  # (pass, numba dispatcher of the user's function) -> the pass compiled around it
@@ -61,21 +62,41 @@ def _define(name, f):
     numba = _numba()
     if name == "load":
         @numba.njit(nogil=True, cache=False)
-        def kernel(span, row_offsets, inner_offsets, info, dst):
+        def kernel(span, row_offsets, inner_offsets, step, info, dst):
+            n = inner_offsets.size
             for r in range(row_offsets.size):
                 base = row_offsets[r]
-                for j in range(inner_offsets.size):
-                    dst[r, j] = f(span, np.uint64(base + inner_offsets[j]), info, None)
+                if step == 1:  # contiguous elements: a loop LLVM vectorises
+                    for j in range(n):
+                        dst[r, j] = f(span, np.uint64(base + j), info, None)
+                elif step:
+                    for j in range(n):
+                        dst[r, j] = f(span, np.uint64(base + j * step), info, None)
+                else:
+                    for j in range(n):
+                        dst[r, j] = f(span, np.uint64(base + inner_offsets[j]), info, None)
     elif name == "store":
         @numba.njit(nogil=True, cache=False)
-        def kernel(span, row_offsets, inner_offsets, src, info, scale, scaled):
+        def kernel(span, row_offsets, inner_offsets, step, src, info, scale, scaled):
+            n = inner_offsets.size
             for r in range(row_offsets.size):
                 base = row_offsets[r]
-                for j in range(inner_offsets.size):
-                    offset = base + inner_offsets[j]
-                    f(span, np.uint64(offset), src[r, j], info, None)
-                    if scaled:
-                        span[offset] *= scale
+                if step == 1:  # contiguous elements: a loop LLVM vectorises
+                    for j in range(n):
+                        f(span, np.uint64(base + j), src[r, j], info, None)
+                        if scaled:
+                            span[base + j] *= scale
+                elif step:
+                    for j in range(n):
+                        f(span, np.uint64(base + j * step), src[r, j], info, None)
+                        if scaled:
+                            span[base + j * step] *= scale
+                else:
+                    for j in range(n):
+                        offset = base + inner_offsets[j]
+                        f(span, np.uint64(offset), src[r, j], info, None)
+                        if scaled:
+                            span[offset] *= scale
     elif name == "rows_with_batch":
         @numba.njit(nogil=True, cache=False)
         def kernel(x, data, start, stop):
@@ -107,39 +128,44 @@ def _kernel(name, f):
         return found
 
 
+def inner_step(inner_offsets):
+    """The constant step of ``inner_offsets`` when they are ``start + step * j`` from 0 (what the passes' fast loops
+    need), else 0: the passes read the table."""
+    n = len(inner_offsets)
+    if n == 0 or inner_offsets[0] != 0:
+        return 0
+    step = int(inner_offsets[1]) if n > 1 else 1
+    return step if step > 0 and np.array_equal(inner_offsets, np.arange(n, dtype=np.int64) * step) else 0
+
+
 def loader(fn, kind="prolog"):
-    """``run(span, row_offsets, inner_offsets, user_info, dst)``: ``dst[r, j] = fn(span, row_offsets[r] +
+    """``run(span, row_offsets, inner_offsets, step, user_info, dst)``: ``dst[r, j] = fn(span, row_offsets[r] +
     inner_offsets[j], user_info, None)`` (``fn`` a checked Python prolog, or None for ``span[offset]``), with
-    ``user_info`` as :func:`prepare_user_info` gives it. A typing error of ``fn`` is raised at the first run as a
-    :class:`~mathpy.CallbackCompileError`."""
+    ``user_info`` as :func:`prepare_user_info` gives it; ``step``: :func:`inner_step` of ``inner_offsets``. A typing
+    error of ``fn`` is raised at the first run as a :class:`~mathpy.CallbackCompileError`."""
     kernel = _kernel("load", _plain("load") if fn is None else jit_callback(fn, kind))
 
-    def run(span, row_offsets, inner_offsets, user_info, dst):
-        run_loop(kind, fn, kernel, (span, row_offsets, inner_offsets, user_info, dst))
+    def run(span, row_offsets, inner_offsets, step, user_info, dst):
+        run_loop(kind, fn, kernel, (span, row_offsets, inner_offsets, step, user_info, dst))
     return run
 
 
 def storer(fn, kind="epilog"):
-    """``run(span, row_offsets, inner_offsets, src, user_info, scale)``: ``fn(span, row_offsets[r] +
+    """``run(span, row_offsets, inner_offsets, step, src, user_info, scale)``: ``fn(span, row_offsets[r] +
     inner_offsets[j], src[r, j], user_info, None)`` for every ``(r, j)`` (None: store ``src[r, j]`` there), then that
     element times ``scale`` (a scalar of the element's real precision; None: unscaled)."""
     kernel = _kernel("store", _plain("store") if fn is None else jit_callback(fn, kind))
     one = None
 
-    def run(span, row_offsets, inner_offsets, src, user_info, scale=None):
+    def run(span, row_offsets, inner_offsets, step, src, user_info, scale=None):
         nonlocal one
         if scale is None:
             if one is None:
                 one = np.dtype(span.dtype.char.lower()).type(1)
-            run_loop(kind, fn, kernel, (span, row_offsets, inner_offsets, src, user_info, one, False))
+            run_loop(kind, fn, kernel, (span, row_offsets, inner_offsets, step, src, user_info, one, False))
         else:
-            run_loop(kind, fn, kernel, (span, row_offsets, inner_offsets, src, user_info, scale, True))
+            run_loop(kind, fn, kernel, (span, row_offsets, inner_offsets, step, src, user_info, scale, True))
     return run
-
-
-def load_rows(fn, kind, span, row_offsets, inner_offsets, user_info, dst):
-    """One :func:`loader` run."""
-    loader(fn, kind)(span, row_offsets, inner_offsets, user_info, dst)
 
 
 def matmul_epilog_pass(epilog):

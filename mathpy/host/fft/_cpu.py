@@ -44,6 +44,8 @@ __all__ = ["CPUEngine"]
 BLOCK_BYTES = 1 << 20
 #: At most this many blocks per call: each costs a few microseconds of Python under the GIL.
 MAX_BLOCKS = 16
+#: At least this many transforms per block when the threads leave enough.
+MIN_BLOCK_ROWS = 4
 
 
 def _flat_span(array):
@@ -76,6 +78,7 @@ class _Side:
         self.batch = _offsets([shape[a] for a in batch_axes], [strides[a] for a in batch_axes])
         self.extents = tuple(shape[a] for a in axes)
         self.inner = _offsets(self.extents, [strides[a] for a in axes])
+        self.step = passes.inner_step(self.inner)
         self.dtype, self.count = np.dtype(dtype), len(self.batch)
         fold = _folded_stride(shape, strides, batch_axes)
         self.folds = fold is not None
@@ -179,7 +182,8 @@ class _FusedPass:
         t, count, threads = self.t, self._in.count, self.threads
         per_transform = transform_bytes(t) // count
         blocks = max(threads, min(MAX_BLOCKS, (count * per_transform) // BLOCK_BYTES))
-        self._rows = -(-count // blocks)
+        # pocketfft vectorises across transforms: a block of fewer than 4 runs 3-4x slower per transform
+        self._rows = max(-(-count // blocks), min(MIN_BLOCK_ROWS, count // threads))
         # the transform reads the caller's input (writes the caller's output) in place unless a callback sits there
         self._x_dense = self._prolog is not None or not self._in.folds
         self._out_dense = self._epilog is not None or not self._out.folds
@@ -203,16 +207,17 @@ class _FusedPass:
         for side, strides in ((self._in, t.input_strides), (self._out, t.output_strides)):
             if side.count == 1 and len(t.axes) > 1:
                 first = side.batch[0] + np.arange(side.extents[0], dtype=np.int64) * strides[t.axes[0]]
-                self._rows_of[side] = first, _offsets(side.extents[1:], [strides[a] for a in t.axes[1:]])
+                inner = _offsets(side.extents[1:], [strides[a] for a in t.axes[1:]])
+                self._rows_of[side] = first, inner, passes.inner_step(inner)
             else:
-                self._rows_of[side] = side.batch, side.inner
+                self._rows_of[side] = side.batch, side.inner, side.step
 
     def _dry_run(self):
         """Compile both passes now on one element, so that typing errors surface when the FFT is planned."""
         one, (prolog_info, epilog_info) = np.zeros(1, np.int64), self._user_info()
         t = self.t
-        self._load(np.zeros(1, t.input_dtype), one, one, prolog_info, np.zeros((1, 1), t.input_dtype))
-        self._store(np.zeros(1, t.output_dtype), one, one, np.zeros((1, 1), t.output_dtype), epilog_info, None)
+        self._load(np.zeros(1, t.input_dtype), one, one, 1, prolog_info, np.zeros((1, 1), t.input_dtype))
+        self._store(np.zeros(1, t.output_dtype), one, one, 1, np.zeros((1, 1), t.output_dtype), epilog_info, None)
 
     def _user_info(self):
         return tuple(None if cb is None else passes.prepare_user_info(cb.user_info)
@@ -258,14 +263,14 @@ class _FusedPass:
             try:
                 if x_view is None:
                     src = buffers[0][:n]
-                    self._load(x_span, ins.batch[start:stop], ins.inner, prolog_info, src.reshape(n, -1))
+                    self._load(x_span, ins.batch[start:stop], ins.inner, ins.step, prolog_info, src.reshape(n, -1))
                 else:
                     src = x_view[start:stop]
                 dst = buffers[1][:n] if out_view is None else out_view[start:stop]
                 self._executor_for(n)(src, dst, forward, norm)
                 if out_view is None:
-                    self._store(out_span, outs.batch[start:stop], outs.inner, dst.reshape(n, -1), epilog_info,
-                                scale)
+                    self._store(out_span, outs.batch[start:stop], outs.inner, outs.step, dst.reshape(n, -1),
+                                epilog_info, scale)
                 elif rest is not None:
                     dst *= rest
             finally:
@@ -285,8 +290,8 @@ class _FusedPass:
             src, dst = x, out
             if self._prolog is not None:
                 src, x_span = buffers[0], _flat_span(x)
-                self._pass(self._in, src, lambda rows, inner, part: self._load(x_span, rows, inner, prolog_info,
-                                                                               part))
+                self._pass(self._in, src, lambda rows, inner, step, part: self._load(x_span, rows, inner, step,
+                                                                                     prolog_info, part))
             if self._epilog is not None:
                 dst = buffers[1]
                 norm, rest = 0, None  # the epilog pass scales
@@ -295,25 +300,25 @@ class _FusedPass:
             self._executor(src, dst, forward, norm)
             if self._epilog is not None:
                 out_span = _flat_span(out)
-                self._pass(self._out, dst, lambda rows, inner, part: self._store(out_span, rows, inner, part,
-                                                                                epilog_info, scale))
+                self._pass(self._out, dst, lambda rows, inner, step, part: self._store(out_span, rows, inner, step,
+                                                                                      part, epilog_info, scale))
             elif rest is not None:
                 scale_in_place(out, rest, self.threads)
         finally:
             self._buffers.append(buffers)
 
     def _pass(self, side, buffer, run):
-        """``run(row_offsets, inner_offsets, rows of buffer)`` over the rows of a pass, a block per thread."""
-        row_offsets, inner = self._rows_of[side]
+        """``run(row_offsets, inner_offsets, step, rows of buffer)`` over the rows of a pass, a block per thread."""
+        row_offsets, inner, inner_step = self._rows_of[side]
         flat = _flat_span(buffer).reshape(len(row_offsets), -1)
         blocks = _threads.threads_for_bytes(self.threads, buffer.nbytes)
-        step = -(-len(row_offsets) // blocks)
+        rows_per_block = -(-len(row_offsets) // blocks)
 
         def block(i):
-            rows = slice(i * step, (i + 1) * step)
-            run(row_offsets[rows], inner, flat[rows])
+            rows = slice(i * rows_per_block, (i + 1) * rows_per_block)
+            run(row_offsets[rows], inner, inner_step, flat[rows])
 
-        _threads.run_chunks(block, -(-len(row_offsets) // step), blocks)
+        _threads.run_chunks(block, -(-len(row_offsets) // rows_per_block), blocks)
 
     def _new_buffers(self):
         w = self._whole
