@@ -11,7 +11,7 @@ name           package    threads                             plans
 Every library is reached through an *executor* of one :class:`~._layout.Transform` (shapes, strides, dtypes, axes):
 ``run(x, out, forward, norm)`` transforms NumPy array ``x`` into ``out`` (both in the Transform's layouts) and scales
 by ``norm``: 0 none, 1 ``1/sqrt(N)``, 2 ``1/N`` (N the product of the logical lengths), inside the library where it
-can (pocketfft, MKL) and in a parallel pass otherwise (FFTW).
+can (pocketfft) and in a parallel pass otherwise (FFTW, MKL).
 
 :class:`Executor` chooses: with one library named (``ExecutionCPU(fft_library=...)``), it runs that library's quick
 plan at the first call and its measured plan (FFTW_MEASURE) from the second on. With none named, the first call runs
@@ -41,7 +41,7 @@ FFTW_PLANNING_SECONDS = 2.0
 #: Rounds of timing when several libraries can run a transform: every library once per round, the first round cold.
 TUNING_ROUNDS = 6
 _SIMD_ALIGNMENT = 16  # FFTW's: plans made on 16-byte aligned arrays run on any 16-byte aligned arrays
-_INVERSE_NORMS = ("forward", "ortho", "backward")  # numpy-style norm naming 0 / 1 / 2 for an inverse transform
+_INVERSE_NORMS = ("forward", "ortho", "backward")  # NumPy's norm names of codes 0 / 1 / 2 for an inverse transform
 _FORWARD_NORMS = ("backward", "ortho", "forward")
 
 
@@ -245,8 +245,10 @@ def _aligned_layout(shape, strides, dtype):
 
 
 class _MKL(_Library):
-    """Intel MKL's DFTI through mkl_fft (``out=``, the norm inside the transform); its threads are MKL's setting,
-    limited for the call through threadpoolctl when ``num_threads`` is given."""
+    """Intel MKL's DFTI through mkl_fft (``out=``); its threads are MKL's setting, limited for the call through
+    threadpoolctl when ``num_threads`` is given. mkl_fft 2.3's N-D functions scale right only with
+    ``norm="backward"`` (with ``"ortho"`` / ``"forward"`` they divide by the whole array's size, not the transformed
+    axes'), so every call asks for that and any other norm is a parallel pass after."""
 
     name, package, module = "mkl", "mkl_fft", "mkl_fft"
     precisions = (np.dtype(np.float32), np.dtype(np.float64))
@@ -258,21 +260,27 @@ class _MKL(_Library):
     def executor(self, t, threads, measure=False, destroy_input=False, limit=None):
         mkl, axes = self.load(), t.axes
         if t.fft_type == "C2C":
-            def transform(x, out, forward, norm):
-                fn, names = (mkl.fftn, _FORWARD_NORMS) if forward else (mkl.ifftn, _INVERSE_NORMS)
-                fn(x, axes=axes, norm=names[norm], out=out)
+            def transform(x, out, forward):
+                (mkl.fftn if forward else mkl.ifftn)(x, axes=axes, norm="backward", out=out)
         elif t.fft_type == "R2C":
-            def transform(x, out, forward, norm):
-                mkl.rfftn(x, axes=axes, norm=_FORWARD_NORMS[norm], out=out)
+            def transform(x, out, forward):
+                mkl.rfftn(x, axes=axes, norm="backward", out=out)
         else:
             s = t.n
 
-            def transform(x, out, forward, norm):
-                mkl.irfftn(x, s=s, axes=axes, norm=_INVERSE_NORMS[norm], out=out)
+            def transform(x, out, forward):
+                mkl.irfftn(x, s=s, axes=axes, norm="backward", out=out)
+        real = np.dtype(t.output_dtype.char.lower())
+        n = real.type(math.prod(t.n))
 
         def run(x, out, forward, norm):
             with _threads.blas_threads(limit):
-                transform(x, out, forward, norm)
+                transform(x, out, forward)
+            inverse = t.fft_type == "C2R" or (t.fft_type == "C2C" and not forward)  # MKL divided it by N
+            if inverse and norm != 2:
+                scale_in_place(out, n if norm == 0 else np.sqrt(n), threads)
+            elif not inverse and norm:
+                scale_in_place(out, _norm_factor(norm, t, real), threads)
         return run
 
 
