@@ -52,22 +52,25 @@ class ExecutionCPU:
     ``{"name": "cpu", "num_threads": 4}`` mean the same. It runs on every machine; GPU operands are copied to the
     CPU and results copied back to their device.
 
-    **FFT libraries.** pyFFTW and mkl_fft are optional (``pip install mathpy[cpu]`` adds pyFFTW and threadpoolctl).
-    With ``fft_library=None`` a transform first runs on pocketfft; when it runs again, mathpy plans it in every
-    installed library (FFTW with ``FFTW_MEASURE``, at most two seconds per plan, reusing pyFFTW's wisdom), times each
-    on that call's arrays and keeps the fastest. Naming a library that is not installed raises ImportError when the
-    FFT is planned; a transform the named library cannot take (long double on MKL) runs on pocketfft. Plans live in
-    the plan cache with the GPU's (:func:`mathpy.fft.plan_cache_info`). FFTW's wisdom is pyFFTW's, process-wide:
-    ``pyfftw.export_wisdom()`` / ``pyfftw.import_wisdom()`` carry measurements across processes, and a transform
-    whose measured plan is in the wisdom starts on it.
+    **FFT libraries.** pyFFTW and mkl_fft are optional (``pip install "mathpy[cpu]"`` adds pyFFTW and
+    threadpoolctl). With ``fft_library=None`` a transform first runs on pocketfft (nothing to plan); when it runs
+    again, mathpy plans it in every installed library (FFTW with ``FFTW_MEASURE``, at most two seconds per plan),
+    times each on copies of that call's arrays and keeps the fastest for the later calls. A named library runs its
+    quick plan first (FFTW: ``FFTW_ESTIMATE``) and its measured one from the second call on. Naming a library that is
+    not installed raises ImportError when the FFT is planned; a transform the named library cannot take (long double
+    on MKL) runs on pocketfft. Plans are kept in the plan cache with the GPU's (:func:`mathpy.fft.plan_cache_info`).
+    FFTW's measurements are pyFFTW's process-wide wisdom: a second plan of a measured layout is made from it at once,
+    and ``pyfftw.export_wisdom()`` / ``pyfftw.import_wisdom()`` carry them to another process.
 
     **Threads.** ``num_threads`` is passed to pocketfft (``workers``) and FFTW (``threads``), sizes mathpy's own
     pool for the fused callback and epilog passes, and limits MKL's and the BLAS's threads (through threadpoolctl,
-    for the duration of the call: they are process-wide settings, so concurrent calls with different counts share
-    the last one set). Without ``num_threads``, the BLAS keeps its own setting (OpenBLAS and MKL use every core, or
-    ``OPENBLAS_NUM_THREADS`` / ``MKL_NUM_THREADS``, or a ``threadpoolctl.threadpool_limits`` block around the call):
-    mathpy's products then run exactly as ``numpy.matmul`` would. Without threadpoolctl installed a ``num_threads``
-    cannot reach the BLAS: mathpy warns once and the BLAS keeps its own count.
+    for the duration of the call: they are process-wide settings, so concurrent calls asking for different counts
+    share the last one set). Small transforms and passes use fewer threads than asked (waking a thread costs more
+    than a small share of the work). Without ``num_threads`` the BLAS keeps its own setting (OpenBLAS and MKL use
+    every core, or ``OPENBLAS_NUM_THREADS`` / ``MKL_NUM_THREADS``, or a ``threadpoolctl.threadpool_limits`` block
+    around the call): a product then runs exactly as ``numpy.matmul`` would. Without threadpoolctl installed a
+    ``num_threads`` cannot reach the BLAS: mathpy warns once and the BLAS keeps its own count. See the CPU guide
+    (``docs/guides/cpu.md``) for what runs where and the measured speeds.
 
     Examples
     --------
