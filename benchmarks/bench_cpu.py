@@ -19,7 +19,8 @@ benchmarks/results/bench_cpu.json and .png.
 Usage: ``PYTHONPATH=. python benchmarks/bench_cpu.py [--threads N] [--quick] [--rounds R]``. ``--threads N`` runs every
 library on N threads (SciPy's workers, pyFFTW's threads, the BLAS and MKL through threadpoolctl, mathpy's
 ``ExecutionCPU(num_threads=N)``); without it each uses every core (SciPy ``workers=-1``). ``--quick``: smaller large
-products and fewer rounds.
+products and fewer rounds. ``--clock cpu``: the process's CPU time instead of wall time (steadier on a shared
+machine; with ``--threads 1`` only).
 """
 
 import argparse
@@ -60,6 +61,8 @@ except ImportError:
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 SAMPLE_SECONDS = 0.002  # calls per sample: enough for one sample to take this long
+CLOCK = {"wall": time.perf_counter, "cpu": time.process_time}
+clock = time.perf_counter
 
 
 # --- timing ---------------------------------------------------------------------------------------------------------
@@ -70,16 +73,16 @@ def measure(peers, rounds):
     for name, fn in peers.items():
         for _ in range(2):
             fn()
-        start = time.perf_counter()
+        start = clock()
         fn()
-        reps[name] = max(1, min(500, int(SAMPLE_SECONDS / max(time.perf_counter() - start, 1e-7))))
+        reps[name] = max(1, min(500, int(SAMPLE_SECONDS / max(clock() - start, 1e-7))))
     samples = {name: [] for name in peers}
     for _ in range(rounds):
         for name, fn in peers.items():
-            start = time.perf_counter()
+            start = clock()
             for _ in range(reps[name]):
                 fn()
-            samples[name].append((time.perf_counter() - start) / reps[name] * 1e3)
+            samples[name].append((clock() - start) / reps[name] * 1e3)
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
@@ -309,7 +312,8 @@ def header(threads, explicit):
     versions = (f"numpy {np.__version__}, scipy {scipy.__version__}, "
                 f"pyFFTW {pyfftw.__version__ if pyfftw else 'absent'}, "
                 f"mkl_fft {getattr(mkl_fft, '__version__', 'present') if mkl_fft else 'absent'}, BLAS {blas}")
-    return (f"CPU: {cpu_name()}, {_threads.usable_cores()} usable cores; threads: {threads}"
+    kind = "CPU" if clock is time.process_time else "wall"
+    return (f"CPU: {cpu_name()}, {_threads.usable_cores()} usable cores; {kind} time; threads: {threads}"
             f"{' (--threads)' if explicit else ' (every core: SciPy workers=-1, mathpy default)'}; load average "
             f"{load}; Python {platform.python_version()}, {versions}; run {time.strftime('%Y-%m-%d')}, "
             f"`{' '.join(['python', *sys.argv])}`.")
@@ -355,7 +359,12 @@ def main():
     parser.add_argument("--threads", type=int, default=None, help="threads for every library (default: all cores)")
     parser.add_argument("--quick", action="store_true", help="smaller large products, fewer rounds")
     parser.add_argument("--rounds", type=int, default=None, help="rounds of timing (default 7, --quick 5)")
+    parser.add_argument("--clock", choices=sorted(CLOCK), default="wall",
+                        help="wall time (default), or the process's CPU time: steadier on a machine shared with other "
+                             "work, meaningful with --threads 1 (with more threads it adds the threads' times up)")
     args = parser.parse_args()
+    global clock
+    clock = CLOCK[args.clock]
     threads = args.threads or _threads.usable_cores()
     workers = args.threads or -1
     execution = mathpy.ExecutionCPU(num_threads=args.threads)

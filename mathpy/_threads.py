@@ -137,4 +137,6 @@ def blas_threads(count, work=None):
                           f"threadpoolctl (pip install threadpoolctl, or mathpy[cpu]); matrix products run on the "
                           f"BLAS's own thread count", RuntimeWarning, stacklevel=3)
         return _NULL
+    if all(lib.get_num_threads() == count for lib in controller.lib_controllers):
+        return _NULL  # already so (one C call per library, against ~50 us to set and restore a count)
     return controller.limit(limits=count)

@@ -50,8 +50,13 @@ def script_headers(report):
     autograd = report.autograd_tables([{"tokens": 1, "d": 1, "step_ms": {"mathpy MLP": 1}, "forward_ms": {"mathpy MLP": 1},
                                         "extra_gb": {}}], {"call": 1.0})
     compat = report.compat_tables([("t", "c", {"mathpy.compat.nvmath": 1.0, "nvmath-python": 1.0})], {})
+    fft_row = ("c", dict.fromkeys(("NumPy", "SciPy", "pyFFTW", "mkl_fft", "mathpy"), 1.0), "fftw")
+    cpu = report.cpu_tables([fft_row], [fft_row], [("c", dict.fromkeys(("plain", "NumPy", "SciPy", "pyFFTW", "mathpy"),
+                                                                       1.0))],
+                            [("c", {"NumPy": 1.0, "mathpy": 1.0, "execute": 1.0})],
+                            [("c", {"NumPy": 1.0, "product": 1.0, "mathpy": 1.0})])
     return [tuple(header) for text in (callbacks, fft, matmul, epilog, device, difference_imaging_tables(), autograd,
-                                       compat)
+                                       compat, cpu)
             for header, _ in tables(text)]
 
 

@@ -164,7 +164,7 @@ class MatmulCall:
             d_argument = values["c"]
         else:
             d_argument = None
-            if type(d) is np.ndarray:  # the CPU engine's (batch, M, N) view of the D just allocated (batches contiguous)
+            if type(d) is np.ndarray:  # the CPU engine's (batch, M, N) view of the D just allocated (batches dense)
                 d_argument = d.reshape(self.problem.batch, self.problem.m, self.problem.n)
                 if d_argument.base is not (d if d.base is None else d.base):  # a copy: view the memory itself
                     d_argument = None
