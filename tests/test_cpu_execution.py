@@ -83,6 +83,12 @@ def test_strided_and_in_place_operands(library):
     x = base[::2, 1:33]  # strides that are not the dense ones
     for _ in range(2):
         check(mfft.fft(x, execution=execution), reference("fft", x), np.complex64, 32, f"{library} strided view")
+    raw = np.zeros(12 * 32 * 8 + 8, np.uint8)
+    shift = 8 + (-raw.__array_interface__["data"][0]) % 16  # 8 bytes past a 16-byte boundary: no SIMD alignment
+    odd = raw[shift:shift + 12 * 32 * 8].view(np.complex64).reshape(12, 32)
+    odd[...] = operand((12, 32), np.complex64, seed=4)
+    for _ in range(3):
+        check(mfft.fft(odd, execution=execution), reference("fft", odd), np.complex64, 32, f"{library} misaligned")
     y = operand((8, 16), np.complex128)
     plan = mfft.FFT(y, axes=(1,), options={"inplace": True}, execution=execution)
     plan.plan()

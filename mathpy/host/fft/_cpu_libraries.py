@@ -213,25 +213,31 @@ class _FFTWPlans:
         return plan, x, out
 
     def __call__(self, x, out, forward, norm):
-        aligned = (_address(x) | _address(out)) % _SIMD_ALIGNMENT == 0
-        key = (aligned, bool(forward) or self.transform.fft_type == "R2C", x is out)
+        forward, inplace = bool(forward) or self.transform.fft_type == "R2C", x is out
+        aligned = (True, forward, inplace) in self._free or (_address(x) | _address(out)) % _SIMD_ALIGNMENT == 0
+        if not (aligned and self._run((True, forward, inplace), x, out)):  # SIMD plans first
+            self._run((False, forward, inplace), x, out)  # pyFFTW refused these arrays' alignment
+        if norm:
+            scale_in_place(out, _norm_factor(norm, self.transform, np.dtype(out.dtype.char.lower())), self.threads)
+
+    def _run(self, key, x, out):
+        """Execute a plan of ``key`` on ``x`` and ``out``; False when pyFFTW refuses their alignment."""
         free = self._free.setdefault(key, [])
-        try:
-            entry = free.pop()
-        except IndexError:
-            entry = self._make(*key)
+        entry = free.pop() if free else self._make(*key)
         plan, own_x, own_out = entry
         try:
             if self._copy_input:
                 np.copyto(own_x, x)
                 x = own_x
-            plan.update_arrays(x, out)
+            try:
+                plan.update_arrays(x, out)
+            except ValueError:
+                return False
             plan.execute()
             plan.update_arrays(own_x, own_out)  # hold no caller's array between calls
+            return True
         finally:
             free.append(entry)
-        if norm:
-            scale_in_place(out, _norm_factor(norm, self.transform, np.dtype(out.dtype.char.lower())), self.threads)
 
 
 def _aligned_layout(shape, strides, dtype):
