@@ -97,7 +97,7 @@ def _define(name, f):
                         f(span, np.uint64(offset), src[r, j], info, None)
                         if scaled:
                             span[offset] *= scale
-    elif name == "rows_with_batch":
+    else:  # "rows": f(value, batch, row, col, data)
         @numba.njit(nogil=True, cache=False)
         def kernel(x, data, start, stop):
             m = x.shape[1]
@@ -106,16 +106,19 @@ def _define(name, f):
                 i = r - b * m
                 for j in range(x.shape[2]):
                     x[b, i, j] = f(x[b, i, j], b, i, j, data)
-    else:
-        @numba.njit(nogil=True, cache=False)
-        def kernel(x, data, start, stop):
-            m = x.shape[1]
-            for r in range(start, stop):
-                b = r // m
-                i = r - b * m
-                for j in range(x.shape[2]):
-                    x[b, i, j] = f(x[b, i, j], i, j, data)
     return kernel
+
+
+def _without_batch(f):
+    """``f(value, row, col, data)`` as ``g(value, batch, row, col, data)``, inlined into the pass."""
+    key = ("without batch", f)
+    found = _kernels.get(key)
+    if found is None:
+        @_numba().njit(cache=False, inline="always")
+        def found(value, batch, row, col, data):
+            return f(value, row, col, data)
+        _kernels[key] = found
+    return found
 
 
 def _kernel(name, f):
@@ -175,7 +178,8 @@ def matmul_epilog_pass(epilog):
     from ._matmul_epilog import wrap_compile_error
 
     numba = _numba()
-    kernel = _kernel("rows_with_batch" if epilog.with_batch else "rows", jit_callback(epilog.function, "epilog"))
+    f = jit_callback(epilog.function, "epilog")
+    kernel = _kernel("rows", f if epilog.with_batch else _without_batch(f))
 
     def run(x, data, start, stop):
         try:

@@ -96,21 +96,13 @@ def reuse(name, params, a, out, prolog, epilog, options, execution, stream):
             _calls.pop(key, None)
             return None, key
     call = found.call
-    if call.host_direct and type(a) is np.ndarray:  # the CPU engine: its free() leaves it runnable, no borrow needed
-        engine = plan_cache.touch(call.cache_key)
-        if engine is None:  # evicted: plan again
-            _calls.pop(key, None)
+    host = call.host_direct and type(a) is np.ndarray  # the CPU engine: its free() leaves it runnable
+    if host or (call.problem.direct and call.locked):  # one engine call (GPU: under its lock): no borrow needed
+        call = _touched(found, key)
+        if call is None:  # evicted: plan again
             return None, key
-        if engine is not call.engine:  # planned again since (by another call): bind to the cached engine
-            call = found.call = FFTCall(call.problem, engine, call.callbacks, call.cache_key)
-        return call.execute_host(a, found.direction, found.scale), None
-    if call.problem.direct and call.locked:  # one engine call, under the engine's lock: no borrow needed
-        engine = plan_cache.touch(call.cache_key)
-        if engine is None:  # evicted: plan again
-            _calls.pop(key, None)
-            return None, key
-        if engine is not call.engine:  # planned again since (by another call): bind to the cached engine
-            call = found.call = FFTCall(call.problem, engine, call.callbacks, call.cache_key)
+        if host:
+            return call.execute_host(a, found.direction, found.scale), None
         try:
             return call.execute_direct(pointer, found.direction, stream if stream is None else stream_handle(stream),
                                        found.scale), None
@@ -133,6 +125,19 @@ def reuse(name, params, a, out, prolog, epilog, options, execution, stream):
         return call.execute(_operands.wrap_operand(a), found.direction, handle, found.scale), None
     finally:
         plan_cache.release(entry)
+
+
+def _touched(found, key):
+    """``found``'s call, bound to the engine the plan cache holds for it (touched: a hit), or None (and ``key``
+    forgotten) when the cache evicted it."""
+    call = found.call
+    engine = plan_cache.touch(call.cache_key)
+    if engine is None:
+        _calls.pop(key, None)
+        return None
+    if engine is not call.engine:  # planned again since (by another call): bind to the cached engine
+        call = found.call = FFTCall(call.problem, engine, call.callbacks, call.cache_key)
+    return call
 
 
 def remember(key, call, direction, scale):

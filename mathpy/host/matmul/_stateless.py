@@ -81,33 +81,25 @@ def matmul(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None,
         return _torch_route.matmul(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution, stream)
     host_key = None
     if type(a) is np.ndarray and type(b) is np.ndarray and c is None and quantization_scales is None:
-        host_key = _host_key(a, b, alpha, beta, epilog, epilog_inputs, options, preferences, execution)
-        if host_key is not None:
-            try:
-                found = _host_calls.get(host_key)
-            except TypeError:  # an unhashable argument: Matmul judges it
-                found = host_key = None
-            if found is not None:
-                if matmul_plan_cache.touch(found[0]) is found[1].engine:  # CPU engines hold nothing to free
-                    return found[1](a, b, epilog_inputs)
-                _host_calls.pop(host_key, None)  # evicted or planned again: plan again
+        found, host_key = _lookup(_host_calls, _host_key(a, b, alpha, beta, epilog, epilog_inputs, options,
+                                                         preferences, execution))
+        if found is not None:
+            if matmul_plan_cache.touch(found[0]) is found[1].engine:  # CPU engines hold nothing to free
+                return found[1](a, b, epilog_inputs)
+            _host_calls.pop(host_key, None)  # evicted or planned again: plan again
     key, addresses = (None, None) if quantization_scales is not None else \
         _call_key(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution)
-    if key is not None:
-        try:
-            call = _calls.get(key)
-        except TypeError:  # an unhashable argument: Matmul judges it
-            call = key = None
-        if call is not None:
-            entry = matmul_plan_cache.acquire(call.cache_key)
-            if entry is not None:
-                try:
-                    if entry.plan is not call.engine:  # planned again since: bind to the cached engine
-                        call = _calls[key] = call.rebind(entry.plan, call.cache_key)
-                    return call.execute_pointers(*addresses, stream if stream is None else stream_handle(stream))
-                finally:
-                    matmul_plan_cache.release(entry)
-            _calls.pop(key, None)  # evicted: plan again
+    call, key = _lookup(_calls, key)
+    if call is not None:
+        entry = matmul_plan_cache.acquire(call.cache_key)
+        if entry is not None:
+            try:
+                if entry.plan is not call.engine:  # planned again since: bind to the cached engine
+                    call = _calls[key] = call.rebind(entry.plan, call.cache_key)
+                return call.execute_pointers(*addresses, stream if stream is None else stream_handle(stream))
+            finally:
+                matmul_plan_cache.release(entry)
+        _calls.pop(key, None)  # evicted: plan again
     mm = Matmul.for_cache(matmul_plan_cache, a, b, c, alpha=alpha, beta=beta, options=options, execution=execution,
                           stream=stream, quantization_scales=quantization_scales)
     try:
@@ -127,6 +119,16 @@ def matmul(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None,
         return mm.execute()
     finally:
         mm.free()
+
+
+def _lookup(memo, key):
+    """``(memo[key] or None, key)``; ``(None, None)`` for an unhashable key (an argument Matmul then judges)."""
+    if key is None:
+        return None, None
+    try:
+        return memo.get(key), key
+    except TypeError:
+        return None, None
 
 
 def remembered():
