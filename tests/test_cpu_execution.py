@@ -201,12 +201,12 @@ def test_num_threads_bounds_the_fused_passes(monkeypatch):
         seen.append(threads)
         original(work, count, threads)
     monkeypatch.setattr(_threads, "run_chunks", recording)
-    x = operand((64, 1024), np.complex64)
-    window = operand((1024,), np.float32, seed=1)
+    x = operand((64, 4096), np.complex64)  # 2 MB: enough work for every thread
+    window = operand((4096,), np.float32, seed=1)
     for threads in (1, 3):
         got = mfft.fft(x, prolog=mfft.Callback(window_prolog, window),
                        execution=mathpy.ExecutionCPU(num_threads=threads, fft_library="pocketfft"))
-        check(got, reference("fft", x * window), np.complex64, 1024, f"prolog on {threads} threads")
+        check(got, reference("fft", x * window), np.complex64, 4096, f"prolog on {threads} threads")
         assert seen and max(seen) == threads
         seen.clear()
 
@@ -293,11 +293,18 @@ def test_fused_callbacks_equal_the_unfused_expression(threads, shape, in_strides
     loaded = x_values * weights[_offsets(shape, in_strides)]
     unnormalised = reference("fftn", loaded, axes=axes)
     expected = unnormalised * weights[_offsets(shape, out_strides)] / n  # the epilog sees it, then the scale
-    for _ in range(3):  # quick plan, then measured ones
-        out = _strided(np.zeros(shape, np.complex128), out_strides)
-        engine.execute(x, out, -1, scale=1 / n)
-        check(out, expected, np.complex128, n, f"prolog and epilog, {threads} threads")
-        np.testing.assert_array_equal(x, x_values)  # the input is left as it was
+    for strategy in (None,) + engine.strategies:
+        if strategy is not None:
+            engine.strategy = strategy
+        for _ in range(3):  # quick plans, then measured ones (and the faster strategy, unless one is set)
+            out = _strided(np.zeros(shape, np.complex128), out_strides)
+            engine.execute(x, out, -1, scale=1 / n)
+            check(out, expected, np.complex128, n, f"prolog and epilog, {threads} threads, {engine.strategy}")
+            np.testing.assert_array_equal(x, x_values)  # the input is left as it was
+    batch = int(np.prod([e for a, e in enumerate(shape) if a not in axes]))
+    assert engine.strategies == (("passes", "blocks") if batch >= 2 * threads else ("passes",))
+    with pytest.raises(ValueError, match="strategy 'rows' is not one of this plan's"):
+        engine.strategy = "rows"
 
 
 def test_fused_callbacks_through_the_api():

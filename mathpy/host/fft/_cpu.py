@@ -4,13 +4,17 @@ direction -1 forward, +1 inverse; R2C/C2R halve the last transform axis) and the
 
 Without callbacks the library transforms the caller's input straight into the output (no copy, the norm inside the
 library where it can). Callbacks are fused into the passes that move data in and out of the transform, run by
-numba on every thread (:mod:`mathpy.jit._cpu_passes`, :mod:`mathpy._threads`):
+numba on every thread (:mod:`mathpy.jit._cpu_passes`, :mod:`mathpy._threads`), in one of two strategies:
 
-- a *batched* transform (at least two transforms per thread) is cut into one block of transforms per thread
-  (smaller blocks on few threads); each thread loads its block (the prolog), transforms it on one library thread and
-  stores it (the epilog, then the norm) while it is still in its cache;
-- otherwise the prolog pass writes a dense copy of the input, the library transforms it on every thread into a dense
-  buffer, and the epilog pass stores that buffer; each pass runs on every thread.
+- ``"passes"``: the prolog pass writes a dense copy of the input, the library transforms it on every thread into a
+  dense buffer, and the epilog pass stores that buffer (then the norm); each pass runs on every thread;
+- ``"blocks"`` (at least two transforms per thread): each thread loads a block of transforms through the prolog,
+  transforms it on one library thread and stores it through the epilog while it is still in its cache.
+
+Which is faster depends on the machine (the blocks save a trip to memory; the passes let the library thread one
+transform and pay a few microseconds of Python per block less): a transform that can take both runs ``"passes"``
+first and, at its third call (its libraries chosen at the second), times both on copies of the call's arrays and
+keeps the faster.
 
 Callbacks see the element offsets of the Transform's layouts, as on the GPU.
 
@@ -26,6 +30,9 @@ array([[1., 0., 0., 0.],
 """
 
 import math
+import statistics
+import threading
+import time
 
 import numpy as np
 
@@ -34,7 +41,7 @@ from ..._log import logger
 from ..._strides import dense_strides
 from ...jit import _cpu_passes as passes
 from ._callback import element_offsets, span
-from ._cpu_libraries import Executor, candidates, scale_in_place, transform_bytes
+from ._cpu_libraries import Executor, candidates, like, scale_in_place, transform_bytes
 from ._layout import Transform
 
 __all__ = ["CPUEngine"]
@@ -127,6 +134,23 @@ class CPUEngine:
         """The CPU FFT library running the transform ("pocketfft", "fftw", "mkl")."""
         return (self._executor or self._fused).library
 
+    @property
+    def strategies(self):
+        """The strategies that can run this transform's callbacks (``()`` without callbacks; see the module)."""
+        return () if self._fused is None else tuple(self._fused.strategies)
+
+    @property
+    def strategy(self):
+        """The strategy running the callbacks ("passes" or "blocks"; None without callbacks). Setting it to one of
+        :attr:`strategies` keeps it (no timing at the third call)."""
+        return None if self._fused is None else self._fused.strategy
+
+    @strategy.setter
+    def strategy(self, name):
+        if name not in self.strategies:
+            raise ValueError(f"strategy {name!r} is not one of this plan's {list(self.strategies)}")
+        self._fused.strategy, self._fused.timings = name, {name: None}
+
     def execute(self, input_array, output_array, direction, stream=None, scale=None):
         """Transform ``input_array`` into ``output_array`` (NumPy arrays in the Transform's layouts; one array for an
         in-place C2C plan), then multiply by ``scale`` (None: unnormalised), after the epilog."""
@@ -168,13 +192,16 @@ class _FusedPass:
         self._load = passes.loader(None if prolog is None else prolog.function, "prolog")
         self._store = passes.storer(None if epilog is None else epilog.function, "epilog")
         self._prolog, self._epilog = prolog, epilog
-        self._buffers = []  # free (input, output) buffers, one pair per concurrent block or call
-        count = self._in.count
-        self.blocked = count >= 2 * threads
-        if self.blocked:
+        # free (input, output) buffers of each strategy: one pair per concurrent block or call
+        self._block_buffers, self._whole_buffers = [], []
+        self.strategies = self._strategies = {"passes": self._passes}
+        self._whole_setup(libraries, batch_axes, limit)
+        if self._in.count >= 2 * threads:  # a block of transforms per thread is possible: it competes
             self._blocked_setup(libraries)
-        else:
-            self._whole_setup(libraries, batch_axes, limit)
+            self._strategies["blocks"] = self._blocks
+        self.workspace_bytes = max(self._workspace.values())
+        self.strategy, self.timings = "passes", {}
+        self._calls, self._choosing = 0, threading.Lock()
         self._dry_run()
 
     # --- planning ----------------------------------------------------------------------------------------------------
@@ -189,7 +216,7 @@ class _FusedPass:
         self._out_dense = self._epilog is not None or not self._out.folds
         self._libraries = [lib for lib in libraries if lib.chunks] or candidates("pocketfft", t)
         self._executors = {}  # block length -> Executor on one thread
-        self.workspace_bytes = threads * self._rows * per_transform
+        self._workspace["blocks"] = threads * self._rows * per_transform
 
     def _whole_setup(self, libraries, batch_axes, limit):
         t = self.t
@@ -200,8 +227,8 @@ class _FusedPass:
                                 t.axes)
         self._executor = Executor(self._whole, libraries, self.threads, destroy_input=self._prolog is not None,
                                   limit=limit)
-        self.workspace_bytes = (self._prolog is not None) * math.prod(t.input_shape) * t.input_dtype.itemsize + \
-            (self._epilog is not None) * math.prod(t.output_shape) * t.output_dtype.itemsize
+        self._workspace = {"passes": (self._prolog is not None) * math.prod(t.input_shape) * t.input_dtype.itemsize
+                           + (self._epilog is not None) * math.prod(t.output_shape) * t.output_dtype.itemsize}
         # the rows of the passes: the batch, or (one transform over several axes) the first transform axis
         self._rows_of = {}
         for side, strides in ((self._in, t.input_strides), (self._out, t.output_strides)):
@@ -225,15 +252,37 @@ class _FusedPass:
 
     @property
     def library(self):
-        executor = self._executors.get(self._rows) if self.blocked else self._executor
+        executor = self._executors.get(self._rows) if self.strategy == "blocks" else self._executor
         return None if executor is None else executor.library
 
     # --- running -----------------------------------------------------------------------------------------------------
     def __call__(self, x, out, forward, scale):
-        if self.blocked:
-            self._blocks(x, out, forward, scale)
-        else:
-            self._passes(x, out, forward, scale)
+        if len(self._strategies) > 1 and not self.timings:
+            self._calls += 1
+            # the third call: the libraries of both strategies are chosen (at their second), now the strategy
+            if self._calls >= 3 and x is not out and self._choosing.acquire(blocking=False):
+                try:
+                    if not self.timings:
+                        self._choose(x, out, forward, scale)
+                finally:
+                    self._choosing.release()
+        self._strategies[self.strategy](x, out, forward, scale)
+
+    def _choose(self, x, out, forward, scale):
+        """Time both strategies on copies of the call's arrays, in interleaved rounds, and keep the faster."""
+        x_copy, out_copy = like(x), like(out)
+        np.copyto(x_copy, x)
+        samples = {name: [] for name in self._strategies}
+        for _ in range(4):
+            for name, run in self._strategies.items():
+                start = time.perf_counter()
+                run(x_copy, out_copy, forward, scale)
+                samples[name].append(time.perf_counter() - start)
+        self.timings = {name: statistics.median(times[1:]) for name, times in samples.items()}
+        self.strategy = min(self.timings, key=self.timings.get)
+        (self._whole_buffers if self.strategy == "blocks" else self._block_buffers).clear()
+        logger.debug("CPU FFT %s with callbacks: %s (measured %s)", self.t, self.strategy,
+                     {k: f"{v * 1e3:.3f} ms" for k, v in self.timings.items()})
 
     def _executor_for(self, rows):
         executor = self._executors.get(rows)
@@ -259,7 +308,7 @@ class _FusedPass:
         def block(i):
             start, stop = i * rows, min(count, (i + 1) * rows)
             n = stop - start
-            buffers = self._buffers.pop() if self._buffers else self._new_block()
+            buffers = self._block_buffers.pop() if self._block_buffers else self._new_block()
             try:
                 if x_view is None:
                     src = buffers[0][:n]
@@ -274,7 +323,7 @@ class _FusedPass:
                 elif rest is not None:
                     dst *= rest
             finally:
-                self._buffers.append(buffers)
+                self._block_buffers.append(buffers)
 
         _threads.run_chunks(block, -(-count // rows), self.threads)
 
@@ -285,7 +334,7 @@ class _FusedPass:
 
     def _passes(self, x, out, forward, scale):
         prolog_info, epilog_info = self._user_info()
-        buffers = self._buffers.pop() if self._buffers else self._new_buffers()
+        buffers = self._whole_buffers.pop() if self._whole_buffers else self._new_buffers()
         try:
             src, dst = x, out
             if self._prolog is not None:
@@ -305,7 +354,7 @@ class _FusedPass:
             elif rest is not None:
                 scale_in_place(out, rest, self.threads)
         finally:
-            self._buffers.append(buffers)
+            self._whole_buffers.append(buffers)
 
     def _pass(self, side, buffer, run):
         """``run(row_offsets, inner_offsets, step, rows of buffer)`` over the rows of a pass, a block per thread."""

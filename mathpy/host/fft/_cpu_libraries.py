@@ -33,7 +33,7 @@ import numpy as np
 from ... import _threads
 from ..._log import logger
 
-__all__ = ["LIBRARIES", "candidates", "Executor", "FFTW_PLANNING_SECONDS", "scale_in_place", "transform_bytes"]
+__all__ = ["LIBRARIES", "candidates", "Executor", "FFTW_PLANNING_SECONDS", "like", "scale_in_place", "transform_bytes"]
 
 #: At most this many seconds of FFTW_MEASURE planning per plan (pyFFTW's ``planning_timelimit``): large 2-D plans
 #: measured without a limit took 13 s on 2 cores.
@@ -49,7 +49,7 @@ def _address(array):
     return array.__array_interface__["data"][0]
 
 
-def _like(array):
+def like(array):
     """A new array of ``array``'s shape, dtype and strides whose address has the same remainder modulo 64."""
     span = sum((n - 1) * s for n, s in zip(array.shape, array.strides)) + array.itemsize
     raw = np.empty(span + 64, np.uint8)
@@ -348,7 +348,7 @@ class Executor:
         measured = {lib.name: self._run if lib is first and not lib.plans else self._make(lib, measure=True)
                     for lib in self._libraries}
         if len(measured) > 1:
-            x_copy, out_copy = _like(x), (None if x is out else _like(out))
+            x_copy, out_copy = like(x), (None if x is out else like(out))
             samples = {name: [] for name in measured}
             for _ in range(TUNING_ROUNDS):  # in rounds: drift and other processes' load reach every library alike
                 for name, run in measured.items():
