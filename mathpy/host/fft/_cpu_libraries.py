@@ -38,8 +38,9 @@ __all__ = ["LIBRARIES", "candidates", "Executor", "FFTW_PLANNING_SECONDS", "like
 #: At most this many seconds of FFTW_MEASURE planning per plan (pyFFTW's ``planning_timelimit``): large 2-D plans
 #: measured without a limit took 13 s on 2 cores.
 FFTW_PLANNING_SECONDS = 2.0
-#: Rounds of timing when several libraries can run a transform: every library once per round, the first round cold.
-TUNING_ROUNDS = 6
+#: Rounds of timing when several libraries can run a transform: every library once per round, the first round cold;
+#: small transforms get more rounds, up to MAX_TUNING_ROUNDS or about TUNING_SECONDS in all.
+TUNING_ROUNDS, MAX_TUNING_ROUNDS, TUNING_SECONDS = 6, 40, 0.05
 _SIMD_ALIGNMENT = 16  # FFTW's: plans made on 16-byte aligned arrays run on any 16-byte aligned arrays
 _INVERSE_NORMS = ("forward", "ortho", "backward")  # NumPy's norm names of codes 0 / 1 / 2 for an inverse transform
 _FORWARD_NORMS = ("backward", "ortho", "forward")
@@ -350,12 +351,16 @@ class Executor:
         if len(measured) > 1:
             x_copy, out_copy = like(x), (None if x is out else like(out))
             samples = {name: [] for name in measured}
-            for _ in range(TUNING_ROUNDS):  # in rounds: drift and other processes' load reach every library alike
+            rounds = TUNING_ROUNDS
+            while len(samples[self.library]) < rounds:  # in rounds: drift and load reach every library alike
                 for name, run in measured.items():
                     np.copyto(x_copy, x)
                     start = time.perf_counter()
                     run(x_copy, x_copy if out_copy is None else out_copy, forward, 0)
                     samples[name].append(time.perf_counter() - start)
+                if len(samples[self.library]) == 2:  # small transforms: more rounds, as many as TUNING_SECONDS allow
+                    spent = sum(times[1] for times in samples.values())
+                    rounds = max(TUNING_ROUNDS, min(MAX_TUNING_ROUNDS, int(TUNING_SECONDS / max(spent, 1e-9))))
             self.timings = {name: statistics.median(times[1:]) for name, times in samples.items()}  # [0]: cold
             self.library = min(self.timings, key=self.timings.get)
             logger.debug("CPU FFT %s threads=%d: %s (measured %s)", self.transform, self.threads, self.library,
