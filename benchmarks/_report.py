@@ -261,6 +261,27 @@ def compat_tables(fused, overhead):
         "an epilog 10). 8 x 1024 complex64 FFT over the last axis, 128^3 float16 matmul."])
 
 
+# --- bench_check_bounds.py -----------------------------------------------------------------------------------------
+
+def check_bounds_table(rows):
+    """``rows``: dicts with "case", "call" ({"unchecked": ms, "checked": ms}), optionally "plain" (cuFFT alone) and
+    "kernel" (the same dict for the library call alone). The ratios are checked / unchecked time: the cost of the
+    checks (1.00: free)."""
+    headers = ["callback or epilog", "plain cuFFT", "kernel unchecked", "kernel checked", "kernel checked / unchecked",
+               "per call unchecked", "per call checked", "per call checked / unchecked"]
+    cells = []
+    for row in rows:
+        kernel, call = row.get("kernel") or {}, row["call"]
+        cells.append([row["case"], ms(row.get("plain")), ms(kernel.get("unchecked")), ms(kernel.get("checked")),
+                      ratio(kernel.get("checked"), kernel.get("unchecked")), ms(call.get("unchecked")),
+                      ms(call.get("checked")), ratio(call.get("checked"), call.get("unchecked"))])
+    return "\n".join([
+        table(headers, cells), "",
+        "ms, medians. Kernel: the library's call alone (cuFFT plan; no record read), CUDA events over interleaved "
+        "rounds; per call: FFT.execute() / Matmul.execute() and a synchronisation (a checked call synchronises itself "
+        "to read its record). Ratios here are checked / unchecked time: the cost of check_bounds (1.00: free)."])
+
+
 # --- bench_cpu.py -------------------------------------------------------------------------------------------------
 
 CPU_FFT_PEERS = ("NumPy", "SciPy", "pyFFTW", "mkl_fft")

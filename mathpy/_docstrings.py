@@ -1,8 +1,10 @@
 """Docstrings written once: shared parameter text filled into numpydoc docstrings (nvmath-python's habit), so that
 ``help()`` and the API reference say the same thing for every function that takes ``execution=`` or ``stream=``.
 
-A docstring line that holds only ``{name}`` is replaced by the shared text ``name``, every line of it indented as the
-placeholder was; other braces are left alone, and a placeholder without text is an error when the module is imported.
+A docstring line that starts with ``{name}`` is replaced by the shared text ``name``, every line of it indented as the
+placeholder was, and the rest of the line (if any) follows the text's last line; other braces are left alone. A
+placeholder without text, and a shared name in braces anywhere else in a line, are errors when the module is imported:
+no ``help()`` shows a hole.
 
 >>> @fill({"x": "An array.\\nAny package's."})
 ... def f(x):
@@ -15,13 +17,20 @@ placeholder was; other braces are left alone, and a placeholder without text is 
 ...     '''
 >>> print(f.__doc__.splitlines()[5:7])
 ['        An array.', "        Any package's."]
+>>> render("    {x} More.", {"x": "An array."})
+'    An array. More.'
+>>> render("    An {x}.", {"x": "array"})
+Traceback (most recent call last):
+...
+ValueError: docstring: placeholder {x} is not at the start of its line: 'An {x}.'
 """
 
 import re
 
 __all__ = ["fill", "COMMON"]
 
-_PLACEHOLDER = re.compile(r"^(\s*)\{(\w+)\}\s*$")
+_PLACEHOLDER = re.compile(r"^(\s*)\{(\w+)\}(.*?)\s*$")
+_ANY = re.compile(r"\{(\w+)\}")
 
 #: Text shared by every host API.
 COMMON = {
@@ -32,7 +41,8 @@ live (host memory on the CPU, device memory on its GPU), unless an :func:`~mathp
 sets another. Data moves as needed and results come back where the operands live.""",
     "stream": """\
 The CUDA stream the GPU work is ordered on: an ``int`` handle, a CuPy or torch stream, or any object
-with ``__cuda_stream__``. Default: the current stream of the operands' package. Ignored on the CPU.""",
+with ``__cuda_stream__``. Default: the operands' package's current stream at the time of the call (as in
+torch, CuPy and nvmath-python); a capturing stream records the work in its CUDA graph. Ignored on the CPU.""",
     "no_device": """\
 :class:`~mathpy.NoDeviceError`
     GPU execution was asked for on a machine without a usable GPU.""",
@@ -52,11 +62,18 @@ def render(doc, shared, where="docstring"):
     lines = []
     for line in (doc or "").splitlines():
         match = _PLACEHOLDER.match(line)
-        if match is None:
+        if match is None or match.group(2) not in shared and match.group(3):  # not a placeholder line
+            stray = [name for name in _ANY.findall(line) if name in shared]
+            if stray:
+                raise ValueError(f"{where}: placeholder {{{stray[0]}}} is not at the start of its line: "
+                                 f"{line.strip()!r}")
             lines.append(line)
             continue
-        indent, name = match.groups()
+        indent, name, rest = match.groups()
         if name not in shared:
             raise KeyError(f"{where}: no shared docstring text named {name!r}")
-        lines.extend(indent + text if text else "" for text in shared[name].splitlines())
+        block = [indent + text if text else "" for text in shared[name].splitlines()]
+        if rest:
+            block[-1] += rest
+        lines.extend(block)
     return "\n".join(lines) + ("\n" if (doc or "").endswith("\n") else "")

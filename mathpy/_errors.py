@@ -13,6 +13,8 @@ __all__ = [
     "InvalidPlanStateError",
     "UnsupportedLayoutError",
     "CallbackCompileError",
+    "StreamCaptureError",
+    "OutOfBoundsError",
 ]
 
 
@@ -51,8 +53,14 @@ class CUDALibraryError(MathpyError, RuntimeError):
 
     def __init__(self, library, function, status, status_name, detail=""):
         self.library, self.function, self.status, self.status_name = library, function, status, status_name
+        self.detail = detail
         message = f"{status_name} ({status}): {library} {function} failed"
         super().__init__(f"{message}. {detail}" if detail else message)
+
+    def __reduce__(self):
+        # pickled with its own arguments: a process pool sends a worker's exception back to the parent, whose
+        # result thread dies (and the pool hangs) when the exception cannot be rebuilt from BaseException's args
+        return type(self), (self.library, self.function, self.status, self.status_name, self.detail)
 
 
 class LibraryNotFoundError(MathpyError, ImportError):
@@ -97,6 +105,23 @@ class InvalidPlanStateError(MathpyError, RuntimeError):
     Traceback (most recent call last):
     ...
     mathpy._errors.InvalidPlanStateError: Matmul.execute: call plan() first
+    """
+
+
+class StreamCaptureError(MathpyError, RuntimeError):
+    """A call was made while its stream was capturing a CUDA graph (``torch.cuda.graph``, CuPy's
+    ``Stream.begin_capture``) and it does work a graph cannot record: planning (cuFFT and cuBLASLt allocate and upload
+    when they plan), autotuning (it times on the host), waiting on the host (``blocking=True``), or copies between host
+    and device memory (NumPy operands or results with GPU execution). Raised before any work is queued, so the capture
+    stays valid; the message names the call and what to do instead (usually: run the call once before the capture,
+    so that it is planned).
+
+    Examples
+    --------
+    >>> import mathpy
+    >>> error = mathpy.StreamCaptureError("FFT.plan cannot be captured in a CUDA graph: ...")
+    >>> isinstance(error, RuntimeError)
+    True
     """
 
 
@@ -148,3 +173,39 @@ class CallbackCompileError(MathpyError, TypeError):
     ...     print(str(error).splitlines()[0][:47])
     cannot compile epilog callback broken (<doctest
     """
+
+
+class OutOfBoundsError(MathpyError, IndexError):
+    """A prolog, an epilog or a matmul epilog compiled with ``check_bounds`` indexed one of its arrays out of bounds.
+    The access was skipped (a load gave zero, a store wrote nothing), so the result is not to be used.
+
+    Parameters
+    ----------
+    message : str
+        The text: the function (name, file and line), the array, the index and the array's extent.
+    callback : str, optional
+        The function's ``name (file:line)``.
+    array : str, optional
+        The array as the callback's signature names it (``"data_in"``, ``"data_out"``, ``"user_info"``, ``"data"``).
+    index : tuple of int, optional
+        The index that was out of bounds (one entry per axis).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mathpy, mathpy.fft
+    >>> def late(data_in, offset, user_info, unused):
+    ...     if offset > 1:                   # under a condition: only a run can tell
+    ...         return data_in[offset] * user_info[offset + 2]
+    ...     return data_in[offset]
+    >>> window = mathpy.fft.Callback(late, data=np.ones(4, np.float32))
+    >>> try:
+    ...     mathpy.fft.fft(np.ones(4, np.complex64), prolog=window, options={"check_bounds": True})
+    ... except mathpy.OutOfBoundsError as error:
+    ...     print(error.array, error.index)
+    user_info (4,)
+    """
+
+    def __init__(self, message, callback=None, array=None, index=None):
+        super().__init__(message)
+        self.callback, self.array, self.index = callback, array, index

@@ -94,6 +94,8 @@ def wrap_operand(obj, name="operand", written=False):
         raise ValueError(f"{name}: DLPack device type {device_type} is not supported (CPU and CUDA are)")
     try:
         array = np.asarray(obj)
+    except ValueError as e:  # a ragged sequence: NumPy's kind of error and words, naming the operand
+        raise ValueError(f"{name}: {e}") from None
     except Exception as e:
         raise TypeError(_not_an_array(name, obj)) from e
     if array.dtype.kind in _NOT_NUMERIC:  # None, strings, dicts...: NumPy makes a 0-d object or string array of them

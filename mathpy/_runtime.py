@@ -11,8 +11,8 @@ import functools
 
 from ._errors import CUDALibraryError
 
-__all__ = ["call", "device_scope", "bind_primary_context", "synchronize", "copy_host_to_device",
-           "copy_device_to_device", "Event", "EventTimer"]
+__all__ = ["call", "device_scope", "bind_primary_context", "synchronize", "is_capturing", "relaxed_capture",
+           "copy_host_to_device", "copy_device_to_device", "Event", "EventTimer"]
 
 
 @functools.cache
@@ -89,6 +89,30 @@ def device_scope(device_id):
 def synchronize(stream):
     """Wait on the host until the work queued on raw ``stream`` so far has finished."""
     call("cudaStreamSynchronize", stream)
+
+
+def is_capturing(stream):
+    """Whether raw ``stream`` is capturing a CUDA graph (or its capture was invalidated: work queued there would fail
+    too). A legacy-stream query during another stream's global-mode capture is itself illegal: that counts as
+    capturing."""
+    runtime = _runtime()
+    status, state = runtime.cudaStreamIsCapturing(stream)
+    if status == runtime.cudaError_t.cudaErrorStreamCaptureImplicit:
+        return True
+    if int(status):
+        raise CUDALibraryError("cudart", "cudaStreamIsCapturing", int(status), getattr(status, "name", str(status)))
+    return state != runtime.cudaStreamCaptureStatus.cudaStreamCaptureStatusNone
+
+
+@contextlib.contextmanager
+def relaxed_capture():
+    """This thread's stream capture mode made relaxed for a block: an allocation there (cudaMallocHost, ...) is
+    legal even while a stream captures in global mode (as torch's allocator does for its own cudaMalloc)."""
+    mode = call("cudaThreadExchangeStreamCaptureMode", _runtime().cudaStreamCaptureMode.cudaStreamCaptureModeRelaxed)
+    try:
+        yield
+    finally:
+        call("cudaThreadExchangeStreamCaptureMode", mode)
 
 
 def copy_host_to_device(destination, source, nbytes, stream):

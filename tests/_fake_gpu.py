@@ -44,9 +44,13 @@ class HostMemory(ArrayPackage):
     def __init__(self):
         super().__init__()
         self.allocations, self.current = [], 0
+        self.capturing = set()  # streams that pose as capturing a CUDA graph
 
     def owns(self, obj):
         return False
+
+    def is_capturing(self, device_id, stream):
+        return (self.current if stream is None else stream) in self.capturing
 
     def pointer(self, array):
         return array.__array_interface__["data"][0]

@@ -38,34 +38,45 @@ def _driver(spec):
             f"  ret void\n}}\n")
 
 
+def host_engine(text, *extra):
+    """An MCJIT engine of this CPU running NVVM IR ``text`` (one or more ``; ModuleID`` modules) and the LLVM
+    modules ``extra``, linked together."""
+    import llvmlite.binding as llvm
+
+    text = re.sub(r"target (triple|datalayout) = .*\n", "", text)
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    modules = [llvm.parse_assembly("; ModuleID" + part) for part in text.split("; ModuleID")[1:]]
+    modules += [llvm.parse_assembly(source) for source in extra]
+    module = modules[0]
+    for other in modules[1:]:
+        module.link_in(other)
+    machine = llvm.Target.from_default_triple().create_target_machine()
+    module.triple, module.data_layout = llvm.get_process_triple(), str(machine.target_data)
+    module.verify()
+    engine = llvm.create_mcjit_compiler(module, machine)
+    engine.finalize_object()
+    return engine
+
+
 class HostCallback:
-    """``fn`` compiled by mathpy for the GPU (``kind``, ``element_dtype``, ``user_info_dtype``), callable here:
+    """``fn`` compiled by mathpy for the GPU (``kind``, ``element_dtype``, ``user_info_dtype``, ``check_bounds``),
+    callable here:
 
     - epilog: ``cb(data, offset, value, user_info)`` stores into the NumPy array ``data``;
     - prolog: ``cb(data, offset, user_info)`` returns the loaded element.
+
+    ``user_info`` is what cuFFT's ``caller_info`` points to: the user data, or for a checked build the int64 header
+    of :mod:`mathpy.jit._bounds`.
     """
 
-    def __init__(self, fn, kind, element_dtype, user_info_dtype=None):
-        import llvmlite.binding as llvm
-
+    def __init__(self, fn, kind, element_dtype, user_info_dtype=None, check_bounds=False):
         patch_numpy_for_numba_cuda()
         from mathpy.jit import _device
 
-        self.spec = make_spec(kind, element_dtype, user_info_dtype, (9, 0))
+        self.spec = make_spec(kind, element_dtype, user_info_dtype, (9, 0), check_bounds)
         text = _device.build_llvm_ir(self.spec, fn, f"__mathpy_host_{kind}_{element_dtype}")
-        text = re.sub(r"target (triple|datalayout) = .*\n", "", text)
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
-        modules = [llvm.parse_assembly("; ModuleID" + part) for part in text.split("; ModuleID")[1:]]
-        modules.append(llvm.parse_assembly(_driver(self.spec)))
-        module = modules[0]
-        for other in modules[1:]:
-            module.link_in(other)
-        machine = llvm.Target.from_default_triple().create_target_machine()
-        module.triple, module.data_layout = llvm.get_process_triple(), str(machine.target_data)
-        module.verify()
-        self._engine = llvm.create_mcjit_compiler(module, machine)
-        self._engine.finalize_object()
+        self._engine = host_engine(text, _driver(self.spec))
         address = self._engine.get_function_address("drive")
         self._drive = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_void_p,
                                        ctypes.c_void_p)(address)
@@ -75,7 +86,7 @@ class HostCallback:
         return None if array is None else array.ctypes.data
 
     def __call__(self, data, offset, *rest):
-        assert data.dtype == self.element and data.flags.c_contiguous
+        assert data.dtype == self.element and data.flags.c_contiguous and data.ndim == 1
         if self.spec.kind == "epilog":
             value, user_info = rest
             value = np.array(value, self.element)

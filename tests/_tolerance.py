@@ -100,7 +100,9 @@ def epilog_bounds(epilog, a, b, dtype, alpha, bias, x, d):
 
 def assert_within(got, expected, bound, what=""):
     """Every |got - expected| <= bound (arrays broadcast); the message names the worst element and its ratio."""
-    got = np.asarray(got).astype(np.complex128 if np.iscomplexobj(got) else np.float64)
+    got = np.asarray(got)
+    if got.dtype not in (np.longdouble, np.clongdouble):  # (long double keeps its digits)
+        got = got.astype(np.complex128 if np.iscomplexobj(got) else np.float64)
     expected = np.asarray(expected)
     error = np.abs(got - expected)
     bound = np.broadcast_to(bound, error.shape)

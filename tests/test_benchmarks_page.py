@@ -55,10 +55,22 @@ def script_headers(report):
                                                                        1.0))],
                             [("c", {"NumPy": 1.0, "mathpy": 1.0, "execute": 1.0})],
                             [("c", {"NumPy": 1.0, "product": 1.0, "mathpy": 1.0})])
-    # the CPU section holds two runs of bench_cpu's tables: 16 cores, then 2 cores
-    return [tuple(header) for text in (callbacks, fft, matmul, epilog, device, difference_imaging_tables(), autograd,
-                                       compat, cpu, cpu)
+    check_bounds = report.check_bounds_table([{"case": "c", "plain": 1, "kernel": {"unchecked": 1, "checked": 1},
+                                               "call": {"unchecked": 1, "checked": 1}}])
+    return [tuple(header) for text in (callbacks, fft, matmul, epilog, device, difference_imaging_tables(),
+                                       sfft_tables(), autograd, compat, check_bounds,
+                                       cpu, cpu)  # the CPU section: two runs (16 cores, 2 cores)
             for header, _ in tables(text)]
+
+
+def sfft_tables():
+    """bench_sfft's table for a run with every implementation."""
+    spec = importlib.util.spec_from_file_location("bench_sfft", ROOT / "benchmarks" / "bench_sfft.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    entry = {"device": "GPU", "ms_per_pair": 1.0, "solution_error": 0.0, "difference_error": 0.0}
+    return bench.tables({"config": {"n": 64, **bench.ROMAN}, "reference": "sfft-cupy-gss", "environment": "",
+                         "implementations": {name: entry for name in bench.RUNS}})
 
 
 def difference_imaging_tables():
@@ -139,6 +151,14 @@ def test_every_ratio_is_peer_time_over_mathpy_time():
             for row in rows:
                 assert abs(number(row[vs]) - cupy / number(row[ms])) <= 0.011, row
                 checked += 1
+            continue
+        elif header[0] == "run" and "time / mathpy" in header:  # bench_sfft: mathpy is a row
+            ms, vs = header.index("ms per pair"), header.index("time / mathpy")
+            mathpy = next((number(row[ms]) for row in rows if row[0] == "mathpy"), None)
+            for row in rows:
+                if mathpy is not None and number(row[vs]) is not None:
+                    assert abs(number(row[vs]) - number(row[ms]) / mathpy) <= 0.011, row
+                    checked += 1
             continue
         elif header[0] == "tokens x d":  # bench_autograd: eager, compile and two Linears against the fused MLP
             pairs = [(5, 3, 1), (6, 4, 1), (7, 2, 1)]

@@ -14,6 +14,7 @@ import pytest
 
 import mathpy
 import mathpy.compat.nvmath as nvmath
+from _tolerance import assert_fft_close
 
 
 def _rand(shape, dtype, seed=0):
@@ -64,6 +65,19 @@ def test_direction_argument_of_the_functions(xp, direction):
     _close(xp.to_numpy(r), np.fft.ifftn(x) * x.size, x.size)
     r = nvmath.fft.ifft(xp.asarray(x), direction=nvmath.fft.FFTDirection.FORWARD)
     _close(xp.to_numpy(r), np.fft.fftn(x), x.size)
+
+
+def test_direction_none_is_the_types_own_direction(xp):
+    """nvmath-python's examples 15-18 pass ``direction=None`` through: the transform type's default (forward for C2C,
+    also for ifft, whose own default None replaces), as nvmath's FFT.execute(direction=None)."""
+    x = _rand((8, 16), np.complex64)
+    for function in (nvmath.fft.fft, nvmath.fft.ifft):
+        r = function(xp.asarray(x), axes=[1], direction=None)
+        assert_fft_close(xp.to_numpy(r), np.fft.fft(x.astype(np.complex128), axis=1), np.float32, 16, "C2C")
+    with nvmath.fft.FFT(xp.asarray(x)) as f:
+        f.plan(direction=None)
+        assert_fft_close(xp.to_numpy(f.execute(direction=None)), np.fft.fftn(x.astype(np.complex128)), np.float32,
+                         x.size, "stateful")
 
 
 def test_bad_direction_is_a_value_error(xp):
@@ -258,8 +272,6 @@ def test_stateful_errors(xp):
     with pytest.raises(RuntimeError):
         f.execute()  # before plan()
     f.plan()
-    with pytest.raises(ValueError, match="valid operand"):
-        f.reset_operand(None)
     with pytest.raises(ValueError):
         f.reset_operand(xp.asarray(_rand((4, 9), np.complex64)))
     other = np.asarray(x) if xp.name != "numpy" else __import__("pytest").importorskip("torch").from_numpy(x)
@@ -324,6 +336,21 @@ def test_release_operand_then_reset(xp):
         _close(xp.to_numpy(f.execute()), np.fft.fftn(x), 32)
 
 
+@pytest.mark.parametrize("how", ["no argument", "None"])
+def test_reset_operand_without_an_operand_releases_it(xp, how):
+    """nvmath-python's example 14 (its FFT cache) calls ``reset_operand(stream=...)`` after each execute: the operand
+    is released, and the next use gives a new one."""
+    x, x2 = _rand((4, 8), np.complex64), _rand((4, 8), np.complex64)
+    with nvmath.fft.FFT(xp.asarray(x)) as f:
+        f.plan()
+        f.execute()
+        f.reset_operand() if how == "no argument" else f.reset_operand(None, stream=None)
+        with pytest.raises(RuntimeError, match="released"):
+            f.execute()
+        f.reset_operand(xp.asarray(x2))
+        assert_fft_close(xp.to_numpy(f.execute()), np.fft.fftn(x2.astype(np.complex128)), np.float32, 32, "reset")
+
+
 def test_create_key_is_hashable_and_equal_for_equal_problems(xp):
     a, b = xp.asarray(_rand((4, 8), np.complex64, 1)), xp.asarray(_rand((4, 8), np.complex64, 2))
     key = nvmath.fft.FFT.create_key(a, axes=[1])
@@ -363,3 +390,30 @@ def test_execute_release_workspace_and_streams_on_the_cpu():
         f.plan(stream=None)
         f.reset_operand(x, stream=None)
         _close(f.execute(release_workspace=True), np.fft.fftn(x), 64)  # nothing to release on the CPU
+
+
+# --- a host operand transformed in place on the GPU (nvmath-python's example 08), on the stand-in GPU ------------------
+
+@pytest.mark.parametrize("layout", ["C", "F"])
+def test_inplace_numpy_fft_with_cuda_execution_writes_back_into_the_array(layout, monkeypatch):
+    """The operand is copied to the GPU, transformed there in place and copied back into the same array, which is
+    returned: nvmath's ``b = fft(a, options={"inplace": True}, execution="cuda"); b is a``."""
+    from test_fft_fake_gpu import FakeCUFFTEngine, FakeCuPy, pretend_a_gpu
+    from mathpy import _engines, _packages
+    import mathpy.fft as mfft
+
+    pretend_a_gpu(monkeypatch)
+    mfft.plan_cache_clear()
+    a = _rand((8, 16, 4), np.complex64)
+    a = np.asfortranarray(a) if layout == "F" else a
+    original = a.astype(np.complex128)
+    try:
+        with _packages.use(FakeCuPy(), device_package_name="cupy"), _engines.use("fft", "cuda", FakeCUFFTEngine):
+            b = nvmath.fft.fft(a, axes=(0, 1), options={"inplace": True}, execution="cuda")
+            assert b is a and FakeCUFFTEngine.instances
+            assert_fft_close(a, np.fft.fftn(original, axes=(0, 1)), np.float32, 128, "forward in place")
+            c = nvmath.fft.ifft(b, axes=(0, 1), options={"inplace": True}, execution="cuda")
+            assert c is a
+            assert_fft_close(a, original * 128, np.float32, 128, "inverse in place", sources=2)  # unnormalised
+    finally:
+        mfft.plan_cache_clear()

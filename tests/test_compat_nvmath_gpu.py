@@ -12,6 +12,7 @@ import pytest
 
 import mathpy
 import mathpy.compat.nvmath as nvmath
+from _tolerance import assert_within, matmul_bound
 
 pytestmark = pytest.mark.gpu
 
@@ -109,3 +110,48 @@ def test_float8_on_cublaslt_with_scales():
                                       options={"result_type": nvmath.CudaDataType.CUDA_R_32F})
     ref = a.float().cpu().numpy().astype(np.float64) @ b.float().cpu().numpy()
     np.testing.assert_allclose(r.cpu().numpy(), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["C", "F"])
+def test_inplace_numpy_fft_with_cuda_execution(layout):
+    """nvmath-python's example 08: a NumPy array transformed in place with execution="cuda" (copied to the GPU,
+    transformed by cuFFT, copied back into the same array), forward then inverse."""
+    a = _rand((16, 32, 8), np.complex64)
+    a = np.asfortranarray(a) if layout == "F" else a
+    original = a.astype(np.complex128)
+    b = nvmath.fft.fft(a, axes=(0, 1), options={"inplace": True}, execution="cuda")
+    assert b is a
+    _close(a, np.fft.fftn(original, axes=(0, 1)), 512)
+    c = nvmath.fft.ifft(b, axes=(0, 1), options={"inplace": True}, execution="cuda")
+    assert c is a
+    _close(a, original * 512, 512)
+
+
+def test_direction_none_and_reset_operand_without_an_operand_on_the_gpu():
+    """nvmath-python's examples 14-18: ``direction=None`` and ``reset_operand(stream=...)`` with CuPy operands."""
+    x = cupy.asarray(_rand((8, 64), np.complex64))
+    _close(cupy.asnumpy(nvmath.fft.fft(x, axes=(1,), direction=None)), np.fft.fft(cupy.asnumpy(x), axis=1), 64)
+    stream = cupy.cuda.Stream()
+    with nvmath.fft.FFT(x, axes=(1,), stream=stream) as f:
+        f.plan(stream=stream)
+        f.execute(stream=stream)
+        f.reset_operand(stream=stream)
+        with pytest.raises(RuntimeError, match="released"):
+            f.execute(stream=stream)
+        f.reset_operand(x, stream=stream)
+        y = f.execute(direction=None, stream=stream)
+        stream.synchronize()
+    _close(cupy.asnumpy(y), np.fft.fft(cupy.asnumpy(x), axis=1), 64)
+
+
+def test_matmul_reset_operands_positionally_on_the_gpu():
+    """nvmath-python's example 05: ``mm.reset_operands(c, d)`` with CuPy operands."""
+    a, b, c, d = (cupy.asarray(_rand((32, 32), np.float32, seed)) for seed in range(4))
+    with nvmath.linalg.advanced.Matmul(a, b) as mm:
+        mm.plan()
+        mm.execute()
+        mm.reset_operands(c, d)
+        r = mm.execute()
+    c_host, d_host = cupy.asnumpy(c), cupy.asnumpy(d)
+    assert_within(cupy.asnumpy(r), c_host.astype(np.float64) @ d_host, matmul_bound(c_host, d_host, np.float32),
+                  "after reset_operands(c, d)")

@@ -285,8 +285,9 @@ def test_fused_callbacks_equal_the_unfused_expression(threads, shape, in_strides
     span = max(1 + sum((n - 1) * s for n, s in zip(shape, st)) for st in (in_strides, out_strides))
     weights = operand((span,), np.float64, seed=2)
     # the engine reads a bound callback's function and user data (one weight per element of the memory span here)
-    engine = CPUEngine(t, execution=execution, prolog=types.SimpleNamespace(function=window_prolog, user_info=weights),
-                       epilog=types.SimpleNamespace(function=filter_epilog, user_info=weights))
+    engine = CPUEngine(t, execution=execution,
+                       prolog=types.SimpleNamespace(function=window_prolog, user_info=weights, check_bounds=False),
+                       epilog=types.SimpleNamespace(function=filter_epilog, user_info=weights, check_bounds=False))
     x_values = operand(shape, np.complex128)
     x = _strided(x_values, in_strides)
     n = int(np.prod([shape[a] for a in axes]))
@@ -453,3 +454,17 @@ def test_cpu_engine_runs_after_free():
     x, out = operand((2, 8), np.complex128), np.empty((2, 8), np.complex128)
     engine.execute(x, out, -1)
     check(out, reference("fft", x), np.complex128, 8, "after free")
+
+
+def test_scaling_keeps_infinities_real():
+    """A norm scales each part of a complex value, as NumPy does: ``inf+0j`` stays ``inf+0j``, never ``inf+nanj``."""
+    from mathpy.jit import _cpu_passes as passes
+
+    values = np.array([[np.inf + 0j, 2 + 0j, -np.inf + 1j]], np.complex64)
+    span = np.zeros(3, np.complex64)
+    rows, inner = np.zeros(1, np.int64), np.arange(3, dtype=np.int64)
+    passes.storer(None)(span, rows, inner, 1, values, None, np.float32(0.5))
+    np.testing.assert_array_equal(span, [np.inf + 0j, 1 + 0j, -np.inf + 0.5j])
+    out = np.repeat(values, 4096, axis=0)  # large enough for every thread
+    libraries.scale_in_place(out, np.float32(0.5), threads=2)
+    assert not np.isnan(out).any() and np.array_equal(out[:, 0].real, np.full(4096, np.inf, np.float32))

@@ -144,3 +144,34 @@ def test_random_layouts(emulated):
             refused += 1  # layouts one plan cannot address; the API copies those first
     assert checked >= 300, (checked, refused)
     assert not emulated.plans  # every engine destroyed its handle
+
+
+@pytest.mark.parametrize("graph_pool", [False, True])
+def test_a_captured_execute_keeps_its_work_area_with_the_plan(emulated, graph_pool):
+    """issue 20: an execute on a stream other than the plan's home takes a work area of its own and gives it back to
+    the pool after the launch; in a graph capture the graph keeps using it, so where the pool would hand it on
+    (CuPy's; torch gives each graph a private pool) it stays with the plan. Misaligned R2C pointers stage their
+    data: those copies are kept likewise."""
+    from mathpy import _streams
+    emulated.workspace = 4096
+    emulated.memory.graph_pool = graph_pool
+    t = CASES["R2C contiguous (idist 64, odist 33)"]
+    x = np.random.default_rng(1).standard_normal(8 * 64 + 1)
+    out = np.zeros(8 * 33 + 1, np.complex128)
+    emulated.buffers[:] = [x, out]
+    engine = _cufft.CUFFTEngine(t, execution=ExecutionCUDA(0), allocator=emulated.memory.on(0, 1))  # home: 1
+    try:
+        engine.execute(x.ctypes.data, out.ctypes.data, -1, 2)  # another stream, outside a capture
+        assert engine not in _streams._graph_memory
+        emulated.memory.capturing.add(3)
+        engine.execute(x.ctypes.data, out.ctypes.data, -1, 3)
+        engine.execute(x.ctypes.data + 8, out.ctypes.data + 16, -1, 3)  # misaligned real side: staged copies too
+        kept = _streams._graph_memory.get(engine, [])
+        if graph_pool:
+            assert kept == []
+        else:
+            assert [w.nbytes for w in kept if hasattr(w, "nbytes") and not isinstance(w, np.ndarray)] == [4096] * 2
+            assert sum(isinstance(w, np.ndarray) for w in kept) == 1  # the staged input (the output is aligned)
+        np.testing.assert_allclose(out[1:].reshape(8, 33), np.fft.rfft(x[1:].reshape(8, 64)), atol=1e-10)
+    finally:
+        engine.free()

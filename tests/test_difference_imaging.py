@@ -365,3 +365,56 @@ def test_gpu_pipelines_match_numpy(n):
     other_data = diffim.inputs(other, config)
     again = diffim.to_numpy(diffim.subtract(pipeline, cupy, other_data.to(cupy)))
     assert diffim.relative_error(again, _run("numpy", config, other)[0], other_data) <= diffim.tolerance(config)
+
+
+_SIMULATED_PEAKS = """
+import json, sys
+import numpy as np
+sys.path.insert(0, "examples")
+from diffim.peak_kernel import THREADS, peaks_kernel
+from numba import cuda
+score = np.array(json.loads(sys.argv[1]), np.float32)
+count = np.zeros(1, np.int32)
+flat, values = np.full(64, -1, np.int64), np.zeros(64, np.float32)
+blocks = (-(-score.shape[1] // THREADS[0]), -(-score.shape[0] // THREADS[1]))
+cuda.jit(peaks_kernel)[blocks, THREADS](score, np.float32(4.0), np.int32(2), count, flat, values)
+print(json.dumps({"count": int(count[0]), "flat": flat[:count[0]].tolist(), "values": values[:count[0]].tolist()}))
+"""
+
+
+def test_peak_kernel_in_the_simulator():
+    """The GPU source extractor's kernel, run by numba's CUDA simulator (in a subprocess: the simulator must be on
+    before numba is imported), finds the peaks of the "candidates" and "filter" methods: ties on the border, corners,
+    a smaller pixel 3 apart from a larger one, on an image that is not a multiple of the block in either axis."""
+    rng = np.random.default_rng(2)
+    score = rng.standard_normal((21, 37)).astype(np.float32) * 2
+    score[0, 0] = score[0, 1] = 9
+    score[20, 36] = 8
+    score[10, 10], score[10, 13] = 7, 7.5
+    score[15, 5], score[18, 5] = 7.5, 7
+    path = str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=path)
+    proc = subprocess.run([sys.executable, "-c", _SIMULATED_PEAKS, json.dumps(score.tolist())], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    found = json.loads(proc.stdout.splitlines()[-1])
+    expected_flat, expected_values = sfft._peaks_among_candidates(score, 4.0, 2)
+    assert found["count"] == len(expected_flat) > 5
+    order = np.argsort(found["flat"])
+    np.testing.assert_array_equal(np.array(found["flat"])[order], np.sort(expected_flat))
+    np.testing.assert_array_equal(np.array(found["values"], np.float32)[order],
+                                  expected_values[np.argsort(expected_flat)])
+
+
+@pytest.mark.gpu
+def test_gpu_peak_kernel_matches_the_maximum_filter():
+    """On the GPU the kernel and the maximum filter give the same detections, in the same order, also when there are
+    more peaks than the kernel's first buffer holds."""
+    cupy = pytest.importorskip("cupy")
+    score = cupy.asarray(np.random.default_rng(3).standard_normal((1000, 777)).astype(np.float32) * 3)
+    for threshold in (4.0, 0.5):
+        by_filter = sfft.detect(cupy, score, threshold, method="filter")
+        by_kernel = sfft.detect(cupy, score, threshold, method="kernel")
+        assert len(by_filter[0]) > (5000 if threshold < 1 else 10)
+        np.testing.assert_array_equal(by_kernel[0], by_filter[0])
+        np.testing.assert_array_equal(by_kernel[1], by_filter[1])

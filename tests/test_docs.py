@@ -80,17 +80,47 @@ def python_blocks(path):
     return re.findall(r"^```python\n(.*?)^```", path.read_text(), flags=re.S | re.M)
 
 
-@pytest.mark.parametrize("page", sorted(p.name for p in GUIDES.glob("*.md")))
-def test_guide_examples_run(page, monkeypatch, tmp_path):
-    """Each guide's Python blocks run in order in one namespace, on the CPU (their asserts are the claims)."""
-    monkeypatch.chdir(tmp_path)
-    blocks = python_blocks(GUIDES / page)
-    assert blocks, f"{page} has no python example"
-    namespace = {"__name__": f"__guide_{page}__"}
-    for index, block in enumerate(blocks):
-        name = f"{GUIDES / page}[python block {index}]"
+def run_blocks(path, namespace):
+    for index, block in enumerate(python_blocks(path)):
+        name = f"{path}[python block {index}]"
         linecache.cache[name] = (len(block), None, block.splitlines(True), name)  # tracebacks show the line
         exec(compile(block, name, "exec"), namespace)
+
+
+def test_every_guide_has_an_example():
+    for page in GUIDES.glob("*.md"):
+        assert python_blocks(page), f"{page.name} has no python example"
+
+
+# every page of docs/ with Python code (the guides, distributed.md, ...): the code a reader copies runs as it is
+PAGES = sorted(str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md") if "_build" not in p.parts and python_blocks(p))
+
+
+@pytest.fixture
+def job_of_one():
+    """mathpy.distributed's pages call md.initialize(): here it returns a job of one process on a LocalTransport
+    (no torch needed); the page's md.finalize() ends it (and this fixture does, should the page fail first)."""
+    import mathpy.distributed as md
+
+    md.finalize()
+    md.initialize(transport=md.LocalTransport())
+    yield
+    md.finalize()
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_examples_run(page, monkeypatch, tmp_path, request):
+    """Each page's Python blocks run in order in one namespace, on the CPU (their asserts are the claims). Pages of
+    mathpy.distributed run as a job of one process: their code is written for any number of ranks."""
+    monkeypatch.chdir(tmp_path)
+    path = DOCS / page
+    if "mathpy.distributed" in path.read_text():
+        request.getfixturevalue("job_of_one")
+    run_blocks(path, {"__name__": f"__doc_{path.stem}__"})
+
+
+def test_the_pages_with_code_include_every_guide_and_distributed():
+    assert {"distributed.md", "guides/callbacks.md", "guides/differences.md"} <= set(PAGES)
 
 
 # --- the differences page stays true -------------------------------------------------------------------------------

@@ -76,10 +76,68 @@ def test_numpydoc_sections(name):
         assert "CPU" in notes and ("GPU" in notes or "CUDA" in notes), f"{name}: Notes say nothing of CPU and GPU"
 
 
-@pytest.mark.parametrize("name", sorted(OBJECTS))
-def test_shared_text_is_filled_in(name):
-    doc = OBJECTS[name].__doc__ or ""
-    assert not re.search(r"^\s*\{\w+\}\s*$", doc, flags=re.M), f"{name}: a placeholder line was not filled"
+# every public module of mathpy: help() on any of them, their names and their classes' members shows no hole
+PUBLIC_MODULES = ("mathpy", "mathpy.fft", "mathpy.jit", "mathpy.device", "mathpy.distributed", "mathpy.compat.nvmath",
+                  "mathpy.compat.nvmath.fft", "mathpy.compat.nvmath.linalg", "mathpy.compat.nvmath.linalg.advanced",
+                  "mathpy.compat.nvmath.memory", "mathpy.torch")
+
+
+def _members(cls):
+    """(name, object) of the public methods and properties ``cls`` has from mathpy's classes (inherited ones too)."""
+    for klass in cls.__mro__:
+        if not klass.__module__.startswith("mathpy"):
+            continue
+        for name, value in vars(klass).items():
+            if name.startswith("_") and name != "__init__":
+                continue
+            value = value.__func__ if isinstance(value, (staticmethod, classmethod)) else value
+            value = value.fget if isinstance(value, property) else value
+            if callable(value):
+                yield name, value
+
+
+def public_docstrings():
+    """``{qualified name: docstring}`` of every public module, name and class member of mathpy."""
+    import importlib
+    import importlib.util
+
+    found = {}
+    for module_name in PUBLIC_MODULES:
+        if module_name == "mathpy.torch" and importlib.util.find_spec("torch") is None:
+            continue
+        module = importlib.import_module(module_name)
+        found[module_name] = module.__doc__
+        names = getattr(module, "__all__", [n for n in vars(module) if not n.startswith("_")])
+        for name in names:
+            obj = getattr(module, name)
+            if inspect.ismodule(obj) or not getattr(obj, "__module__", "").startswith("mathpy"):
+                continue  # submodules are listed themselves; NumPy dtypes and the like are not ours
+            found[f"{module_name}.{name}"] = obj.__doc__
+            if inspect.isclass(obj):
+                for member, value in _members(obj):
+                    found[f"{module_name}.{name}.{member}"] = value.__doc__
+    return found
+
+
+def test_no_public_docstring_has_an_unfilled_placeholder():
+    """A ``{name}`` anywhere in a public docstring is shared text that was not filled in (``help(mathpy.Matmul)``
+    printed ``{stream}`` under ``stream`` when the placeholder shared its line with more text)."""
+    docs = public_docstrings()
+    assert len(docs) > 300, f"the walk found only {len(docs)} docstrings"
+    holes = {name: re.findall(r"\{\w+\}", doc) for name, doc in docs.items() if doc and re.search(r"\{\w+\}", doc)}
+    assert not holes, f"unfilled placeholders: {holes}"
+
+
+def test_a_placeholder_that_cannot_be_filled_fails_at_import():
+    """render() refuses a shared name in braces that is not at the start of its line, and an unknown placeholder
+    line, so that a hole cannot reach help()."""
+    from mathpy._docstrings import render
+
+    assert render("    {x} More.", {"x": "Text."}) == "    Text. More."
+    with pytest.raises(ValueError, match=r"placeholder \{x\} is not at the start of its line"):
+        render("    An {x}.", {"x": "array"})
+    with pytest.raises(KeyError, match="no shared docstring text named 'y'"):
+        render("    {y}", {"x": "array"})
 
 
 def test_help_names_every_keyword_of_the_fft_functions():
@@ -89,3 +147,14 @@ def test_help_names_every_keyword_of_the_fft_functions():
             text = obj.__doc__
             for keyword in ("prolog", "epilog", "options", "execution", "stream", "out", "norm"):
                 assert re.search(rf"^    {keyword} :", text, flags=re.M), f"{name}: {keyword} is not documented"
+
+
+def test_matmul_help_documents_the_python_epilog_and_out():
+    """The README leads with ``mathpy.matmul(a, b, epilog=f, epilog_inputs={"data": x})``: help() says what ``f``
+    receives and returns, and shows it run; numpy.matmul's ``out=`` is documented with its errors."""
+    doc = mathpy.matmul.__doc__
+    assert "f(value, row, col, data)" in doc and "f(value, batch, row, col, data)" in doc
+    assert 'epilog_inputs["data"]' in doc
+    examples = "\n".join(sections(mathpy.matmul)["Examples"])
+    assert re.search(r"def \w+\(value, row, col, data\)", examples) and "epilog=" in examples
+    assert re.search(r"^    out : array", doc, flags=re.M) and "return arrays must be of ArrayType" in doc

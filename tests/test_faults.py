@@ -68,6 +68,18 @@ def test_cufft_planning_failure(cufft, function, status):
     _workspaces_released(cufft)
 
 
+def test_cufft_refusing_callbacks_for_a_transform_says_so(cufft):
+    """CUFFT_NOT_SUPPORTED from planning with callbacks (cuFFT 12 on the H200 for a 4099-point C2C) names the cause
+    and the ways around it; without callbacks the status keeps the plain message."""
+    cufft.fail = {"cufftXtMakePlanMany": 16}
+    with pytest.raises(CUDALibraryError, match=r"CUFFT_NOT_SUPPORTED \(16\).*no kernels with callbacks.*pad"):
+        _engine(prolog=PROLOG)
+    with pytest.raises(CUDALibraryError) as error:
+        _engine()
+    assert str(error.value) == "CUFFT_NOT_SUPPORTED (16): cufft cufftXtMakePlanMany failed"
+    del error
+
+
 @pytest.mark.parametrize("status", CUFFT_STATUSES)
 @pytest.mark.parametrize("function", ["cufftXtExec", "cufftSetStream"])
 def test_cufft_execute_failure_leaves_the_plan_usable(cufft, function, status):

@@ -146,9 +146,9 @@ def test_streams(gpu):
     y = mfft.fft(operand, stream=stream)
     stream.synchronize()
     np.testing.assert_allclose(gpu.to_numpy(y), np.fft.fft(x), atol=1e-2)
-    with mfft.FFT(operand, axes=[1], stream=stream) as f:
-        f.plan()
-        y1 = f.execute()
+    with mfft.FFT(operand, axes=[1]) as f:
+        f.plan(stream=stream)
+        y1 = f.execute(stream=stream)
         other = gpu.stream()
         y2 = f.execute(stream=other)  # one plan on two streams at once: each stream has its own workspace
         stream.synchronize()

@@ -25,6 +25,7 @@ from mathpy._errors import InvalidPlanStateError
 from mathpy.host.fft import _cpu, _stateless
 
 from _fft_reference import rand
+from _tolerance import assert_fft_close
 
 
 class FakeArray:
@@ -80,9 +81,13 @@ class FakeCuPy(_packages.ArrayPackage):
     def __init__(self):
         super().__init__()
         self.events, self._local = [], threading.local()  # the current stream is per thread, as in CUDA
+        self.capturing = set()  # streams that pose as capturing a CUDA graph
 
     current = property(lambda self: getattr(self._local, "stream", 0),
                        lambda self, stream: setattr(self._local, "stream", stream))
+
+    def is_capturing(self, device_id, stream):
+        return (self.current if stream is None else stream) in self.capturing
 
     def owns(self, obj):
         return isinstance(obj, FakeArray)
@@ -199,7 +204,7 @@ def _host(bound):
         return None
     data = None if bound.data is None else np.asarray(bound.data.tensor).reshape(-1)
     return types.SimpleNamespace(function=bound.function, user_info=data, kind=bound.kind,
-                                 element_dtype=bound.element_dtype)
+                                 element_dtype=bound.element_dtype, check_bounds=bound.check_bounds)
 
 
 @pytest.fixture
@@ -282,26 +287,99 @@ def test_device_operand_on_cpu(fake_gpu):
     assert not FakeCUFFTEngine.instances
 
 
-def test_stateful_stream_and_pointers(fake_gpu):
-    x = rand((4, 32))
+def test_stateful_calls_take_the_current_stream_when_they_are_made(fake_gpu):
+    """issue 20: FFT resolves stream=None at every call, as torch, CuPy and nvmath-python do. The constructor's stream
+    is not remembered; plan() allocates the workspace on the stream current then (its home); each execute runs, and
+    allocates its result, on the stream current at that call (the one-call fast path and the general path alike);
+    reset_operand does not change where later executes run."""
+    x, x2 = rand((4, 32)), rand((4, 32), seed=3)
     operand = fake_gpu.array(x)
     with mfft.FFT(operand, axes=[1], stream=77) as f:
-        f.plan()
+        with fake_gpu.stream_scope(0, 11):
+            f.plan()
         engine = FakeCUFFTEngine.instances[-1]
-        assert engine.stream == 77  # the workspace is allocated on the plan's stream
-        fake_gpu.events.clear()
-        y = f.execute()
-        assert engine.calls[-1][0] == operand.data.ptr and engine.calls[-1][3] == 77
-        assert ("alloc", 77) in fake_gpu.events  # the output is allocated in the execution stream's order
-        z = f.execute(direction="inverse", stream=5)
+        assert engine.stream == 11
+        for stream, direction in ((22, None), (23, "forward"), (22, "inverse")):
+            fake_gpu.events.clear()
+            with fake_gpu.stream_scope(0, stream):
+                y = f.execute(direction=direction)
+            assert engine.calls[-1][0] == operand.data.ptr and engine.calls[-1][3] == stream
+            assert fake_gpu.events == [("alloc", stream)]  # the result, in that stream's order
+            expected = np.fft.ifft(x) * 32 if direction == "inverse" else np.fft.fft(x)
+            np.testing.assert_allclose(np.asarray(y), expected, atol=1e-3)
+        with fake_gpu.stream_scope(0, 22):
+            z = f.execute(direction="inverse", stream=5)  # an explicit stream wins over the current one
         assert engine.calls[-1][2:] == (1, 5)
-        x2 = rand((4, 32), seed=3)
-        f.reset_operand(fake_gpu.array(x2))
+        np.testing.assert_allclose(np.asarray(z), np.fft.ifft(x) * 32, atol=1e-3)
+        f.reset_operand(fake_gpu.array(x2), stream=55)
         w = f.execute()
+        assert engine.calls[-1][3] == 0  # the current stream (55 was only the operand's)
+        np.testing.assert_allclose(np.asarray(w), np.fft.fft(x2), atol=1e-3)
+        f.plan(stream=33)  # planning again: a new home
+        assert FakeCUFFTEngine.instances[-1].stream == 33 and engine.freed
+    with pytest.raises(TypeError, match="stream must be"):
+        mfft.FFT(operand, axes=[1], stream="s")  # still checked when it is given
+    mfft.plan_cache_clear()
+    mfft.fft(operand, stream=13)  # a stateless first call: planned and run on its stream=
+    assert FakeCUFFTEngine.instances[-1].stream == 13 and FakeCUFFTEngine.instances[-1].calls[-1][3] == 13
+
+
+def test_capture_refuses_what_a_graph_cannot_record_before_any_work(fake_gpu):
+    """issue 20: on a capturing stream, planning (stateful, or a stateless call's first plan), a host operand with
+    GPU execution, blocking=True and release_workspace=True raise StreamCaptureError naming the call and the fix,
+    with nothing planned, allocated or run; a call planned before the capture is recorded on the capture stream."""
+    x = rand((4, 32))
+    operand = fake_gpu.array(x)
+    fake_gpu.capturing.add(40)
+    with fake_gpu.stream_scope(0, 40):
+        with mfft.FFT(operand, axes=[1]) as f:
+            with pytest.raises(mathpy.StreamCaptureError, match="FFT.plan cannot be captured.*plan before"):
+                f.plan()
+        with pytest.raises(mathpy.StreamCaptureError, match="call it once with the same arguments"):
+            mfft.fft(operand)
+        assert not FakeCUFFTEngine.instances and mfft.plan_cache_info().plans == 0
+    mfft.fft(operand)  # the warm-up, outside the capture, plans and caches it
+    with mfft.FFT(operand, axes=[1]) as f, mfft.FFT(x, axes=[1], execution="cuda") as host:
+        f.plan()
+        host.plan()
+        calls = sum(len(e.calls) for e in FakeCUFFTEngine.instances)
+        with fake_gpu.stream_scope(0, 40):
+            fake_gpu.events.clear()
+            with pytest.raises(mathpy.StreamCaptureError, match="host.*blocking='auto'"):
+                host.execute()
+            with pytest.raises(mathpy.StreamCaptureError, match="release_workspace"):
+                f.execute(release_workspace=True)
+            assert fake_gpu.events == [] and sum(len(e.calls) for e in FakeCUFFTEngine.instances) == calls
+            recorded = [f.execute(), mfft.fft(operand)]
+        stateless, stateful = FakeCUFFTEngine.instances[:2]
+        assert stateless.calls[-1][3] == stateful.calls[-1][3] == 40
+    for y in recorded:
+        np.testing.assert_allclose(np.asarray(y), np.fft.fft(x), atol=1e-3)
+    with mfft.FFT(operand, axes=[1], options={"blocking": True}) as f:
+        f.plan()
+        with fake_gpu.stream_scope(0, 40), pytest.raises(mathpy.StreamCaptureError, match="blocking"):
+            f.execute()
+
+
+def test_staging_copies_of_a_captured_call_live_with_the_plan(fake_gpu):
+    """issue 20: a captured call that stages its input through a copy records the copy's address; where the package's
+    pool would hand that memory on after the call (CuPy's), the copy is kept as long as the plan."""
+    from mathpy import _streams
+    x = rand((4, 8, 6)).transpose(1, 0, 2)
+    view = fake_gpu.array(x)  # batch axes that fold into no one stride: staged through a copy at every execute
+    with mfft.FFT(view, axes=[2]) as f:
+        f.plan()
+        assert not f.prepared_call.problem.direct
+        engine = FakeCUFFTEngine.instances[-1]
+        f.execute()
+        assert engine not in _streams._graph_memory  # outside a capture the copy goes back to the pool
+        fake_gpu.capturing.add(40)
+        with fake_gpu.stream_scope(0, 40):
+            y = f.execute()
+        kept = _streams._graph_memory[engine]
+        assert len(kept) == 1 and np.asarray(kept[0]).shape == x.shape
+        np.testing.assert_array_equal(np.asarray(kept[0]), x)
     np.testing.assert_allclose(np.asarray(y), np.fft.fft(x), atol=1e-3)
-    np.testing.assert_allclose(np.asarray(z), np.fft.ifft(x) * 32, atol=1e-3)
-    np.testing.assert_allclose(np.asarray(w), np.fft.fft(x2), atol=1e-3)
-    assert engine.freed
 
 
 def test_inplace_and_out_and_blocking(fake_gpu):
@@ -318,6 +396,22 @@ def test_inplace_and_out_and_blocking(fake_gpu):
     out = fake_gpu.array(np.zeros((4, 32), np.complex64))
     assert mfft.ifft(fake_gpu.array(x), out=out) is out
     np.testing.assert_allclose(np.asarray(out), np.fft.ifft(x), atol=1e-5)
+
+
+def test_inplace_host_operand_on_the_gpu_is_written_back(fake_gpu):
+    """A NumPy operand of an in-place FFT run on the GPU: uploaded, transformed in its device copy, downloaded into
+    the caller's array (any layout), which execute() returns; a device operand on the CPU is still refused."""
+    x = rand((6, 16))
+    for operand in (x.copy(), np.asfortranarray(x), np.zeros((12, 16), np.complex64)[::2]):
+        operand[...] = x
+        with mfft.FFT(operand, axes=[1], options={"inplace": True}, execution="cuda") as f:
+            f.plan()
+            fake_gpu.events.clear()
+            assert f.execute() is operand
+            assert ("upload", 0) in fake_gpu.events and any(e[0] == "download" for e in fake_gpu.events)
+        assert_fft_close(operand, np.fft.fft(x.astype(np.complex128), axis=1), np.float32, 16, "written back")
+    with pytest.raises(ValueError, match="in-place FFT of an operand on a GPU runs on that GPU"):
+        mfft.FFT(fake_gpu.array(x), options={"inplace": True}, execution="cpu")
 
 
 def test_plan_cache_reuses_engines(fake_gpu):

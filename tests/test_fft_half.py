@@ -131,18 +131,26 @@ def operand(gpu, tensor):
     (lambda: torch.ones(4, 100, dtype=torch.float16), None, "axis 1 has length 100"),
     (lambda: chalf(np.ones((6, 8))), None, "axis 0 has length 6"),
     (lambda: chalf(np.ones((4, 9))), {"fft_type": "C2R", "last_axis_parity": "odd"}, "axis 1 has length 17"),
-    (lambda: chalf(np.ones((4, 9))), {"fft_type": "C2R"}, None),  # 16 points: allowed
 ])
 def test_non_power_of_two_lengths_are_refused_before_any_work(torch_gpu, make, options, match):
     gpu, emulator = torch_gpu, torch_gpu[1]
-    if match is None:
-        mfft.FFT(operand(gpu, make()), options=options)
-        return
     with pytest.raises(ValueError, match=r"half precision \(float16 / complex32\) FFTs need power-of-two lengths \(cuFFT "
                                          r"has no other half-precision sizes\): " + match +
                                          r"; allowed are 1, 2, 4, 8, 16, \.\.\. Use float32, or pad to a power of two"):
         mfft.FFT(operand(gpu, make()), options=options)
     assert not emulator.plans
+
+
+def test_the_even_c2r_of_the_same_operand_is_a_power_of_two_and_runs(torch_gpu):
+    """complex32 (4, 9) as C2R with even parity: 2 * (9 - 1) = 16 real points, allowed (odd parity: 17, above)."""
+    spectrum = chalf(np.fft.rfftn(RNG.standard_normal((4, 16))) / 8)
+    with mfft.FFT(operand(torch_gpu, spectrum), options={"fft_type": "C2R"}) as f:
+        f.plan()
+        real = f.execute()
+        kind, *_, in_dtype, _, _, out_dtype, _ = torch_gpu[1].plans[max(torch_gpu[1].plans)]
+    assert (kind, in_dtype, out_dtype) == ("C2R", COMPLEX32, np.float16)
+    assert real.dtype == torch.float16 and tuple(real.shape) == (4, 16)
+    assert_fft_close(wide(real), np.fft.irfftn(wide(spectrum), s=(4, 16)) * 64, np.float16, 64, "C2R of 4 x 16")
 
 
 def test_a_halved_axis_of_length_one_is_refused(torch_gpu):

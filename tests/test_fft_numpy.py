@@ -131,6 +131,14 @@ def test_two_d_arguments(xp, name, case):
     compare(xp, name, operand((4, 5, 6), dtype), **case)
 
 
+@pytest.mark.parametrize("name, axes", [("fftn", (-1, 2)), ("ifftn", (0, -3)), ("rfftn", (1, -1, 2)),
+                                         ("irfftn", (-2, 1)), ("fftn", (-1, 0, 2, -3))])
+def test_an_axis_named_negatively_and_positively_is_one_axis(xp, name, axes):
+    """NumPy normalises each axis before it groups them: (-1, 2) of a 3-D array is axis 2 twice (two transforms)."""
+    x = operand((4, 6, 5), "float64" if name == "rfftn" else "complex128")
+    compare(xp, name, x, axes=axes)
+
+
 def test_five_axes_and_strided_operands(xp):
     x = operand((2, 3, 2, 4, 6), "complex64")
     compare(xp, "fftn", x)
@@ -257,6 +265,8 @@ def test_out_errors_have_numpys_types_and_wording(call, kind):
     (lambda f, x: f.fftn(x, s=(4,), axes=(0, 1)), ValueError),
     (lambda f, x: f.fft(x, norm="sideways"), ValueError),
     (lambda f, x: f.fft(x, n=2.0), TypeError),
+    (lambda f, x: f.fft(x, n=True), TypeError),                             # a bool is not a length
+    (lambda f, x: f.ifftn(x, s=(True, 4), axes=(0, 1)), TypeError),
     (lambda f, x: f.rfft(x), TypeError),                                    # complex input to a real transform
     (lambda f, x: f.fft(np.array(["a", "b"])), TypeError),
     (lambda f, x: f.fftfreq(-1), ValueError),
@@ -315,6 +325,80 @@ def test_non_arrays_are_named(name, value):
     """NumPy makes a 0-d object or string array of these and fails later (IndexError, TypeError); mathpy names them."""
     with pytest.raises(TypeError, match=f"a: expected an array, got {type(value).__name__}"):
         getattr(mfft, name)(value)
+
+
+@pytest.mark.parametrize("name", ONE_D + N_D)
+def test_ragged_lists_raise_numpys_value_error(name):
+    """NumPy cannot make an array of a ragged list: its ValueError and words, with the operand named."""
+    ragged = [[1, 2], [3]]
+    with pytest.raises(ValueError) as numpy_error:
+        getattr(np.fft, name)(ragged)
+    with pytest.raises(ValueError, match="^a: setting an array element with a sequence") as error:
+        getattr(mfft, name)(ragged)
+    assert str(error.value) == f"a: {numpy_error.value}"
+
+
+def test_bool_lengths_raise_numpys_type_error():
+    with pytest.raises(TypeError, match="an integer is required"):
+        np.fft.fft(np.ones(4), n=True)
+    with pytest.raises(TypeError, match="an integer is required: n=True is a bool"):
+        mfft.fft(np.ones(4), n=True)
+
+
+def _warnings_and_result(call):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = call()
+    return [(w.category, str(w.message)) for w in caught], result
+
+
+# NumPy 2.4's pocketfft gufuncs report the processor's overflow / invalid flags per call, under np.errstate
+OVERFLOWING = [
+    ("fft", np.array([1e308, 1e308, -1e308, 1e308])),                # overflow only
+    ("fft", np.full(8, 1e308)),                                      # overflow, then inf - inf: invalid
+    ("ifft", np.full(8, 1e308) + 0j),
+    ("rfft", np.full(8, 1e308)),                                     # NumPy's rfft_n_even
+    ("rfft", np.full(7, 1e308)),                                     # rfft_n_odd
+    ("irfft", np.full(5, 1e308) + 0j),
+    ("hfft", np.full(5, 1e308) + 0j),
+    ("ihfft", np.full(5, 1e308)),
+    ("fft", np.array([np.inf, -np.inf, 2.0, 3.0])),                   # invalid only: the infinities were given
+    ("fft", np.array([np.inf, 1.0, 2.0, 3.0])),                      # nothing new: no report
+    ("fft", np.array([np.nan, 1.0, 2.0, 3.0])),
+]
+# (single precision: NumPy 2.4 computes it in double and reports the overflow of its cast to complex64;
+# docs/guides/differences.md, fft-single-precision-overflow)
+
+
+@pytest.mark.parametrize("name, x", OVERFLOWING, ids=[f"{n}-{i}" for i, (n, _) in enumerate(OVERFLOWING)])
+def test_floating_point_reports_are_numpys(name, x):
+    """The same RuntimeWarnings (category and words, in order) and the same infinities and NaNs as NumPy."""
+    numpy_reports, expected = _warnings_and_result(lambda: getattr(np.fft, name)(x))
+    reports, got = _warnings_and_result(lambda: getattr(mfft, name)(x))
+    assert reports == numpy_reports
+    np.testing.assert_array_equal(got, expected)  # inf and NaN where NumPy has them (NaN == NaN here)
+
+
+def test_floating_point_reports_follow_errstate():
+    x = np.full(8, 1e308)
+    with np.errstate(over="raise"):
+        with pytest.raises(FloatingPointError, match="overflow encountered in fft"):
+            mfft.fft(x)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mfft.fft(x)
+    calls = []
+    with np.errstate(all="call", call=lambda kind, flag: calls.append((kind, flag))):
+        mfft.fft(x)
+    assert calls == [("overflow", 2), ("invalid value", 8)]
+
+
+def test_finite_results_are_not_reported_when_their_sum_overflows():
+    """The check's fast path sums the result; a sum that overflows is not the transform's overflow."""
+    x = np.zeros(4)
+    x[0] = 1e308                                # each output is 1e308: finite, but their sum is not
+    reports, got = _warnings_and_result(lambda: mfft.fft(x))
+    assert reports == [] and np.isfinite(got).all()
 
 
 def test_lists_and_scalars_sequences_are_arrays():

@@ -319,3 +319,16 @@ class TestDevices:
 def test_logger_is_named_mathpy():
     import logging
     assert logging.getLogger("mathpy") is mathpy._log.logger
+
+
+def test_every_error_survives_pickling():
+    """A process pool sends a worker's exception to the parent pickled; one that cannot be rebuilt kills the pool's
+    result thread and the parent waits forever (CUDALibraryError could not: its arguments are not its message)."""
+    import pickle
+
+    errors = [CUDALibraryError("cufft", "cufftXtExec", 5, "CUFFT_INTERNAL_ERROR", "the plan was freed"),
+              mathpy.UnsupportedLayoutError("copy it", permutation=(1, 0), axes=(1,)), NoDeviceError("no GPU"),
+              LibraryNotFoundError("install cuFFT"), mathpy.InvalidPlanStateError("freed")]
+    for error in errors:
+        copy = pickle.loads(pickle.dumps(error))
+        assert type(copy) is type(error) and str(copy) == str(error) and vars(copy) == vars(error)

@@ -189,3 +189,16 @@ extern "C" __global__ void caller(float2* data, float2* out, void* info, unsigne
     # both read info[i] at the same address: the invariant loads may be merged into one
     assert re.search(r"ld\.global\.nc\.v2\.f32", ptx)
     assert len(re.findall(r"^\s*st\.[\w.]+", ptx, flags=re.M)) == 1
+
+
+@pytest.mark.parametrize("kind", ["prolog", "epilog"])
+def test_checked_callback_is_inlined_too(kind):
+    """check_bounds keeps the property: the guarded accesses, the header's loads and the record's compare-and-swap
+    are inlined into the caller (no call per element), and user data still goes through the read-only cache."""
+    fn = prolog_times_filter if kind == "prolog" else epilog_times_filter
+    compiled = jit.compile_callback(fn, kind, "complex64", "complex64", CC, check_bounds=True)
+    ptx = link_to_ptx(kind, "complex64", compiled.ltoir)
+    assert calls(ptx) == [], ptx
+    assert "atom.global.cas.b64" in ptx and re.search(r"ld\.global\.nc\.v2\.f32", ptx), ptx
+    # an index is compared with the array's size (from the header) before the access: an unsigned comparison
+    assert re.search(r"setp\.[lg][te]\.u64", ptx), ptx

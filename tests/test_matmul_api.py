@@ -311,11 +311,17 @@ def test_reset_operands_refuses_different_operands_and_changes_nothing():
     with Matmul(a, b) as mm:
         mm.plan(epilog="bias", epilog_inputs={"bias": bias})
         expected = mm.execute()
-        bad = [dict(a=rand(4, 6)), dict(a=rand(4, 5).astype(np.float32)), dict(b=np.asfortranarray(rand(5, 3))),
-               dict(epilog_inputs={"bias": rand(5)}), dict(epilog_inputs={"relu_aux": rand(4)}),
-               dict(a=rand(4, 5), b=rand(5, 4))]
-        for kwargs in bad:
-            with pytest.raises((ValueError, TypeError)):
+        planned = r"must match the operand the plan was built for \(package numpy, device None, "
+        bad = [(dict(a=rand(4, 6)), r"reset_operands: a " + planned + r"shape \(4, 5\).*got .*shape \(4, 6\)"),
+               (dict(a=rand(4, 5).astype(np.float32)), r"reset_operands: a " + planned + r".*got .*dtype float32"),
+               (dict(b=np.asfortranarray(rand(5, 3))), r"reset_operands: b " + planned + r".*got .*strides \(1, 5\)"),
+               (dict(epilog_inputs={"bias": rand(5)}), r"'bias' has shape \(5,\); it must hold one value per row of "
+                                                       r"the result \(M = 4\)"),
+               (dict(epilog_inputs={"relu_aux": rand(4)}), r"epilog inputs \['relu_aux'\] are not used by the plan's "
+                                                           r"epilog BIAS; it takes \['bias'\]"),
+               (dict(a=rand(4, 5), b=rand(5, 4)), r"reset_operands: b " + planned + r".*got .*shape \(5, 4\)")]
+        for kwargs, match in bad:
+            with pytest.raises(ValueError, match=match):
                 mm.reset_operands(**kwargs)
             np.testing.assert_array_equal(mm.execute(), expected)
         with pytest.raises(ValueError, match="built without c"):

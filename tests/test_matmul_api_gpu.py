@@ -220,9 +220,9 @@ def test_explicit_stream(gxp):
         import torch
         stream = torch.cuda.Stream()
     ga, gb = gxp.asarray(a), gxp.asarray(b)  # synchronous copies: ready for any stream
-    with Matmul(ga, gb, stream=stream) as mm:
-        mm.plan()
-        got = mm.execute()
+    with Matmul(ga, gb) as mm:
+        mm.plan(stream=stream)
+        got = mm.execute(stream=stream)
         stream.synchronize()
         np.testing.assert_allclose(gxp.to_numpy(got), a @ b, rtol=1e-11)
 

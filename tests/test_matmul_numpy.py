@@ -9,7 +9,8 @@ import pytest
 
 from mathpy import Matmul, MatmulOptions, matmul
 
-from _matmul_reference import strides_in_bytes
+from _matmul_reference import as_result, exact_matmul, strides_in_bytes
+from _tolerance import assert_within, matmul_bound
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 RNG = np.random.default_rng(7)
@@ -46,7 +47,9 @@ def native_dtypes(xp):
 
 
 def check(xp, a, b, **kwargs):
-    """mathpy's product equals NumPy's: dtype, shape, and values (exactly for integers and bool)."""
+    """mathpy's product has numpy.matmul's dtype and shape, and the values of the product written out in exact
+    arithmetic (:func:`_matmul_reference.exact_matmul`, no NumPy loop): equal for integers (wrapped as NumPy wraps)
+    and bool, within the derived bound of _tolerance for floating point."""
     expected = np.matmul(a, b)
     got = matmul(xp.asarray(a), xp.asarray(b), **kwargs)
     if np.ndim(expected) == 0 and xp.name == "numpy":
@@ -54,16 +57,12 @@ def check(xp, a, b, **kwargs):
     got = np.asarray(xp.to_numpy(got)) if not np.isscalar(got) else np.asarray(got)
     assert got.dtype == expected.dtype, (a.dtype, b.dtype, got.dtype, expected.dtype)
     assert got.shape == np.shape(expected)
-    if expected.dtype.kind in "biuO":
-        np.testing.assert_array_equal(got, expected)
+    exact = as_result(exact_matmul(a, b), expected.dtype)
+    if expected.dtype.kind in "biu":
+        np.testing.assert_array_equal(got, exact)
     else:
-        k = a.shape[-1]
-        eps = np.finfo(np.result_type(expected.dtype, np.float32) if expected.dtype.itemsize < 4 else
-                       expected.dtype).eps
-        scale = np.abs(a).astype(np.float64).max(initial=1) * np.abs(b).astype(np.float64).max(initial=1) * k
-        np.testing.assert_allclose(got.astype(np.complex128), np.asarray(expected).astype(np.complex128), rtol=0,
-                                   atol=4 * eps * scale + (np.finfo(np.float16).eps * scale
-                                                           if expected.dtype == np.float16 else 0))
+        assert_within(got, exact, matmul_bound(a, b, expected.dtype, exact=exact),
+                      f"{a.dtype} @ {b.dtype} -> {expected.dtype}")
     return got
 
 
@@ -81,20 +80,21 @@ def test_integers_wrap_around_as_numpy():
     """NumPy's integer matmul is exact modulo 2**bits: so is mathpy's (int8 through int32 sums, then wrapped)."""
     a = np.full((2, 64), 127, np.int8)
     b = np.full((64, 3), -128, np.int8)
-    np.testing.assert_array_equal(matmul(a, b), np.matmul(a, b))
-    np.testing.assert_array_equal(matmul(a, b, options={"result_type": np.int32}),
-                                  a.astype(np.int32) @ b.astype(np.int32))
-    big = np.full((1, 3), 2**62, np.int64)
-    np.testing.assert_array_equal(matmul(big, np.ones((3, 1), np.int64)), big @ np.ones((3, 1), np.int64))
+    exact = 64 * 127 * -128                                   # -1040384 = -16 * 2**16: wraps to 0 in int8
+    np.testing.assert_array_equal(matmul(a, b), np.full((2, 3), (exact + 128) % 256 - 128, np.int8))
+    np.testing.assert_array_equal(matmul(a, b, options={"result_type": np.int32}), np.full((2, 3), exact, np.int32))
+    big = np.full((1, 3), 2**62, np.int64)                    # 3 * 2**62 wraps to -2**62 in int64
+    np.testing.assert_array_equal(matmul(big, np.ones((3, 1), np.int64)), np.array([[-2**62]], np.int64))
     exact = np.array([[2**53 + 1]], np.int64)  # a float64 detour would lose the 1
     assert matmul(exact, np.ones((1, 1), np.int64))[0, 0] == 2**53 + 1
 
 
 def test_bool_is_logical_as_numpy():
     a, b = operand((4, 6), bool), operand((6, 3), bool)
-    np.testing.assert_array_equal(matmul(a, b), np.matmul(a, b))
+    some_term = (a[:, :, None] & b[None, :, :]).any(axis=1)   # written out: OR over k of a[i, k] AND b[k, j]
+    np.testing.assert_array_equal(matmul(a, b), some_term)
     c = operand((4, 3), bool)
-    np.testing.assert_array_equal(matmul(a, b, c), np.matmul(a, b) | c)
+    np.testing.assert_array_equal(matmul(a, b, c), some_term | c)
 
 
 @pytest.mark.parametrize("pair", [("float32", "float64"), ("int64", "float32"), ("int8", "bool"), ("int8", "uint8"),
@@ -126,11 +126,14 @@ def test_long_double_and_object_on_the_cpu():
     a, b = operand((3, 4), np.longdouble) / 3, operand((4, 2), np.longdouble)
     got = matmul(a, b)
     assert got.dtype == np.longdouble
-    np.testing.assert_array_equal(got, np.matmul(a, b))  # NumPy's own loop: the same long double sums
+    exact = as_result(exact_matmul(a, b), np.longdouble)
+    assert_within(got, exact, matmul_bound(a, b, np.longdouble, exact=exact), "long double")
     from fractions import Fraction
     fractions = np.array([[Fraction(1, 3), Fraction(1, 7)], [Fraction(2, 5), 1]], dtype=object)
     got = matmul(fractions, fractions, alpha=3)
-    assert got.dtype == object and (got == 3 * np.matmul(fractions, fractions)).all()
+    written = [[3 * (Fraction(1, 9) + Fraction(2, 35)), 3 * (Fraction(1, 21) + Fraction(1, 7))],
+               [3 * (Fraction(2, 15) + Fraction(2, 5)), 3 * (Fraction(2, 35) + 1)]]
+    assert got.dtype == object and (got == np.array(written, dtype=object)).all()
 
 
 def test_epilogs_need_floating_point():
@@ -267,3 +270,11 @@ def test_numpy_operands_on_the_gpu_keep_numpys_order_and_dtype():
     got = matmul(a, b, execution="cuda")
     assert isinstance(got, np.ndarray) and got.dtype == np.float64 and got.flags.c_contiguous
     np.testing.assert_allclose(got, np.matmul(a, b), rtol=1e-12, atol=1e-12)
+
+
+def test_a_ragged_list_is_numpys_value_error():
+    with pytest.raises(ValueError) as numpy_error:
+        np.matmul([[1, 2], [3]], [[1], [2]])
+    with pytest.raises(ValueError, match="^a: setting an array element with a sequence") as error:
+        matmul([[1, 2], [3]], [[1], [2]])
+    assert str(error.value) == f"a: {numpy_error.value}"

@@ -31,9 +31,13 @@ class PosingTorch(TorchPackage):
     def __init__(self):
         super().__init__()
         self._local, self.synchronized = threading.local(), []
+        self.capturing = set()  # streams that pose as capturing a CUDA graph
 
     current = property(lambda self: getattr(self._local, "stream", 7),
                        lambda self, stream: setattr(self._local, "stream", stream))
+
+    def is_capturing(self, device_id, stream):
+        return (self.current if stream is None else stream) in self.capturing
 
     def describe(self, tensor):
         shape, strides, dtype, _, pointer = super().describe(tensor)
@@ -223,6 +227,71 @@ def test_autotune_and_reset_on_the_gpu_path(fake_gpu):
         np.testing.assert_allclose(mm.execute().numpy(), a2 @ b, rtol=1e-12)
         with pytest.raises(ValueError):
             mm.reset_operands(a=a2)  # a NumPy array is not on the device the plan was built for
+
+
+def test_stateful_calls_take_the_current_stream_when_they_are_made(fake_gpu):
+    """issue 20: Matmul resolves stream=None at every call. The constructor's stream is not remembered; plan()
+    allocates the workspace on the stream current then; execute (the direct path and the copying one) and autotune
+    run on the stream current at their call; reset_operands changes nothing about it; an explicit stream wins."""
+    a, b = RNG.standard_normal((6, 5)), RNG.standard_normal((5, 4))
+    for step, direct in ((1, True), (2, False)):  # read in place; strided rows: copied at every execute
+        with Matmul(t(a)[:, ::step], t(b)[::step], stream=77) as mm:
+            with fake_gpu.stream_scope(0, 11):
+                mm.plan()
+            assert mm.prepared_call.direct == direct
+            engine = PointerEngine.instances[-1]
+            assert engine.allocator.stream == 11
+            for stream in (22, 23):
+                with fake_gpu.stream_scope(0, stream):
+                    d = mm.execute()
+                assert engine.streams[-1] == stream
+                np.testing.assert_allclose(d.numpy(), a[:, ::step] @ b[::step], rtol=1e-12)
+            with fake_gpu.stream_scope(0, 22):
+                mm.execute(stream=5)
+                assert engine.streams[-1] == 5
+                mm.autotune(iterations=1)
+                assert engine.streams[-1] == 22
+            mm.reset_operands(b=t(b)[::step], stream=55)
+            mm.execute()
+            assert engine.streams[-1] == 7  # the current stream (55 was only the operands')
+    with pytest.raises(TypeError, match="stream must be"):
+        Matmul(t(a), t(b), stream=1.5)
+    for out in (None, torch.empty(6, 4, dtype=torch.float64)):  # a stateless first call (and out=) on its stream=
+        matmul(t(a), t(b), epilog="relu", stream=13, out=out)
+        assert PointerEngine.instances[-1].allocator.stream == 13 and PointerEngine.instances[-1].streams[-1] == 13
+        matmul_plan_cache.clear()
+
+
+def test_capture_refuses_what_a_graph_cannot_record_before_any_work(fake_gpu):
+    """issue 20: on a capturing stream, Matmul.plan, a stateless first call, autotune, host operands with GPU
+    execution, blocking=True and release_workspace=True raise StreamCaptureError before any work; planned calls are
+    recorded on the capture stream."""
+    import mathpy
+    a, b = RNG.standard_normal((6, 5)), RNG.standard_normal((5, 4))
+    ta, tb = t(a), t(b)
+    fake_gpu.capturing.add(40)
+    with fake_gpu.stream_scope(0, 40):
+        with Matmul(ta, tb) as mm, pytest.raises(mathpy.StreamCaptureError, match="Matmul.plan cannot be captured"):
+            mm.plan()
+        with pytest.raises(mathpy.StreamCaptureError, match="call it once with the same arguments"):
+            matmul(ta, tb, epilog="relu")
+    assert not PointerEngine.instances
+    matmul(ta, tb, epilog="relu")  # the warm-up plans and caches it
+    with Matmul(ta, tb) as mm, Matmul(a, b, execution="cuda") as host, \
+            Matmul(ta, tb, options={"blocking": True}) as blocking:
+        for plan in (mm, host, blocking):
+            plan.plan()
+        calls = sum(e.calls for e in PointerEngine.instances)
+        with fake_gpu.stream_scope(0, 40):
+            for call, match in ((mm.autotune, "autotune"), (host.execute, "host"), (blocking.execute, "blocking"),
+                                (lambda: mm.execute(release_workspace=True), "release_workspace")):
+                with pytest.raises(mathpy.StreamCaptureError, match=match):
+                    call()
+            assert sum(e.calls for e in PointerEngine.instances) == calls and not fake_gpu.synchronized
+            recorded = [mm.execute(), matmul(ta, tb, epilog="relu")]
+        assert {e.streams[-1] for e in PointerEngine.instances if e.streams} == {40}
+    np.testing.assert_allclose(recorded[0].numpy(), a @ b, rtol=1e-12)
+    np.testing.assert_allclose(recorded[1].numpy(), np.maximum(a @ b, 0), rtol=1e-12)
 
 
 def test_float8_b_is_given_column_major(fake_gpu):

@@ -230,9 +230,12 @@ def test_per_object_logger():
         MatmulOptions(logger="mathpy")
 
 
-# --- the GPU path without a GPU -------------------------------------------------------------------------------------
+# --- the GPU path without a GPU (torch CPU tensors pose as device arrays: these tests need torch, the ones above
+# do not) --------------------------------------------------------------------------------------------------------------
 
-torch = pytest.importorskip("torch")
+@pytest.fixture
+def torch():
+    return pytest.importorskip("torch")
 
 
 class _Engine:
@@ -272,7 +275,7 @@ class _Engine:
 
 
 @pytest.fixture
-def fake_gpu(monkeypatch):
+def fake_gpu(monkeypatch, torch):
     from mathpy import _engines, _packages
     from test_matmul_orchestration import PosingTorch
     pretend_a_gpu(monkeypatch)
@@ -282,7 +285,7 @@ def fake_gpu(monkeypatch):
     mathpy.matmul_plan_cache.clear()
 
 
-def test_gpu_path_inplace_algorithm_release_workspace(fake_gpu):
+def test_gpu_path_inplace_algorithm_release_workspace(fake_gpu, torch):
     a, b, c = rand(6, 5), rand(5, 4), rand(6, 4)
     tc = torch.from_numpy(c.copy())
     with Matmul(torch.from_numpy(a), torch.from_numpy(b), tc, beta=1.0, options={"inplace": True}) as mm:
@@ -301,7 +304,7 @@ def test_gpu_path_inplace_numpy_c_moved_and_written_back(fake_gpu):
     np.testing.assert_allclose(c_in, a @ b + 2.0 * c, rtol=1e-12)
 
 
-def test_gpu_path_autotune_prune(fake_gpu):
+def test_gpu_path_autotune_prune(fake_gpu, torch):
     with Matmul(torch.from_numpy(rand(4, 4)), torch.from_numpy(rand(4, 4))) as mm:
         mm.plan()
         mm.autotune(prune=1)

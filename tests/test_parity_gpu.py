@@ -91,11 +91,12 @@ def test_fft_streams_on_plan_and_reset_operand():
         a = cp.asarray(x)
     with FFT(a, axes=[1]) as f:
         f.plan(stream=s1)
-        r1 = f.execute()
+        with s1:
+            r1 = f.execute()  # the current stream at the call (issue 20)
         with s2:
             b = cp.asarray(y)
-        f.reset_operand(b, stream=s2)
-        r2 = f.execute()
+            f.reset_operand(b, stream=s2)
+            r2 = f.execute()
         s2.synchronize()
         s1.synchronize()
     np.testing.assert_allclose(cp.asnumpy(r1), np.fft.fft(x, axis=1), rtol=1e-4, atol=1e-3)

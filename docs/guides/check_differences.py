@@ -121,6 +121,32 @@ def _():
     return expect(n.startswith("returns complex") and m.startswith("raises TypeError") and "cpu" in m, n, m)
 
 
+def _reports(call):
+    """The RuntimeWarning messages of ``call()`` and its result."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = call()
+    return [str(w.message) for w in caught if w.category is RuntimeWarning], result
+
+
+@difference("fft-single-precision-overflow")
+def _():
+    x = np.full(8, 3e38, np.float32)
+    (n_reports, n_result), (m_reports, m_result) = _reports(lambda: np.fft.fft(x)), _reports(lambda: mathpy.fft.fft(x))
+    n = f"{n_reports}, NaNs: {int(np.isnan(n_result).sum())}"
+    m = f"{m_reports}, NaNs: {int(np.isnan(m_result).sum())}"
+    return expect(n_reports == ["overflow encountered in cast"] and not np.isnan(n_result).any()
+                  and "overflow encountered in fft" in m_reports and np.isnan(m_result).any(), n, m)
+
+
+@difference("fft-fp-reports-per-plan")
+def _():
+    x = np.full((4, 4), 1e308)
+    (n_reports, _), (m_reports, _) = _reports(lambda: np.fft.fft2(x)), _reports(lambda: mathpy.fft.fft2(x))
+    return expect(len(n_reports) == 3 and len(m_reports) == 2 and set(n_reports) == set(m_reports),
+                  f"{n_reports}", f"{m_reports}")
+
+
 # --- numpy.matmul --------------------------------------------------------------------------------------------------
 
 def both_matmul(a, b, **kwargs):
@@ -165,6 +191,16 @@ def _():
     int8 = outcome(lambda: resolve_types(np.dtype(np.int8), np.dtype(np.int8), None, MatmulOptions(), on_gpu=True))
     return expect(n.startswith("returns int64") and "raises TypeError" in m and "execution='cpu'" in m
                   and int8.startswith("returns"), n, m[:120])
+
+
+@difference("matmul-ufunc-keywords")
+def _():
+    a = np.ones((2, 3), np.float32)
+    n = outcome(lambda: np.matmul(a, a.T, dtype=np.float64, casting="same_kind"))
+    m = outcome(lambda: mathpy.matmul(a, a.T, dtype=np.float64, casting="same_kind"))
+    spelled = outcome(lambda: mathpy.matmul(a, a.T, options={"result_type": np.float32}, out=np.empty((2, 2))))
+    return expect(n.startswith("returns float64") and m.startswith("raises TypeError") and "dtype" in m
+                  and spelled.startswith("returns float64"), n, f"{m}; options= and out=: {spelled}")
 
 
 # --- nvmath-python (mathpy's side of each API difference; nvmath-python itself is not needed) ---------------------

@@ -29,7 +29,7 @@ import sys
 from .._errors import LibraryNotFoundError
 from ._base import ArrayPackage, PackageStream
 
-__all__ = ["ArrayPackage", "PackageStream", "get", "package_of", "interface_of", "device_package", "use"]
+__all__ = ["ArrayPackage", "PackageStream", "get", "package_of", "interface_of", "device_package", "capturing", "use"]
 
 _MODULES = {"numpy": ("._numpy", "NumPyPackage"), "cupy": ("._cupy", "CuPyPackage"),
             "torch": ("._torch", "TorchPackage")}
@@ -86,6 +86,12 @@ def device_package():
                                        "device memory: pip install -e '.[cupy]' in mathpy's source tree (or install "
                                        "torch)")
     return _device_package[0]
+
+
+def capturing(device_id):
+    """Whether the current stream of any device package in use is capturing a CUDA graph on ``device_id``: work that
+    waits on the host or copies host memory would break such a capture even when queued on another stream."""
+    return any(p.device_arrays and p.is_capturing(device_id, None) for p in list(_loaded.values()))
 
 
 @contextlib.contextmanager

@@ -18,6 +18,11 @@ class ArrayPackage:
     name = None
     module = None
     device_arrays = False
+    #: Whether device memory this package allocates while a stream captures a CUDA graph belongs to that graph (torch
+    #: gives each graph a private pool), so that nothing else is handed it while the graph may replay. Where it does
+    #: not (CuPy's memory pool), scratch that a captured call frees after its launch would be reused under the graph:
+    #: mathpy keeps such scratch with the plan instead (:func:`mathpy._streams.keep_for_graph`).
+    graph_pool = False
 
     def __init__(self):
         self._streams = {}
@@ -62,6 +67,13 @@ class ArrayPackage:
     def current_stream(self, device_id):
         """The raw handle of the package's current stream on ``device_id``."""
         raise ValueError(f"{self.name} arrays have no CUDA streams")
+
+    def is_capturing(self, device_id, stream):
+        """Whether raw ``stream`` (None: the package's current one) on ``device_id`` is capturing a CUDA graph."""
+        if device_id is None:
+            return False
+        from .. import _runtime
+        return _runtime.is_capturing(self.current_stream(device_id) if stream is None else stream)
 
     def stream_scope(self, device_id, stream):
         """A context making ``device_id`` and raw ``stream`` (None: the current one) current for the package; a null
@@ -224,6 +236,10 @@ class PackageStream:
         """Copy NumPy ``host`` into the C-contiguous device array ``destination`` of the same shape."""
         with self.scope():
             self.package._upload(destination, np.ascontiguousarray(host))
+
+    def capturing(self):
+        """Whether this stream (the current one when ``stream`` is None) is capturing a CUDA graph."""
+        return self.package.is_capturing(self.device_id, self.stream)
 
     def synchronize(self):
         """Wait on the host for the work queued on this stream (the current one when ``stream`` is None)."""

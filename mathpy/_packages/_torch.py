@@ -39,6 +39,7 @@ _raw_current_stream = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawSt
 class TorchPackage(ArrayPackage):
     name = module = "torch"
     device_arrays = True
+    graph_pool = True  # torch.cuda.graph allocates from the graph's private pool during the capture
 
     def __init__(self):
         super().__init__()
@@ -102,6 +103,13 @@ class TorchPackage(ArrayPackage):
 
     def current_stream(self, device_id):
         return self.raw_current_stream(device_id)
+
+    def is_capturing(self, device_id, stream):
+        if device_id is None or not torch.cuda.is_initialized():  # (no CUDA work yet: nothing can be capturing)
+            return False
+        if stream is None or stream == self.raw_current_stream(device_id):
+            return torch.cuda.is_current_stream_capturing()
+        return super().is_capturing(device_id, stream)
 
     def stream_scope(self, device_id, stream):
         # torch allocates on the device it is told; only the stream needs to be current

@@ -115,7 +115,8 @@ class FFT:
     context
         The :class:`~mathpy.distributed.Context` (default: :func:`~mathpy.distributed.initialize`'s).
     stream
-        CUDA stream of the local work (default: the package's current one).
+        The stream on which the buffers made here are allocated (default: the package's current one); every later
+        call takes its own ``stream``, by default the package's current one when the call is made.
 
     Notes
     -----
@@ -169,8 +170,8 @@ class FFT:
         self._in_partition = partition
         self._out_partition = self._steps[-1].after if self._steps else partition
         self._arrays = arrays_for(op.package, op.device_id)
-        self._stream = None if op.device_id is None else stream_pointer(stream, op.package, op.device_id)
-        self._build(op)
+        with self._arrays.on_stream(self._handle(stream)):
+            self._build(op)
         self._planned = self._freed = False
 
     def _build(self, op):
@@ -202,7 +203,7 @@ class FFT:
                     raise AssertionError("two local transforms in a row")
                 options = LocalFFTOptions(fft_type=step.fft_type if step.fft_type == "C2R" else None,
                                           last_axis_parity=self._options.last_axis_parity)
-                local = LocalFFT(source, axes=step.axes, options=options, stream=self._stream)
+                local = LocalFFT(source, axes=step.axes, options=options)
             self._work.append(_Local(step, local, out_shape, out_dtype))
             dtype = out_dtype
             pending_buffer = None
@@ -280,15 +281,22 @@ class FFT:
         if self._freed:
             raise InvalidPlanStateError("this distributed FFT was freed; create a new one")
 
-    def plan(self, prolog=None, epilog=None):
+    def _handle(self, stream):
+        """``stream`` as a raw handle (None: the package's current one now; None on the host)."""
+        op = self._op
+        return None if op.device_id is None else stream_pointer(stream, op.package, op.device_id)
+
+    def plan(self, prolog=None, epilog=None, *, stream=None):
         """Plan the local transforms, ``prolog`` fused into the first and ``epilog`` into the last (any callback
-        :mod:`mathpy.fft` accepts; user data laid out as :attr:`prolog_layout` / :attr:`epilog_layout`)."""
+        :mod:`mathpy.fft` accepts; user data laid out as :attr:`prolog_layout` / :attr:`epilog_layout`), their
+        workspaces on ``stream`` (default: the current one)."""
         self._check_live()
         locals_ = self._locals()
+        handle = self._handle(stream)
         for index, local in enumerate(locals_):
             if local.fft is not None:
                 local.fft.plan(prolog=prolog if index == 0 else None,
-                               epilog=epilog if index == len(locals_) - 1 else None)
+                               epilog=epilog if index == len(locals_) - 1 else None, stream=handle)
         self._planned = True
 
     def reset_operand(self, operand):
@@ -305,15 +313,16 @@ class FFT:
             first.fft.reset_operand(new.tensor)
         self._op = new
 
-    def execute(self, direction=None, *, profile=None):
-        """Run the transform and return this rank's part of the result (a new array in the operand's package).
-        ``direction``: "forward" / -1 or "inverse" / +1 (C2C; R2C is forward, C2R inverse). Unnormalised.
+    def execute(self, direction=None, *, stream=None, profile=None):
+        """Run the transform on ``stream`` (default: the package's current one at this call) and return this rank's
+        part of the result (a new array in the operand's package). ``direction``: "forward" / -1 or "inverse" / +1
+        (C2C; R2C is forward, C2R inverse). Unnormalised.
 
         ``profile``: a list to which each step appends ``(description, seconds)``; the device is synchronised
         around every step for it (slower: for finding where the time goes)."""
-        return self._execute(direction, None, profile)
+        return self._execute(direction, None, stream, profile)
 
-    def _execute(self, direction, scale, profile=None):
+    def _execute(self, direction, scale, stream, profile=None):
         self._check_live()
         if not self._planned:
             raise InvalidPlanStateError("execute() before plan(): call plan() first")
@@ -322,7 +331,7 @@ class FFT:
         if direction is None or (self._fft_type != "C2C" and direction != default):
             raise ValueError(f"direction must be 'forward' (-1) or 'inverse' (+1); a {self._fft_type} FFT runs only "
                              f"{default}")
-        arrays, transport, stream = self._arrays, self._context.transport, self._stream
+        arrays, transport, stream = self._arrays, self._context.transport, self._handle(stream)
         x = self._op.tensor
         with arrays.on_stream(stream):
             if profile is not None:
@@ -418,9 +427,9 @@ def _run(x, distribution, out_distribution, norm, prolog, epilog, context, strea
     options = {"fft_type": fft_type, "last_axis_parity": parity}  # checked by FFT, through the agreement
     with FFT(x, distribution, out_distribution=out_distribution, options=options, context=context, stream=stream,
              _also=({"norm": norm}, problems.message)) as plan:
-        plan.plan(prolog=prolog, epilog=epilog)
+        plan.plan(prolog=prolog, epilog=epilog, stream=stream)
         real_shape = plan.result_shape if fft_type == "C2R" else plan.global_shape
-        return plan._execute("forward" if forward else "inverse", _scale(norm, real_shape, forward))
+        return plan._execute("forward" if forward else "inverse", _scale(norm, real_shape, forward), stream)
 
 
 def fftn(x, distribution, *, out_distribution=None, norm=None, prolog=None, epilog=None, context=None, stream=None):

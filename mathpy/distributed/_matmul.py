@@ -86,7 +86,8 @@ class Matmul:
     context
         The :class:`~mathpy.distributed.Context` (default: :func:`~mathpy.distributed.initialize`'s).
     stream
-        CUDA stream of the local work (default: the package's current one).
+        The stream of the work done while it is built (none: the local products are planned by :meth:`plan`);
+        every later call takes its own ``stream``, by default the package's current one when the call is made.
     """
 
     def __init__(self, a, b, c=None, *, distributions, alpha=1, beta=None, options=None, algorithm=None, overlap=True,
@@ -149,7 +150,8 @@ class Matmul:
         self._shapes = (m, k, n)
         self._partitions = (pa, pb, pd)
         self._arrays = arrays_for(a_op.package, a_op.device_id)
-        self._stream = None if a_op.device_id is None else stream_pointer(stream, a_op.package, a_op.device_id)
+        self._package, self._device_id = a_op.package, a_op.device_id
+        self._handle(stream)  # checked now; each call resolves its own
         self._algorithm = self._choose(algorithm, dists)
         self._overlap = overlap
         self._product = None
@@ -216,18 +218,23 @@ class Matmul:
         if self._freed:
             raise InvalidPlanStateError(f"{what}: this distributed Matmul was freed; create a new one")
 
-    def plan(self, epilog=None, epilog_inputs=None):
-        """Plan the local products with ``epilog`` (its ``epilog_inputs`` are this rank's own). Collective: an
-        error on one rank (a bad epilog input, say) is raised on every rank."""
+    def _handle(self, stream):
+        """``stream`` as a raw handle (None: the package's current one now; None on the host)."""
+        return None if self._device_id is None else stream_pointer(stream, self._package, self._device_id)
+
+    def plan(self, epilog=None, epilog_inputs=None, *, stream=None):
+        """Plan the local products with ``epilog`` (its ``epilog_inputs`` are this rank's own), their workspaces and
+        buffers on ``stream`` (default: the current one). Collective: an error on one rank (a bad epilog input, say)
+        is raised on every rank."""
         self._check_live("plan")
         problems = Problems()
         product = None
-        with problems:
+        with problems, self._arrays.on_stream(self._handle(stream)):
             spec = epilog_spec(epilog)
             arrays, rank = self._arrays, self._context.rank
             common = dict(ops=self._ops, alpha=self._alpha, beta=self._beta, options=self._options,
                           epilog=epilog, epilog_inputs=epilog_inputs, arrays=arrays, rank=rank,
-                          partitions=self._partitions, stream=self._stream)
+                          partitions=self._partitions)
             if self._algorithm == "reduce":
                 product = ReduceProduct(**common)
             else:
@@ -243,12 +250,13 @@ class Matmul:
             self._product.free()
         self._product = product
 
-    def execute(self):
-        """Compute this rank's part of D: the result, or ``(result, aux)`` when the epilog has outputs."""
+    def execute(self, *, stream=None):
+        """Compute this rank's part of D on ``stream`` (default: the package's current one at this call): the result,
+        or ``(result, aux)`` when the epilog has outputs."""
         self._check_live("execute")
         if self._product is None:
             raise InvalidPlanStateError("execute() before plan(): call plan() first")
-        return self._product.run(self._context.transport)
+        return self._product.run(self._context.transport, self._handle(stream))
 
     def reset_operands(self, a=None, b=None, c=None, epilog_inputs=None):
         """New parts of the same shapes, dtypes, layouts, package and device (collective: all ranks raise together
@@ -311,6 +319,6 @@ def matmul(a, b, c=None, *, distributions, alpha=1, beta=None, epilog=None, epil
     """``epilog(alpha * A @ B + beta * C)`` of distributed matrices; returns this rank's part of D, or ``(part,
     aux)`` when the epilog has outputs. See :class:`Matmul` for the parameters."""
     with Matmul(a, b, c, distributions=distributions, alpha=alpha, beta=beta, options=options, algorithm=algorithm,
-                overlap=overlap, context=context, stream=stream) as mm:
-        mm.plan(epilog=epilog, epilog_inputs=epilog_inputs)
-        return mm.execute()
+                overlap=overlap, context=context) as mm:
+        mm.plan(epilog=epilog, epilog_inputs=epilog_inputs, stream=stream)
+        return mm.execute(stream=stream)

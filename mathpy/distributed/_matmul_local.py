@@ -40,11 +40,11 @@ def _selector(index_set):
 class _Local:
     """One :class:`mathpy.Matmul` on local arrays, computed with result dtype ``acc`` and rounded to ``result``."""
 
-    def __init__(self, a, b, c, *, alpha, beta, options, epilog, epilog_inputs, acc, result, arrays, stream):
+    def __init__(self, a, b, c, *, alpha, beta, options, epilog, epilog_inputs, acc, result, arrays):
         self.acc, self.result, self.arrays = np.dtype(acc), np.dtype(result), arrays
         widened = self.acc != self.result
         options = dataclasses.replace(options, result_type=self.acc) if widened else options
-        self.args = dict(alpha=alpha, beta=beta, options=options, stream=stream)
+        self.args = dict(alpha=alpha, beta=beta, options=options)
         self.a, self.b, self.epilog, self.inputs = a, b, epilog, self._inputs(epilog_inputs)
         self.matmul = self._make(c)
 
@@ -103,18 +103,17 @@ class _Local:
 class _Product:
     """What the algorithms share: the operands, the rank's parts of the index sets, the local arrays' package."""
 
-    def __init__(self, *, ops, alpha, beta, options, epilog, epilog_inputs, arrays, rank, partitions, stream):
+    def __init__(self, *, ops, alpha, beta, options, epilog, epilog_inputs, arrays, rank, partitions):
         self.ops = {name: (None if op is None else op.tensor) for name, op in ops.items()}
         self.alpha, self.beta, self.options = alpha, beta, options
         self.epilog, self.epilog_inputs = epilog, epilog_inputs
-        self.arrays, self.rank, self.partitions, self.stream = arrays, rank, partitions, stream
+        self.arrays, self.rank, self.partitions = arrays, rank, partitions
         self.result = np.dtype(options.result_type) if options.result_type is not None else ops["a"].dtype
         self.locals = []
 
     def local(self, a, b, c, *, beta, epilog=None, epilog_inputs=None, acc=None):
         product = _Local(a, b, c, alpha=self.alpha, beta=beta, options=self.options, epilog=epilog,
-                         epilog_inputs=epilog_inputs, acc=acc or self.result, result=self.result, arrays=self.arrays,
-                         stream=self.stream)
+                         epilog_inputs=epilog_inputs, acc=acc or self.result, result=self.result, arrays=self.arrays)
         self.locals.append(product)
         return product
 
@@ -145,11 +144,11 @@ class GatherProduct(_Product):
         self.product = self.local(use["a"], use["b"], self.ops["c"], beta=self.beta, epilog=self.epilog,
                                   epilog_inputs=self.epilog_inputs)
 
-    def run(self, transport):
+    def run(self, transport, stream):
         arrays = self.arrays
-        with arrays.on_stream(self.stream):
+        with arrays.on_stream(stream):
             for name, buffer in self.buffers.items():
-                self.exchanges[name].run(self.ops[name], arrays, transport, self.stream, out=buffer)
+                self.exchanges[name].run(self.ops[name], arrays, transport, stream, out=buffer)
             return self.product.run()
 
     def reset(self, new, epilog_inputs):
@@ -201,10 +200,10 @@ class OverlappedProduct(_Product):
         longest = max(exchange.block_counts)
         return [(s * longest, exchange.block_counts[s], exchange.source.local_shape(s)) for s in range(exchange.size)]
 
-    def run(self, transport):
+    def run(self, transport, stream):
         arrays = self.arrays
-        with arrays.on_stream(self.stream):
-            pending = self.exchange.start(self.ops[self.which], arrays, transport, self.stream, async_op=True,
+        with arrays.on_stream(stream):
+            pending = self.exchange.start(self.ops[self.which], arrays, transport, stream, async_op=True,
                                           buffer=self.recv)
             if self.c_acc is not None:
                 arrays.cast_into(self.c_acc, self.ops["c"])
@@ -272,12 +271,12 @@ class ReduceProduct(_Product):
         rows, cols = self.shapes[j]
         return self.arrays.view(flat, start, self.counts[j], (cols, rows)).T
 
-    def run(self, transport):
+    def run(self, transport, stream):
         arrays = self.arrays
-        with arrays.on_stream(self.stream):
+        with arrays.on_stream(stream):
             for j, partial in self.partials.items():
                 arrays.cast_into(self._chunk(self.send, j * self.chunk, j), partial.run(rounded=False))
-            transport.reduce_scatter(self.send, self.recv, stream=self.stream)
+            transport.reduce_scatter(self.send, self.recv, stream=stream)
             if self.ops["c"] is not None and self.beta != 0:
                 arrays.add_scaled(self.sum, self.ops["c"], self.beta)
             return self.final.run()

@@ -59,6 +59,10 @@ for a compiled callback (None vs compiled without user data; dtype equality, Typ
 scalar, a suffix of ``layout_shape`` broadcast over the leading axes, or the full layout, ValueError otherwise) and
 returns its element count.
 
+Bounds (:mod:`mathpy.jit._bounds`): the FFT API refuses, when it binds a callback, an index the function's source
+shows to leave ``data_in`` / ``data_out`` or the user data; ``compile_callback(..., check_bounds=True)`` and
+``apply_*_cpu(..., check_bounds=True)`` build the checked variants ``FFTOptions(check_bounds=True)`` uses.
+
 CPU callbacks
 -------------
 ``apply_prolog_cpu(fn, buffer_1d, offsets, user_info=None) -> values`` computes

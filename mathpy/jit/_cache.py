@@ -8,7 +8,7 @@ The key hashes everything the compiled code depends on:
   the *values* of its closure cells and of the globals it reads (NumPy scalars and arrays by dtype, shape and
   bytes; modules by name plus the values of the attributes the code names; jitted or plain helper functions
   recursively), so that changing a captured constant recompiles;
-* the callback spec (kind, element dtype, user-data dtype, compute capability);
+* the callback spec (kind, element dtype, user-data dtype, compute capability, and check_bounds when it is on);
 * the toolchain: Python's bytecode tag, numba, numba-cuda and llvmlite installs (path, size and mtime of their
   package files, found without importing them), mathpy.jit's own sources, and CUDA_HOME / CUDA_PATH. The NVVM that
   compiled an entry is recorded in it (path, size, mtime, version) and checked with one ``stat`` on load.
@@ -267,6 +267,8 @@ def callback_key(fn, spec, snapshot=None):
     h = hashlib.sha256()
     h.update(toolchain_id().encode())
     h.update(repr((spec.kind, spec.element_dtype, spec.user_info_dtype, tuple(spec.compute_capability))).encode())
+    if getattr(spec, "check_bounds", False):  # a checked build is other code (unchecked keys stay as they were)
+        h.update(b"check_bounds")
     _update_function(h, fn, set(), snapshot)
     return h.hexdigest()
 

@@ -127,7 +127,8 @@ def _build(py, spec, key, where):
 
 
 @fill(_DOCS)
-def compile_callback(fn, kind, element_dtype, user_info_dtype=None, compute_capability=None, *, cache=True):
+def compile_callback(fn, kind, element_dtype, user_info_dtype=None, compute_capability=None, *, cache=True,
+                     check_bounds=False):
     """Compile ``fn`` as a cuFFT LTO ``kind`` callback.
 
     Parameters
@@ -145,6 +146,11 @@ def compile_callback(fn, kind, element_dtype, user_info_dtype=None, compute_capa
         ``(major, minor)``; by default the current GPU's (a :class:`mathpy.NoDeviceError` without a GPU).
     cache : bool, optional
         False skips the disk cache (the in-memory cache is always used).
+    check_bounds : bool, optional
+        Compile every access with a bounds check (what ``FFTOptions(check_bounds=True)`` uses). Such LTO-IR expects
+        ``caller_info`` to point to a header in device memory, not to the user data: int64 words ``[user data
+        address, its element count, the FFT data's element count, 8 words of record, zeroed]``
+        (:mod:`mathpy.jit._bounds`); a bad access is skipped and recorded there.
 
     Returns
     -------
@@ -173,7 +179,7 @@ def compile_callback(fn, kind, element_dtype, user_info_dtype=None, compute_capa
     py = check_function(fn, kind)
     if compute_capability is None:
         compute_capability = current_compute_capability()
-    spec = make_spec(kind, element_dtype, user_info_dtype, compute_capability)
+    spec = make_spec(kind, element_dtype, user_info_dtype, compute_capability, check_bounds)
     key, snapshot = function_key(py, spec)  # hashed again only when the function or what it reads changed
     if key is not None:
         found = _memory.get(key)

@@ -4,6 +4,12 @@ Semantics match the GPU exactly: the callback is called once per element with th
 cuFFT passes it) into the 1-D view of the operand's whole memory span, and ``user_info`` is the same 1-D array
 (read-only) or None. One difference numba imposes: its CPU target has no float16 type, so float16 user data is read
 as float32 here (the same values; arithmetic on them is float32 where the GPU's may be float16).
+
+With ``check_bounds=True`` the function is compiled with numba's ``boundscheck=True`` and the loop stops at the first
+element whose call indexes out of bounds; that call is run again in Python on guarded arrays
+(:func:`mathpy.jit._bounds.locate_callback`), and :class:`~mathpy.OutOfBoundsError` names the array and the index.
+As in NumPy, numba counts a negative index from the end: the checked CPU loop does not refuse one (the plan-time
+check refuses the negative indices it can see).
 """
 
 import threading
@@ -13,6 +19,7 @@ import numpy as np
 
 from .._errors import CallbackCompileError
 from .._log import logger
+from ._bounds import locate_callback
 from ._cache import function_key
 from ._spec import CallbackSpec, check_function, describe_function
 
@@ -44,20 +51,39 @@ def _define_loops():
             for k in range(offsets.size):
                 f(buf, np.uint64(offsets[k]), values[k], info, None)
 
-        _state.update(numba=numba, prolog=prolog_loop, epilog=epilog_loop)
+        @numba.njit(cache=False)
+        def checked_prolog_loop(f, buf, offsets, info, out):
+            for k in range(offsets.size):
+                try:
+                    out[k] = f(buf, np.uint64(offsets[k]), info, None)
+                except Exception:  # numba's bounds check: the element is named in Python
+                    return k
+            return -1
+
+        @numba.njit(cache=False)
+        def checked_epilog_loop(f, buf, offsets, values, info):
+            for k in range(offsets.size):
+                try:
+                    f(buf, np.uint64(offsets[k]), values[k], info, None)
+                except Exception:
+                    return k
+            return -1
+
+        _state.update(numba=numba, prolog=prolog_loop, epilog=epilog_loop, checked_prolog=checked_prolog_loop,
+                      checked_epilog=checked_epilog_loop)
     return _state
 
 
-def jit_callback(py, kind):
+def jit_callback(py, kind, check_bounds=False):
     """numba CPU dispatcher for ``py``; a new one when the function's code, closure or globals changed."""
-    key, _ = function_key(py, CallbackSpec(kind, "cpu", None, (0, 0)))
+    key, _ = function_key(py, CallbackSpec(kind, "cpu", None, (0, 0), check_bounds))
     if key is None:
-        key = ("id", id(py))
+        key = ("id", id(py), check_bounds)
     with _lock:
         found = _jitted.get(key)
         if found is not None and (not isinstance(key, tuple) or found[0] is py):
             return found[1]
-        dispatcher = _loops()["numba"].njit(py)
+        dispatcher = _loops()["numba"].njit(py, boundscheck=check_bounds)
         _jitted[key] = (py, dispatcher)
         return dispatcher
 
@@ -88,13 +114,18 @@ def prepare_user_info(user_info):
     return user_info
 
 
+def _run(kind, py, loop_args, check_bounds=False):
+    """Run the ``kind`` loop; with ``check_bounds``, the index of the first element whose call failed, or -1."""
+    return run_loop(kind, py, _loops()[("checked_" if check_bounds else "") + kind], loop_args)
+
+
 def run_loop(kind, py, loop, loop_args):
-    """``loop(*loop_args)``, where ``loop_args[0]`` is ``py`` compiled (:func:`jit_callback`); numba's typing errors
-    become a CallbackCompileError naming the user's function."""
+    """``loop(*loop_args)`` (a loop compiled around ``py``), its result returned; numba's typing errors become a
+    CallbackCompileError naming the user's function."""
     numba = _loops()["numba"]
     start = time.perf_counter()
     try:
-        loop(*loop_args)
+        failed = loop(*loop_args)
     except numba.core.errors.TypingError as e:
         raise CallbackCompileError(f"cannot compile {kind} callback {describe_function(py)} for the CPU:\n"
                                    f"{str(e).strip()}") from e
@@ -107,9 +138,16 @@ def run_loop(kind, py, loop, loop_args):
     if elapsed > 0.05:
         logger.debug("mathpy.jit: CPU %s %s ran (compile included) in %.1f ms", kind, describe_function(py),
                      elapsed * 1e3)
+    return failed
 
 
-def apply_prolog_cpu(fn, buffer_1d, offsets, user_info=None):
+def _raise_failed(kind, py, failed, buffer_1d, flat, values, user_info):
+    if failed is not None and failed >= 0:
+        value = None if values is None else values[failed]
+        raise locate_callback(py, kind, describe_function(py), buffer_1d, int(flat[failed]), value, user_info)
+
+
+def apply_prolog_cpu(fn, buffer_1d, offsets, user_info=None, *, check_bounds=False):
     """Run a prolog on the CPU: ``values[k] = fn(buffer_1d, offsets[k], user_info, None)`` for every ``k``, as a
     numba-compiled loop (what the CPU FFT engine does before its transform).
 
@@ -123,6 +161,8 @@ def apply_prolog_cpu(fn, buffer_1d, offsets, user_info=None):
         Integer element offsets (passed to ``fn`` as uint64, as cuFFT does), shaped as the values wanted.
     user_info : numpy.ndarray, optional
         The user data, flattened and read-only inside ``fn``.
+    check_bounds : bool, optional
+        Check every index ``fn`` uses (numba's ``boundscheck``); default False.
 
     Returns
     -------
@@ -136,6 +176,8 @@ def apply_prolog_cpu(fn, buffer_1d, offsets, user_info=None):
     TypeError
         ``offsets`` are not integers; :class:`~mathpy.CallbackCompileError` when numba cannot compile ``fn`` for
         these types (user data of a dtype numba's CPU target lacks included).
+    :class:`~mathpy.OutOfBoundsError`
+        With ``check_bounds``: ``fn`` indexed ``data_in`` or ``user_info`` outside it (named, with the index).
 
     Notes
     -----
@@ -154,11 +196,12 @@ def apply_prolog_cpu(fn, buffer_1d, offsets, user_info=None):
     py = check_function(fn, "prolog")
     buffer_1d, offsets, flat, user_info = _prepare(buffer_1d, offsets, user_info)
     out = np.empty(flat.size, dtype=buffer_1d.dtype)
-    run_loop("prolog", py, _loops()["prolog"], (jit_callback(py, "prolog"), buffer_1d, flat, user_info, out))
+    failed = _run("prolog", py, (jit_callback(py, "prolog", check_bounds), buffer_1d, flat, user_info, out), check_bounds)
+    _raise_failed("prolog", py, failed, buffer_1d, flat, None, user_info)
     return out.reshape(offsets.shape)
 
 
-def apply_epilog_cpu(fn, buffer_1d, offsets, values, user_info=None):
+def apply_epilog_cpu(fn, buffer_1d, offsets, values, user_info=None, *, check_bounds=False):
     """Run an epilog on the CPU: ``fn(buffer_1d, offsets[k], values[k], user_info, None)`` for every ``k``, as a
     numba-compiled loop (what the CPU FFT engine does with its transform's result).
 
@@ -174,6 +217,8 @@ def apply_epilog_cpu(fn, buffer_1d, offsets, values, user_info=None):
         The values computed by the transform, one per offset.
     user_info : numpy.ndarray, optional
         The user data, flattened and read-only inside ``fn``.
+    check_bounds : bool, optional
+        Check every index ``fn`` uses (numba's ``boundscheck``); default False.
 
     Returns
     -------
@@ -187,6 +232,9 @@ def apply_epilog_cpu(fn, buffer_1d, offsets, values, user_info=None):
         the buffer.
     TypeError
         ``offsets`` are not integers; :class:`~mathpy.CallbackCompileError` when numba cannot compile ``fn``.
+    :class:`~mathpy.OutOfBoundsError`
+        With ``check_bounds``: ``fn`` indexed ``data_out`` or ``user_info`` outside it; the elements before the
+        failing one were stored.
 
     Notes
     -----
@@ -209,6 +257,7 @@ def apply_epilog_cpu(fn, buffer_1d, offsets, values, user_info=None):
         raise ValueError(f"values shape {values.shape} must equal offsets shape {offsets.shape}")
     if not buffer_1d.flags.writeable:
         raise ValueError("buffer_1d must be writable: the epilog stores into it")
-    run_loop("epilog", py, _loops()["epilog"],
-             (jit_callback(py, "epilog"), buffer_1d, flat, np.ascontiguousarray(values).reshape(-1), user_info))
+    values = np.ascontiguousarray(values).reshape(-1)
+    failed = _run("epilog", py, (jit_callback(py, "epilog", check_bounds), buffer_1d, flat, values, user_info), check_bounds)
+    _raise_failed("epilog", py, failed, buffer_1d, flat, values, user_info)
     return buffer_1d

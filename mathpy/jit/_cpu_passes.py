@@ -7,8 +7,8 @@ batch, or the first transform axis; the inner offsets cover the rest), and that 
 on the GPU.
 
 - :func:`loader`: ``dst[r, j] = prolog(span, offset(r, j), user_info, None)``; without a prolog, a plain gather;
-- :func:`storer`: ``epilog(span, offset(r, j), src[r, j], user_info, None)``, then ``span[offset] *= scale`` when
-  scaled (the epilog sees the unnormalised value, as on the GPU); without an epilog, a plain scatter;
+- :func:`storer`: ``epilog(span, offset(r, j), src[r, j], user_info, None)``, then ``span[offset]`` times ``scale``
+  part by part when scaled (the epilog sees the unnormalised value, as on the GPU); without an epilog, a plain scatter;
 - :func:`matmul_epilog_pass`: ``x[b, i, j] = f(x[b, i, j], (b,) i, j, data)`` in place, for rows ``start..stop`` of
   ``x`` seen as ``(batch * M, N)``.
 
@@ -56,10 +56,31 @@ def _plain(kind):
     return found
 
 
+def _scaler():
+    """``scaled(value, factor)``: a real factor times each part of a complex value (as NumPy scales an FFT: a complex
+    product would make ``inf+0j`` into ``inf+nanj``), or times a real value."""
+    found = _kernels.get("scaled")
+    if found is None:
+        numba = _numba()
+        from numba.extending import overload
+
+        def found(value, factor):  # pragma: no cover (numba compiles the overload below)
+            return value * factor
+
+        @overload(found, inline="always")
+        def _implementation(value, factor):
+            if isinstance(value, numba.types.Complex):
+                return lambda value, factor: complex(value.real * factor, value.imag * factor)
+            return lambda value, factor: value * factor
+        _kernels["scaled"] = found
+    return found
+
+
 def _define(name, f):
     """The pass ``name`` with ``f`` called inside. ``f`` is a global of the pass, not an argument: numba types a
     function argument on every call (tens of microseconds), an array in well under one."""
     numba = _numba()
+    times = _scaler()
     if name == "load":
         @numba.njit(nogil=True, cache=False)
         def kernel(span, row_offsets, inner_offsets, step, info, dst):
@@ -85,18 +106,18 @@ def _define(name, f):
                     for j in range(n):
                         f(span, np.uint64(base + j), src[r, j], info, None)
                         if scaled:
-                            span[base + j] *= scale
+                            span[base + j] = times(span[base + j], scale)
                 elif step:
                     for j in range(n):
                         f(span, np.uint64(base + j * step), src[r, j], info, None)
                         if scaled:
-                            span[base + j * step] *= scale
+                            span[base + j * step] = times(span[base + j * step], scale)
                 else:
                     for j in range(n):
                         offset = base + inner_offsets[j]
                         f(span, np.uint64(offset), src[r, j], info, None)
                         if scaled:
-                            span[offset] *= scale
+                            span[offset] = times(span[offset], scale)
     else:  # "rows": f(value, batch, row, col, data)
         @numba.njit(nogil=True, cache=False)
         def kernel(x, data, start, stop):

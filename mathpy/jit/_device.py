@@ -25,6 +25,8 @@ from numba.cuda.cudaimpl import registry as lowering_registry
 from numba.cuda.extending import core_models, register_model
 from numba.cuda.typing.templates import AbstractTemplate, signature
 
+from . import _bounds_ir as B
+from ._bounds import HEADER_WORDS, RECORD_WORDS
 from ._spec import CallbackSpec
 
 __all__ = ["CC_ERRORS", "CallbackPointer", "MISSING_NVVM_ERRORS", "NUMBA_ERRORS", "build_llvm_ir", "build_ltoir",
@@ -49,12 +51,14 @@ def numba_type(dtype_name):
 class CallbackPointer(types.Type):
     """Pointer argument of a callback. ``role`` is ``"data"`` (the FFT operand: read and written, may alias between
     load and store callbacks, so plain loads) or ``"user_info"`` (read-only for the whole kernel: non-coherent
-    global loads)."""
+    global loads). A ``checked`` pointer points to a :data:`~._bounds_ir.DESCRIPTOR` instead of the elements, and
+    every access is checked against the element count it holds."""
 
-    def __init__(self, dtype, role):
+    def __init__(self, dtype, role, checked=False):
         self.dtype = dtype
         self.role = role
-        super().__init__(name=f"mathpy_{role}_ptr[{dtype}]")
+        self.checked = checked
+        super().__init__(name=f"mathpy_{role}_ptr[{dtype}{', checked' if checked else ''}]")
 
     @property
     def readonly(self):
@@ -90,10 +94,28 @@ def _element_pointer(context, builder, ptr, idxty, idx):
     return builder.gep(ptr, [idx])
 
 
+def _checked_access(context, builder, ptrty, idxty, args, access):
+    """``access(element pointer)`` behind the bounds check of a checked pointer (see :mod:`._bounds_ir`)."""
+    descriptor = builder.bitcast(args[0], B.DESCRIPTOR.as_pointer())
+    base, count, record, array_id, offset = (
+        builder.load(builder.gep(descriptor, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), i)]))
+        for i in range(5))
+    index = context.cast(builder, args[1], idxty, types.int64)
+    elements = builder.bitcast(base, args[0].type)
+    return B.checked(builder, B.all_below(builder, [index], [count]),
+                     lambda: access(builder.gep(elements, [index])),
+                     lambda: B.record(builder, record, array_id, [index], offset))
+
+
 def _lower_load(context, builder, sig, args):
     ptrty, idxty = sig.args
+    if ptrty.checked:
+        return _checked_access(context, builder, ptrty, idxty, args, lambda elem: _load(context, builder, ptrty, elem))
+    return _load(context, builder, ptrty, _element_pointer(context, builder, args[0], idxty, args[1]))
+
+
+def _load(context, builder, ptrty, elem):
     dtype = ptrty.dtype
-    elem = _element_pointer(context, builder, args[0], idxty, args[1])
     vptr = _vector_pointer(builder, elem, dtype, ptrty.readonly)
     raw = builder.load(vptr, align=_alignment(context, dtype))
     if ptrty.readonly:
@@ -107,9 +129,16 @@ def _lower_load(context, builder, sig, args):
 
 def _lower_store(context, builder, sig, args):
     ptrty, idxty, valty = sig.args
+    val = context.cast(builder, args[2], valty, ptrty.dtype)
+    if ptrty.checked:
+        _checked_access(context, builder, ptrty, idxty, args, lambda elem: _store(context, builder, ptrty, elem, val))
+    else:
+        _store(context, builder, ptrty, _element_pointer(context, builder, args[0], idxty, args[1]), val)
+    return context.get_dummy_value()
+
+
+def _store(context, builder, ptrty, elem, val):
     dtype = ptrty.dtype
-    val = context.cast(builder, args[2], valty, dtype)
-    elem = _element_pointer(context, builder, args[0], idxty, args[1])
     vptr = _vector_pointer(builder, elem, dtype, False)
     if isinstance(dtype, types.Complex):
         raw = ir.Constant(vptr.type.pointee, ir.Undefined)
@@ -118,7 +147,6 @@ def _lower_store(context, builder, sig, args):
     else:
         raw = context.data_model_manager[dtype].as_data(builder, val)
     builder.store(raw, vptr, align=_alignment(context, dtype))
-    return context.get_dummy_value()
 
 
 # Typing and lowering go straight into numba-cuda's registries (an @overload would be compiled as a device function,
@@ -154,9 +182,9 @@ def _llvm_scalar(dtype_name):
 
 def _numba_signature(spec: CallbackSpec):
     elem = numba_type(spec.element_dtype)
-    data = CallbackPointer(elem, "data")
+    data = CallbackPointer(elem, "data", spec.check_bounds)
     info = types.voidptr if spec.user_info_dtype is None else CallbackPointer(numba_type(spec.user_info_dtype),
-                                                                                "user_info")
+                                                                                "user_info", spec.check_bounds)
     if spec.kind == "prolog":
         return elem, (data, types.uint64, info, types.voidptr)
     return types.void, (data, types.uint64, elem, info, types.voidptr)
@@ -224,7 +252,8 @@ def _build_library(spec, fn, inner_name):
             value = builder.bitcast(value, want) if isinstance(want, ir.PointerType) else value
         call_args.append(value)
 
-    for position, arg in enumerate(wrapper.args):
+    arguments = _checked_arguments(builder, spec, wrapper.args) if spec.check_bounds else wrapper.args
+    for position, arg in enumerate(arguments):
         if spec.kind == "epilog" and position == 2 and spec.is_complex:
             want = params[len(call_args)]
             if isinstance(want, (ir.LiteralStructType, ir.IdentifiedStructType)):
@@ -247,6 +276,38 @@ def _build_library(spec, fn, inner_name):
     library.add_linking_library(cres.library)  # its functions become linkonce_odr: only the wrapper is exported
     library.finalize()
     return library
+
+
+def _checked_arguments(builder, spec, args):
+    """The wrapper's arguments for a checked build: the data and user-data pointers replaced by descriptors (stack
+    slots that become registers once inlined) built from the header ``caller_info`` points to (see
+    :mod:`._bounds`): ``[user data address, its element count, the FFT data's element count, record...]``."""
+    args = list(args)
+    info_at = 2 if spec.kind == "prolog" else 3
+    i64 = ir.IntType(64)
+    header = builder.bitcast(args[info_at], i64.as_pointer())
+    invariant = builder.module.add_metadata([])
+
+    def word(position):
+        value = builder.load(builder.gep(header, [ir.Constant(i64, position)]))
+        value.set_metadata("invariant.load", invariant)  # the record words after them change, these do not
+        return value
+
+    record = builder.gep(header, [ir.Constant(i64, HEADER_WORDS - RECORD_WORDS)])
+
+    def descriptor(base, count, array_id):
+        slot = builder.alloca(B.DESCRIPTOR)
+        for position, value in enumerate((base, count, record, ir.Constant(i64, array_id), args[1])):
+            builder.store(value, builder.gep(slot, [ir.Constant(ir.IntType(32), 0),
+                                                    ir.Constant(ir.IntType(32), position)]))
+        return builder.bitcast(slot, args[0].type)
+
+    args[0] = descriptor(args[0], word(2), 0)
+    if spec.user_info_dtype is None:
+        args[info_at] = ir.Constant(args[info_at].type, None)
+    else:
+        args[info_at] = descriptor(builder.inttoptr(word(0), args[0].type), word(1), 1)
+    return args
 
 
 def nvvm_version():

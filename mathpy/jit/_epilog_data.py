@@ -8,6 +8,10 @@ trip to device memory per element); any other index reads device memory as above
 function uses stays correct. The tile's layout is the epilog buffer's (:func:`tile_offset_ir`): boxes of 64 columns,
 ``bm`` rows of 128 bytes each, the 16-byte chunks of row ``r`` permuted by ``r % 8`` (TMA's 128-byte swizzle).
 
+A *checked* view (``check_bounds``) also holds the shape: an index outside it is not read (the value is zero) and
+the first one is recorded in the kernel module's global :data:`RECORD_SYMBOL` (see :mod:`._bounds_ir`), which the
+host reads after the launch.
+
 Imported only when a GEMM kernel with a data-reading epilog is compiled (it imports numba-cuda). The view is built in
 the kernel from scalar kernel parameters (pointer, shape, strides in elements), so the launcher passes no numba array.
 """
@@ -22,7 +26,13 @@ from numba.cuda.cudaimpl import registry as lowering_registry
 from numba.cuda.extending import intrinsic, models, register_model
 from numba.cuda.typing.templates import AbstractTemplate, signature
 
-__all__ = ["EpilogDataType", "maker", "staged_maker", "tile_offset_ir"]
+from . import _bounds_ir as B
+from ._bounds import RECORD_WORDS
+
+__all__ = ["EpilogDataType", "RECORD_SYMBOL", "maker", "staged_maker", "tile_offset_ir"]
+
+#: The global of a kernel module with a checked ``data`` view that records its first out-of-bounds index.
+RECORD_SYMBOL = "mathpy_epilog_data_bounds"
 
 _STORAGE = {  # dtype name -> (LLVM storage type, bytes, numba type of the value read)
     "float16": (ir.HalfType(), 2, types.float32), "bfloat16": (ir.IntType(16), 2, types.float32),
@@ -34,13 +44,14 @@ _STORAGE = {  # dtype name -> (LLVM storage type, bytes, numba type of the value
 
 
 class EpilogDataType(types.Type):
-    """``tile``: None, or (bm, bn) of the staged copy in shared memory."""
+    """``tile``: None, or (bm, bn) of the staged copy in shared memory; ``checked``: indices checked against the
+    shape."""
 
-    def __init__(self, dtype_name, ndim, tile=None):
-        self.dtype_name, self.ndim, self.tile = dtype_name, ndim, tile
+    def __init__(self, dtype_name, ndim, tile=None, checked=False):
+        self.dtype_name, self.ndim, self.tile, self.checked = dtype_name, ndim, tile, checked
         self.value_type = _STORAGE[dtype_name][2]
         staged = "" if tile is None else f", staged {tile[0]}x{tile[1]}"
-        super().__init__(name=f"mathpy_epilog_data[{dtype_name}, {ndim}d{staged}]")
+        super().__init__(name=f"mathpy_epilog_data[{dtype_name}, {ndim}d{staged}{', checked' if checked else ''}]")
 
 
 _STAGED_FIELDS = ("sbase", "b", "m0", "n0")  # shared address of the copy; batch index and origin of the tile
@@ -50,6 +61,8 @@ _STAGED_FIELDS = ("sbase", "b", "m0", "n0")  # shared address of the copy; batch
 class _Model(models.StructModel):
     def __init__(self, dmm, fe_type):
         members = [("ptr", types.uint64)] + [(f"t{i}", types.int64) for i in range(3)]
+        if fe_type.checked:
+            members += [(f"s{i}", types.int64) for i in range(3)]
         if fe_type.tile is not None:
             members += [(name, types.int64) for name in _STAGED_FIELDS]
         super().__init__(dmm, fe_type, members)
@@ -156,9 +169,25 @@ def _load(context, builder, sig, args):
     else:
         indices = [(builder.extract_value(args[1], i), t) for i, t in enumerate(index_ty.types)]
     indices = [context.cast(builder, value, ty, types.int64) for value, ty in indices]
-    if data_ty.tile is not None:
-        return _staged_load(context, builder, data_ty, view, indices)
-    return _global_load(context, builder, data_ty, view, indices)
+    load = _staged_load if data_ty.tile is not None else _global_load
+    if not data_ty.checked:
+        return load(context, builder, data_ty, view, indices)
+    inside = B.all_below(builder, indices, [getattr(view, f"s{i}") for i in range(len(indices))])
+    return B.checked(builder, inside, lambda: load(context, builder, data_ty, view, indices),
+                     lambda: B.record_call(builder, _record(builder), ir.Constant(_I64, 0), indices,
+                                           ir.Constant(_I64, 0)))
+
+
+def _record(builder):
+    """A generic pointer to the module's record (defined once per module, zero at load)."""
+    module = builder.module
+    record = module.globals.get(RECORD_SYMBOL)
+    if record is None:
+        record = ir.GlobalVariable(module, ir.ArrayType(_I64, RECORD_WORDS), RECORD_SYMBOL, addrspace=1)
+        record.initializer = ir.Constant(record.value_type, None)
+        record.align = 8
+    first = builder.gep(record, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 0)])
+    return builder.addrspacecast(first, _I64.as_pointer())
 
 
 lowering_registry.lower(operator.getitem, EpilogDataType, types.Integer)(_load)
@@ -167,13 +196,19 @@ lowering_registry.lower(operator.getitem, EpilogDataType, types.BaseTuple)(_load
 _makers = {}
 
 
-def maker(dtype_name, ndim):
-    """``MAKE_DATA(ptr, s0, s1, s2, t0, t1, t2)`` -> the view of ``ndim`` dimensions (shape unused: no bounds
-    checks, as in numba kernels)."""
-    key = (dtype_name, ndim)
+def _set_shape(context, builder, view, signature, args, checked):
+    if checked:
+        for i in range(3):
+            setattr(view, f"s{i}", context.cast(builder, args[1 + i], signature.args[1 + i], types.int64))
+
+
+def maker(dtype_name, ndim, checked=False):
+    """``MAKE_DATA(ptr, s0, s1, s2, t0, t1, t2)`` -> the view of ``ndim`` dimensions (the shape is used only when
+    ``checked``: no bounds checks otherwise, as in numba kernels)."""
+    key = (dtype_name, ndim, checked)
     if key in _makers:
         return _makers[key]
-    data_ty = EpilogDataType(dtype_name, ndim)
+    data_ty = EpilogDataType(dtype_name, ndim, checked=checked)
 
     @intrinsic
     def make(typingctx, ptr, s0, s1, s2, t0, t1, t2):
@@ -184,6 +219,7 @@ def maker(dtype_name, ndim):
             view.ptr = context.cast(builder, args[0], signature.args[0], types.uint64)
             for i in range(3):
                 setattr(view, f"t{i}", context.cast(builder, args[4 + i], signature.args[4 + i], types.int64))
+            _set_shape(context, builder, view, signature, args, checked)
             return view._getvalue()
 
         return sig, codegen
@@ -192,16 +228,16 @@ def maker(dtype_name, ndim):
     return make
 
 
-def staged_maker(dtype_name, ndim, bm, bn):
+def staged_maker(dtype_name, ndim, bm, bn, checked=False):
     """``MAKE_DATA(ptr, s0, s1, s2, t0, t1, t2, sbase, b, m0, n0)`` -> a view of ``ndim`` (2 or 3) dimensions of a
     16-bit ``data`` of the result's shape whose tile (batch ``b``, rows ``m0:m0 + bm``, columns ``n0:n0 + bn``) is
     staged in shared memory at ``sbase``."""
     if _STORAGE[dtype_name][1] != 2 or ndim not in (2, 3):
         raise ValueError(f"only 2- or 3-dimensional 16-bit data is staged, not {ndim}-d {dtype_name}")
-    key = (dtype_name, ndim, bm, bn)
+    key = (dtype_name, ndim, bm, bn, checked)
     if key in _makers:
         return _makers[key]
-    data_ty = EpilogDataType(dtype_name, ndim, (bm, bn))
+    data_ty = EpilogDataType(dtype_name, ndim, (bm, bn), checked)
 
     @intrinsic
     def make(typingctx, ptr, s0, s1, s2, t0, t1, t2, sbase, b, m0, n0):
@@ -214,6 +250,7 @@ def staged_maker(dtype_name, ndim, bm, bn):
                 setattr(view, f"t{i}", context.cast(builder, args[4 + i], signature.args[4 + i], types.int64))
             for i, name in enumerate(_STAGED_FIELDS):
                 setattr(view, name, context.cast(builder, args[7 + i], signature.args[7 + i], types.int64))
+            _set_shape(context, builder, view, signature, args, checked)
             return view._getvalue()
 
         return sig, codegen

@@ -13,7 +13,9 @@ results keep IEEE division.
 ``data`` is indexed like a NumPy array of its own shape and strides (``data[row, col]``, ``data[row]``,
 ``data[batch, row, col]``); float16 and bfloat16 data read as float32 (exactly), so the function sees the same
 values on the CPU and the GPU. On the GPU it is read through the read-only data cache (``ld.global.nc``): it must not
-overlap the result. Indices are not bounds-checked (as in numba kernels): index inside the array.
+overlap the result. Indices that every call reaches and that the function's source shows are checked against the
+data's shape when planning (a ValueError names what it needs); others are checked only with ``check_bounds``
+(:mod:`mathpy.jit._bounds`), otherwise not (as in numba kernels): index inside the array.
 
 Errors are raised before any work and name the function's file and line: ``TypeError`` for a wrong number of
 parameters or a function that returns nothing, ``ValueError`` for an unsupported data dtype or shape, and
@@ -120,17 +122,18 @@ def _loop(with_batch):
     return loop
 
 
-def apply_cpu(epilog, x, data):
+def apply_cpu(epilog, x, data, check_bounds=False):
     """``epilog`` applied to every element of ``x`` (shape ``(batch, M, N)``, the compute dtype), compiled for the CPU
     with numba; returns a new array of ``x``'s dtype. ``data``: a NumPy array or None (16-bit floats are read as
-    float32)."""
+    float32). ``check_bounds``: every index checked (:mod:`._epilog_checked`)."""
     import numba
 
     with _cpu_lock:
         loop = _loop(epilog.with_batch)
-        jitted = _cpu_functions.get(epilog.function)
+        key = (epilog.function, "check_bounds") if check_bounds else epilog.function
+        jitted = _cpu_functions.get(key)
         if jitted is None:
-            jitted = _cpu_functions[epilog.function] = numba.njit(cache=False)(epilog.function)
+            jitted = _cpu_functions[key] = numba.njit(cache=False, boundscheck=check_bounds)(epilog.function)
     if data is not None:
         data = np.asarray(data)
         if data.dtype.itemsize == 2 and data.dtype.kind not in "iu":  # float16 / bfloat16
@@ -139,7 +142,11 @@ def apply_cpu(epilog, x, data):
         data.flags.writeable = False
     out = np.empty_like(x)
     try:
-        loop(jitted, x, data, out)
+        if check_bounds:
+            from ._epilog_checked import run_checked
+            run_checked(epilog, jitted, x, data, out)
+        else:
+            loop(jitted, x, data, out)
     except numba.core.errors.TypingError as e:
         raise wrap_compile_error(epilog, "the CPU", e) from e
     return out
@@ -159,13 +166,14 @@ def device_function(epilog):
     return cuda.jit(device=True, forceinline=True)(epilog.function)
 
 
-def data_view_maker(dtype_name, ndim, tile=None):
+def data_view_maker(dtype_name, ndim, tile=None, checked=False):
     """An intrinsic ``MAKE_DATA(ptr, s0, s1, s2, t0, t1, t2)`` building the kernel-side read-only view of a data
     array (shape ``s``, strides ``t`` in elements; the first ``ndim`` used). ``tile`` = (bm, bn): the view of a data
     array whose block tile the kernel stages in shared memory (``MAKE_DATA`` then also takes the buffer's address, the
-    batch index and the tile's first row and column)."""
+    batch index and the tile's first row and column). ``checked``: indices checked against the shape (check_bounds;
+    the kernel module then records the first bad one in ``_epilog_data.RECORD_SYMBOL``)."""
     from . import _epilog_data
 
     if tile is not None:
-        return _epilog_data.staged_maker(dtype_name, ndim, *tile)
-    return _epilog_data.maker(dtype_name, ndim)
+        return _epilog_data.staged_maker(dtype_name, ndim, *tile, checked=checked)
+    return _epilog_data.maker(dtype_name, ndim, checked)

@@ -59,6 +59,7 @@ class CallbackSpec:
     element_dtype: str             # one of ELEMENT_DTYPES
     user_info_dtype: str | None    # one of USER_INFO_DTYPES, or None for an opaque pointer
     compute_capability: tuple      # (major, minor)
+    check_bounds: bool = False     # every access checked against the sizes in the header (see mathpy.jit._bounds)
 
     @property
     def cufft_callback_type(self):
@@ -73,7 +74,7 @@ class CallbackSpec:
         return self.element_dtype.startswith("complex")
 
 
-def make_spec(kind, element_dtype, user_info_dtype, compute_capability):
+def make_spec(kind, element_dtype, user_info_dtype, compute_capability, check_bounds=False):
     if kind not in ("prolog", "epilog"):
         raise ValueError(f"kind must be 'prolog' or 'epilog', got {kind!r}")
     element = _dtype_name(element_dtype, "element_dtype", ELEMENT_DTYPES)
@@ -91,7 +92,7 @@ def make_spec(kind, element_dtype, user_info_dtype, compute_capability):
         cc = ()
     if len(cc) != 2 or cc < (5, 0):
         raise ValueError(f"compute_capability must be (major, minor) >= (5, 0), got {compute_capability!r}")
-    return CallbackSpec(kind, element, info, cc)
+    return CallbackSpec(kind, element, info, cc, bool(check_bounds))
 
 
 def describe_function(fn):

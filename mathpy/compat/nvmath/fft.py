@@ -4,10 +4,14 @@ Semantics are nvmath-python 1.0's where they differ from mathpy's own API:
 
 - ``fft`` / ``ifft`` / ``rfft`` / ``irfft`` are N-D over ``axes=`` (all axes by default, at most three), keyword-only
   after the operand, and unnormalised in both directions (``ifft(fft(x))`` is ``x`` times the transform size);
+  ``direction=None`` is the transform type's own direction (forward for C2C, as nvmath-python's ``execute()``);
+  ``options={"inplace": True}`` writes the result into the operand, also for a host operand run with
+  ``execution="cuda"`` (copied to the GPU, transformed there, copied back into the same array);
   ``irfft`` returns ``2 * (m - 1)`` or, with ``FFTOptions(last_axis_parity="odd")``, ``2 * m - 1`` points along the
   last axis; ``fft``/``ifft`` take complex operands only (ValueError), ``rfft`` real ones (RuntimeError);
 - ``FFT`` plans once (``plan()`` again is a no-op), ``execute(direction=, stream=, release_workspace=)``,
-  ``reset_operand(operand, stream=)`` (None is a ValueError, another package a TypeError), ``release_operand()``,
+  ``reset_operand(operand, stream=)`` (no operand, or None: the operand is released; another package: a TypeError),
+  ``release_operand()``,
   ``get_input_layout()`` / ``get_output_layout()``, ``create_key`` / ``get_key``, ``estimate_workspace_size(key)``;
 - ``prolog=`` / ``epilog=``: a :class:`DeviceCallable` or its dict (``{"ltoir": bytes or pointer, "size": ...,
   "data": device pointer}``), LTO-IR from :func:`compile_prolog` / :func:`compile_epilog`; mathpy's own forms (a
@@ -216,6 +220,8 @@ def _c2c(operand, axes, direction, options, execution, prolog, epilog, stream):
         options = check_or_create_options(FFTOptions, options, "FFT options")
         if options.fft_type not in (None, "C2C"):  # nvmath refuses these on the FFT object: same path, same error
             return _stateful(operand, axes, direction, options, execution, prolog, epilog, stream)
+    if direction is None:  # nvmath-python: the operand type's own direction
+        direction = FFTDirection.FORWARD
     if name in _HALF:
         return _stateful(operand, axes, direction, options, execution, prolog, epilog, stream)
     forward = _direction(direction) == FFTDirection.FORWARD
@@ -342,11 +348,14 @@ class FFT:
             direction = int(self._check_direction(direction))
         return self._fft.execute(direction=direction, stream=stream, release_workspace=release_workspace)
 
-    def reset_operand(self, operand, *, stream=None):
-        """Use a new operand of the same package, device, dtype and layout from the next :meth:`execute` on."""
+    def reset_operand(self, operand=None, *, stream=None):
+        """Use a new operand of the same package, device, dtype and layout from the next :meth:`execute` on; with
+        no operand (None), drop the reference to the current one (:meth:`execute` then needs a new one first)."""
         self._check_valid()
         if operand is None:
-            raise ValueError("reset_operand() requires a valid operand.")
+            self.release_operand()
+            self.logger.info("The operand has been reset to None.")
+            return
         package = operand_package(operand)
         if package != self.package:
             raise TypeError(f"Library package mismatch: '{self.package}' => '{package}'")

@@ -23,6 +23,10 @@ import contextlib
 import numpy as np
 
 from ... import _operands, _packages
+from ..._out import copy_into
+from ..._streams import keep_for_graph, refuse_in_capture
+from ._callback import raise_recorded
+from ._numpy_rules import check_floating_point, ufunc_name
 
 __all__ = ["FFTCall"]
 
@@ -35,7 +39,7 @@ class FFTCall:
 
     __slots__ = ("problem", "engine", "callbacks", "cache_key", "holder", "locked", "host_direct", "_lock", "_run",
                  "_out_shape", "_out_dtype", "_out_order", "_scale_type", "_device_id", "_pointer", "_current_stream",
-                 "_makers")
+                 "_makers", "_checked")
 
     def __init__(self, problem, engine, callbacks=(), cache_key=None):
         self.problem, self.engine, self.callbacks, self.cache_key = problem, engine, tuple(callbacks), cache_key
@@ -54,12 +58,16 @@ class FFTCall:
         # the CPU engine reads the caller's NumPy array where it lies and writes a new one: execute_host()
         self.host_direct = not problem.on_gpu and problem.local and not problem.copy_input and \
             not problem.options.inplace
+        # GPU callbacks compiled with check_bounds: each execution reads their error records afterwards
+        self._checked = problem.on_gpu and any(cb is not None and cb.check_bounds for cb in self.callbacks)
 
     # --- the direct GPU case ---------------------------------------------------------------------------------------
     def execute_direct(self, x_ptr, direction, stream=None, scale=None):
         """Transform the device data at ``x_ptr`` (laid out as ``problem.transform.input_strides``) on raw
         ``stream`` (None: the holder package's current stream); returns the new output array (of the holder
         package, on the device)."""
+        if self._checked:
+            self._refuse_in_capture(stream)  # before any work (None: the current stream)
         make = self._makers.get(stream)
         if make is None:
             make = self._maker(stream)
@@ -68,9 +76,21 @@ class FFTCall:
             stream = self._current_stream(self._device_id)
         with self._lock:
             self._run(x_ptr, self._pointer(result), direction, stream)
+        if self._checked:
+            self._raise_recorded(stream)
         if scale is not None:
             self.holder.on(self._device_id, stream).scale(result, self._scale_type(scale))
         return result
+
+    def _refuse_in_capture(self, stream):
+        refuse_in_capture(self.holder, self._device_id, stream, "an FFT whose callbacks check bounds (check_bounds)",
+                          "each execution waits on the host to read the callbacks' error records",
+                          "capture the FFT planned without check_bounds", anywhere=True)
+
+    def _raise_recorded(self, stream):
+        """An out-of-bounds access recorded by the checked callbacks the engine was planned with (a plan cache may
+        give this call an engine planned with other bindings of equal keys: theirs hold the records)."""
+        raise_recorded(getattr(self.engine, "callbacks", None) or (), self._device_id, stream)
 
     def _maker(self, stream):
         if len(self._makers) > 64:  # streams come and go
@@ -88,15 +108,17 @@ class FFTCall:
             make = self._maker(None)
         result = make()
         self._run_cpu(array, result, direction, scale)
+        t = self.problem.transform
+        check_floating_point(array, result, ufunc_name(t.fft_type, direction, t.n[-1]))
         return result
 
     def _run_cpu(self, x, result, direction, scale):
         if scale is not None and getattr(self.engine, "scales", False):  # the engine scales inside its passes
             self.engine.execute(x, result, direction, None, scale=scale)
-            return
-        self.engine.execute(x, result, direction, None)
-        if scale is not None:
-            result *= self._scale_type(scale)
+        else:
+            self.engine.execute(x, result, direction, None)
+            if scale is not None:
+                scale_parts(result, self._scale_type(scale))
 
     # --- every case ----------------------------------------------------------------------------------------------
     def execute(self, op, direction, stream, scale=None, out=None, staging=None):
@@ -106,6 +128,15 @@ class FFTCall:
         p = self.problem
         if not p.on_gpu:
             return self._execute_cpu(op, direction, scale, out, staging)
+        if stream is None:
+            stream = self._current_stream(self._device_id)
+        if op.on_host or (out is not None and out.on_host) or p.options.blocking is True:
+            refuse_in_capture(self.holder, self._device_id, stream, "an FFT of host (NumPy) data on the GPU, or with "
+                              "options.blocking=True,", "copies between host and device memory and waits on the host "
+                              "are not graph work", "capture it with device arrays (CuPy, torch CUDA tensors) and "
+                              "blocking='auto'", anywhere=True)
+        if self._checked:
+            self._refuse_in_capture(stream)
         queue = self.holder.on(self._device_id, stream)
         if p.copy_input:
             t = p.transform
@@ -117,6 +148,7 @@ class FFTCall:
                 x = queue.empty(t.input_shape, t.input_dtype, p.in_order)
                 queue.copy_into(x, op.tensor)
             x_ptr = self._pointer(x)
+            keep_for_graph(self.engine, self.holder, self._device_id, stream, x)  # (a capture's replays read it)
         else:
             x, x_ptr = op.tensor, op.data_ptr
         if p.options.inplace:
@@ -126,14 +158,19 @@ class FFTCall:
             result_ptr = self._pointer(result)
         with self._lock:
             self._run(x_ptr, result_ptr, direction, stream)
+        if self._checked:
+            self._raise_recorded(stream)
         if scale is not None:
             queue.scale(result, self._scale_type(scale))
         if p.options.blocking is True:
             queue.synchronize()
         if p.options.inplace:
+            if x is not op.tensor:  # a host operand transformed in its device copy: the result goes back into it
+                host = _operands.to_host(_operands.wrap_operand(x), stream).tensor
+                np.copyto(op.numpy().transpose(p.in_order), host)
             return op.tensor
         if out is not None:
-            copy_to_out(out, result, stream)
+            copy_into(out, result, stream)
             return out.tensor
         if op.on_host:
             return _operands.as_package(result, op, stream)
@@ -158,13 +195,27 @@ class FFTCall:
         self._run_cpu(x, result, direction, scale)
         if p.options.inplace:
             return op.tensor
+        check_floating_point(x, result, ufunc_name(t.fft_type, direction, t.n[-1]))
         if out is not None:
             if result is not out.tensor:
-                copy_to_out(out, result, None)
+                copy_into(out, result, None)
             return out.tensor
         if op.package == "numpy" and op.on_host:
             return result
         return _operands.as_package(result, op, None)
+
+
+def scale_parts(result, factor):
+    """``result *= factor`` for a real ``factor``, part by part as NumPy's gufunc scales: a complex multiply would make
+    ``inf+0j`` into ``inf+nanj`` (and warn of an invalid value)."""
+    if result.dtype.kind != "c":
+        result *= factor
+    elif result.flags.c_contiguous or result.flags.f_contiguous:  # one pass over the real view
+        flat = result.ravel(order="A")
+        flat.view(flat.real.dtype)[...] *= factor
+    else:
+        result.real[...] *= factor
+        result.imag[...] *= factor
 
 
 def new_staging(problem):
@@ -173,14 +224,3 @@ def new_staging(problem):
     return _packages.get("numpy").on(None).empty(t.input_shape, t.input_dtype, problem.in_order)
 
 
-def copy_to_out(out, result, stream):
-    """Copy ``result`` (NumPy on the host or a device array) into the caller's ``out`` (any package, any device)."""
-    if out.on_host:
-        source = result if isinstance(result, np.ndarray) else \
-            _operands.to_host(_operands.wrap_operand(result), stream).tensor
-        np.copyto(out.numpy(), source, casting="same_kind")
-        return
-    source = _operands.wrap_operand(result)
-    if source.on_host:
-        source = _operands.to_device(source, out.device_id, stream)
-    out.interface.on(out.device_id, stream).copy_into(out.tensor, source.tensor)

@@ -19,10 +19,17 @@ Accepted forms of ``prolog=`` / ``epilog=``:
 
 Normalization: callbacks see the unnormalised transform (a prolog the input, an epilog the raw FFT result); the
 ``norm=`` scale of the stateless functions is applied to the stored output after the epilog ran.
+
+Bounds (:mod:`mathpy.jit._bounds`): binding a Python function refuses, with a ValueError, an index it runs on every
+call that its source shows to reach outside ``data_in`` / ``data_out`` (the span of the layout) or its user data;
+with ``FFTOptions(check_bounds=True)`` every access is also checked when it runs (:class:`~mathpy.OutOfBoundsError`).
+On the GPU a checked callback's ``caller_info`` is a small header in device memory (the user data's address and
+size, the layout's span, the record of the first bad access) instead of the user data's address.
 """
 
 import dataclasses
 import hashlib
+import math
 
 import numpy as np
 
@@ -53,8 +60,9 @@ class Callback:
     Raises
     ------
     TypeError
-        ``function`` is neither callable nor bytes. The data's dtype, shape and device are checked when the FFT is
-        planned (TypeError / ValueError naming what is allowed).
+        ``function`` is neither callable nor bytes. The data's dtype, shape and device, and the indices the
+        function's source shows, are checked when the FFT is planned (TypeError / ValueError naming what is
+        allowed, or the size an index needs).
 
     Notes
     -----
@@ -109,9 +117,12 @@ class BoundCallback:
     symbol       symbol name to pass to cuFFT (None: the default name)
     cufft_type   cuFFT's cufftXtCallbackType code
     data         the user-data Operand on the execution device (C-contiguous), or None
-    data_ptr     its pointer, or 0
+    data_ptr     what cuFFT gets as caller_info: the user data's pointer (0 without), or a checked callback's header
     key          hashable; equal keys give identical plans
     snapshot     for a Python function, the jit Snapshot that keeps its compiled code valid (None otherwise)
+    check_bounds whether the function was compiled with bounds checks
+    header       on the GPU with check_bounds: the header Operand (int64 words, see mathpy.jit._bounds)
+    arrays       with check_bounds: (name, shape) of the callback's arrays by record id (data, then user_info)
     """
 
     kind: str
@@ -125,6 +136,9 @@ class BoundCallback:
     element_dtype: str
     user_info_dtype: str | None
     snapshot: object = None
+    check_bounds: bool = False
+    header: object = None
+    arrays: tuple = ()
 
     @property
     def reusable(self):
@@ -244,8 +258,10 @@ def _prepare_data(data, layout_shape, layout_strides, execution, function_name):
     return _operands.wrap_operand(host), key
 
 
-def bind_callback(callback, kind, fft_type, precision, layout_shape, layout_strides, execution):
-    """Resolve a :class:`Callback` (see :func:`as_callback`) for one transform; validates everything at plan time."""
+def bind_callback(callback, kind, fft_type, precision, layout_shape, layout_strides, execution, check_bounds=False):
+    """Resolve a :class:`Callback` (see :func:`as_callback`) for one transform; validates everything at plan time,
+    the indices the function's source shows included. ``check_bounds``: compile a Python function with bounds
+    checks (LTO-IR is used as given)."""
     if callback is None:
         return None
     if np.dtype(precision) == np.float16:  # before anything compiles: cuFFT would refuse the plan
@@ -274,6 +290,7 @@ def bind_callback(callback, kind, fft_type, precision, layout_shape, layout_stri
                              (kind, "ltoir", hashlib.blake2b(ltoir, digest_size=16).hexdigest(), data_key),
                              element, None, None)
 
+    from ...jit._bounds import check_callback_indexing
     from ...jit._cache import function_key
     from ...jit._spec import CallbackSpec, check_function, describe_function, make_spec
     py = check_function(function, kind)
@@ -283,29 +300,74 @@ def bind_callback(callback, kind, fft_type, precision, layout_shape, layout_stri
     if callback.data is not None:
         data, data_key = _prepare_data(callback.data, layout_shape, layout_strides, execution, f"{kind} {name}")
         info = data.dtype.name
+    data_count = span(layout_shape, layout_strides)  # offsets index this span, from 0 to its last element
+    check_callback_indexing(py, kind, name, data_count, data_count == math.prod(layout_shape),
+                            None if data is None else data.size)
     cc = _cuda.compute_capability(execution.device_id) if on_gpu else (0, 0)
-    spec = make_spec(kind, element, info, cc) if on_gpu else CallbackSpec(kind, element, info, cc)
+    spec = make_spec(kind, element, info, cc, check_bounds) if on_gpu else \
+        CallbackSpec(kind, element, info, cc, check_bounds)
     key, snapshot = function_key(py, spec)  # the compiled code's identity; valid while `snapshot` holds
-    fn_key = ("fn", key) if key is not None else ("id", id(py), py)
+    fn_key = ("fn", key) if key is not None else ("id", id(py), py, check_bounds)
+    data_ptr = 0 if data is None else data.data_ptr
+    header, arrays = None, ()
+    if check_bounds:
+        arrays = (("data_in" if kind == "prolog" else "data_out", (data_count,)),
+                  ("user_info", (0 if data is None else data.size,)))
+        if on_gpu:
+            header = _header(data, data_count, execution)
+            data_ptr = header.data_ptr
+    ltoir = symbol = None
     if on_gpu:
-        compiled = jit.compile_callback(py, kind, element, info, cc)
-        return BoundCallback(kind, py, compiled.ltoir, compiled.symbol, compiled.cufft_callback_type, data,
-                             0 if data is None else data.data_ptr, (kind, fn_key, element, info, data_key),
-                             element, info, snapshot)
-    return BoundCallback(kind, py, None, None, jit.CALLBACK_TYPES[(kind, element)], data,
-                         0 if data is None else data.data_ptr, (kind, fn_key, element, info, data_key), element, info,
-                         snapshot)
+        compiled = jit.compile_callback(py, kind, element, info, cc, check_bounds=check_bounds)
+        ltoir, symbol = compiled.ltoir, compiled.symbol
+    return BoundCallback(kind, py, ltoir, symbol, jit.CALLBACK_TYPES[(kind, element)], data, data_ptr,
+                         (kind, fn_key, element, info, data_key), element, info, snapshot, check_bounds, header,
+                         arrays)
+
+
+def _header(data, data_count, execution):
+    """A checked callback's header on the execution device (see :mod:`mathpy.jit._bounds`): the user data's address
+    and element count, the layout's span, and a cleared record."""
+    from ...jit._bounds import HEADER_WORDS
+    words = np.zeros(HEADER_WORDS, np.int64)
+    if data is not None:
+        words[0], words[1] = data.data_ptr, data.size
+    words[2] = data_count
+    header = _operands.to_device(_operands.wrap_operand(words), execution.device_id, None)
+    header.interface.on(header.device_id).synchronize()  # the plan may run on another stream than the copy's
+    return header
+
+
+def raise_recorded(callbacks, device_id, stream):
+    """After a GPU execution of checked ``callbacks`` (those an engine was planned with) on raw ``stream``: raise the
+    OutOfBoundsError the first one's record holds (its record cleared for the next execution)."""
+    from ...jit._bounds import HEADER_WORDS, RECORD_WORDS, error_from_record
+    from ...jit._spec import describe_function
+    for bound in callbacks:
+        if bound is None or bound.header is None:
+            continue
+        queue = bound.header.interface.on(device_id, stream)
+        words = queue.to_numpy(bound.header.tensor).reshape(-1)  # waits for the transform
+        error = error_from_record(words[HEADER_WORDS - RECORD_WORDS:], bound.kind,
+                                  describe_function(bound.function), bound.arrays)
+        if error is not None:
+            words[HEADER_WORDS - RECORD_WORDS:] = 0
+            queue.upload_into(bound.header.tensor, words)
+            queue.synchronize()
+            raise error
 
 
 def dry_run(bound):
-    """Compile the CPU loop now (one element), so typing errors surface when the CPU engine plans, not at execute."""
+    """Compile the CPU loop now (for no element: nothing runs), so typing errors surface when the CPU engine plans,
+    not at execute."""
     from ...jit import apply_epilog_cpu, apply_prolog_cpu
     buffer = np.zeros(1, bound.element_dtype)
-    offsets = np.zeros(1, np.int64)
+    offsets = np.zeros(0, np.int64)
     if bound.kind == "prolog":
-        apply_prolog_cpu(bound.function, buffer, offsets, bound.user_info)
+        apply_prolog_cpu(bound.function, buffer, offsets, bound.user_info, check_bounds=bound.check_bounds)
     else:
-        apply_epilog_cpu(bound.function, buffer, offsets, buffer.copy(), bound.user_info)
+        apply_epilog_cpu(bound.function, buffer, offsets, buffer[:0], bound.user_info,
+                         check_bounds=bound.check_bounds)
 
 
 def element_offsets(shape, strides):

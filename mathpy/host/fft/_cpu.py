@@ -38,9 +38,10 @@ import numpy as np
 
 from ... import _threads
 from ..._log import logger
-from ..._strides import dense_strides
+from ..._strides import c_strides, dense_strides
 from ...jit import _cpu_passes as passes
-from ._callback import element_offsets, span
+from ...jit import apply_epilog_cpu, apply_prolog_cpu
+from ._callback import dry_run, element_offsets, span
 from ._cpu_libraries import Executor, candidates, like, scale_in_place, transform_bytes
 from ._layout import Transform
 
@@ -121,6 +122,10 @@ class CPUEngine:
             self._fused = None
             # a pyFFTW plan owns arrays of the layouts (FFTW_MEASURE writes into the arrays it plans on)
             self.workspace_bytes = transform_bytes(t) if any(lib.plans for lib in libraries) else 0
+        elif any(cb is not None and cb.check_bounds for cb in (prolog, epilog)):
+            self._executor = None
+            self._fused = _CheckedPass(t, prolog, epilog, libraries, self.threads, execution.num_threads)
+            self.workspace_bytes = 0
         else:
             self._executor = None
             self._fused = _FusedPass(t, prolog, epilog, libraries, self.threads, execution.num_threads)
@@ -240,11 +245,12 @@ class _FusedPass:
                 self._rows_of[side] = side.batch, side.inner, side.step
 
     def _dry_run(self):
-        """Compile both passes now on one element, so that typing errors surface when the FFT is planned."""
-        one, (prolog_info, epilog_info) = np.zeros(1, np.int64), self._user_info()
+        """Compile both passes now, over no row (a callback must not run on arrays it was not given), so that typing
+        errors surface when the FFT is planned."""
+        none, one, (prolog_info, epilog_info) = np.zeros(0, np.int64), np.zeros(1, np.int64), self._user_info()
         t = self.t
-        self._load(np.zeros(1, t.input_dtype), one, one, 1, prolog_info, np.zeros((1, 1), t.input_dtype))
-        self._store(np.zeros(1, t.output_dtype), one, one, 1, np.zeros((1, 1), t.output_dtype), epilog_info, None)
+        self._load(np.zeros(1, t.input_dtype), none, one, 1, prolog_info, np.zeros((0, 1), t.input_dtype))
+        self._store(np.zeros(1, t.output_dtype), none, one, 1, np.zeros((0, 1), t.output_dtype), epilog_info, None)
 
     def _user_info(self):
         return tuple(None if cb is None else passes.prepare_user_info(cb.user_info)
@@ -373,6 +379,44 @@ class _FusedPass:
         w = self._whole
         return (_dense(w.input_shape, w.input_strides, w.input_dtype) if self._prolog is not None else None,
                 _dense(w.output_shape, w.output_strides, w.output_dtype) if self._epilog is not None else None)
+
+
+class _CheckedPass:
+    """Callbacks compiled with ``check_bounds``: mathpy.jit's checked loops, one element at a time so that the first
+    access outside an array is named (:class:`~mathpy.OutOfBoundsError`), around the library's transform of dense
+    C-ordered buffers. A diagnostic mode: one thread for the callbacks, two extra passes."""
+
+    strategies = {"checked": None}
+    strategy, library = "checked", None
+
+    def __init__(self, t, prolog, epilog, libraries, threads, limit):
+        for bound in (prolog, epilog):
+            if bound is not None:
+                dry_run(bound)  # typing errors in the user's function surface now, at plan time
+        self.t, self.threads, self._prolog, self._epilog = t, threads, prolog, epilog
+        dense = Transform(t.fft_type, t.precision, t.input_shape, c_strides(t.input_shape), t.output_shape,
+                          c_strides(t.output_shape), t.axes)
+        self._executor = Executor(dense, libraries, threads, destroy_input=True, limit=limit)
+        self.library = self._executor.library
+        self._in_offsets = element_offsets(t.input_shape, t.input_strides) if prolog is not None else None
+        self._out_offsets = element_offsets(t.output_shape, t.output_strides) if epilog is not None else None
+
+    def __call__(self, x, out, forward, scale):
+        t, prolog, epilog = self.t, self._prolog, self._epilog
+        if prolog is not None:
+            x = apply_prolog_cpu(prolog.function, _flat_span(x), self._in_offsets, prolog.user_info,
+                                 check_bounds=prolog.check_bounds)
+        else:
+            x = np.array(x, order="C")  # the library may overwrite its dense input
+        y = np.empty(t.output_shape, t.output_dtype)
+        self._executor(x, y, forward, 0)
+        if epilog is not None:
+            apply_epilog_cpu(epilog.function, _flat_span(out), self._out_offsets, y, epilog.user_info,
+                             check_bounds=epilog.check_bounds)
+        else:
+            np.copyto(out, y)
+        if scale is not None:
+            scale_in_place(out, scale, self.threads)
 
 
 def _dense(shape, strides, dtype):

@@ -32,6 +32,7 @@ import numpy as np
 
 from ... import _threads
 from ..._log import logger
+from ._call import scale_parts
 
 __all__ = ["LIBRARIES", "candidates", "Executor", "FFTW_PLANNING_SECONDS", "like", "scale_in_place", "transform_bytes"]
 
@@ -70,18 +71,15 @@ def transform_bytes(t):
 
 
 def scale_in_place(out, factor, threads):
-    """``out *= factor`` on up to ``threads`` threads (NumPy releases the GIL in its loops)."""
+    """``out *= factor`` for a real ``factor``, part by part for a complex ``out`` (:func:`._call.scale_parts`), on up
+    to ``threads`` threads (NumPy releases the GIL in its loops)."""
     rows = out.shape[0] if out.ndim else 1
     threads = _threads.threads_for_bytes(threads, out.nbytes) if out.ndim else 1
     if threads <= 1 or rows < 2:
-        out *= factor
+        scale_parts(out, factor)
         return
     step = -(-rows // threads)
-
-    def chunk(i):
-        part = out[i * step:(i + 1) * step]
-        part *= factor
-    _threads.run_chunks(chunk, -(-rows // step), threads)
+    _threads.run_chunks(lambda i: scale_parts(out[i * step:(i + 1) * step], factor), -(-rows // step), threads)
 
 
 class _Library:

@@ -22,7 +22,9 @@ hold :attr:`CUFFTEngine.lock` (the API does). ``free()`` takes the lock too, so 
 execute (one that a finalizer requests inside an execute on the same thread waits for its end), and an execute on a
 freed plan raises InvalidPlanStateError: the stateless calls' prepared calls rely on this instead of borrowing the
 plan from the cache at every call. A plan without workspace (most small transforms) costs one ctypes call per execute
-on any stream. Batch axes that one plan cannot fold into a single distance (only without callbacks) are
+on any stream. In a CUDA graph capture the kernels read the plan's own memory and the work area they were launched
+with: a foreign stream's work area is then kept with the plan (``mathpy._streams.keep_for_graph``) where the pool would
+hand it on, and a capture on the home stream records the plan's workspace, so the plan must outlive the graph. Batch axes that one plan cannot fold into a single distance (only without callbacks) are
 covered by a short loop of executes at precomputed pointer offsets; an R2C/C2R execute whose real-side offset is not a
 whole number of complex elements (cuFFT refuses those pointers) runs on aligned copies.
 
@@ -47,8 +49,9 @@ import weakref
 import numpy as np
 
 from ... import _cuda, _operands, _packages, _runtime
-from ..._errors import InvalidPlanStateError, UnsupportedLayoutError
+from ..._errors import CUDALibraryError, InvalidPlanStateError, UnsupportedLayoutError
 from ..._log import logger
+from ..._streams import keep_for_graph
 from ..._workspace import WorkspaceSource
 from ...bindings import cufft
 from ...bindings._types import cuda_data_type
@@ -59,6 +62,7 @@ from ._layout import Transform, cufft_params
 __all__ = ["CUFFTEngine", "live_handles"]
 
 _EXEC_FAILED = 6  # CUFFT_EXEC_FAILED: also what a launch on a thread without a current context gives
+_NOT_SUPPORTED = 16  # CUFFT_NOT_SUPPORTED
 _live_handles = [0]  # cuFFT handles this process created and has not destroyed yet (leak tests read it)
 
 
@@ -257,8 +261,9 @@ class CUFFTEngine:
                 self._exec_failed(status, handle, input_ptr, output_ptr, direction)
         else:
             self._execute_loop(handle, input_ptr, output_ptr, direction, stream)
-        if workspace is not None:  # the launch is queued: the pool may reuse it for later work on this stream
-            workspace.release()
+        if workspace is not None and not keep_for_graph(self, self._allocator.package, self.device_id, stream, workspace,
+                                                        pooled=self._source.manager is None):
+            workspace.release()  # the launch is queued: the pool may reuse it for later work on this stream
 
     def _exec_failed(self, status, handle, input_ptr, output_ptr, direction):
         """Raise for a failed cufftXtExec, unless it failed only because this thread had no current context (see
@@ -346,13 +351,14 @@ class CUFFTEngine:
     def _stager(self, stream):
         """``stage(ptr, nbytes)``: an aligned device copy of the ``nbytes`` at ``ptr``, queued on ``stream``. The
         staging buffers live as long as ``stage`` does (until the caller's copies are queued); the pool then frees
-        them in stream order."""
+        them in stream order (or, in a graph capture, as long as the plan: :func:`~mathpy._streams.keep_for_graph`)."""
         queue = self._allocator.package.on(self.device_id, stream)
         keep = []
 
         def stage(ptr, nbytes):
             buffer = queue.empty((nbytes,), np.uint8)
-            keep.append(buffer)
+            if not keep_for_graph(self, queue.package, self.device_id, stream, buffer):
+                keep.append(buffer)
             staged = queue.package.pointer(buffer)
             _runtime.copy_device_to_device(staged, ptr, nbytes, stream)
             return staged
@@ -401,6 +407,11 @@ class CUFFTEngine:
     @property
     def freed(self):
         return self._handle is None
+
+    @property
+    def callbacks(self):
+        """The (prolog, epilog) the plan was made with: cuFFT reads their user data (or check_bounds headers)."""
+        return self._callbacks or ()
 
     def __repr__(self):
         t = self.transform
@@ -534,9 +545,18 @@ def _plan(handle, transform, params, callbacks):
         inembed = onembed = None
     else:
         inembed, onembed = LongLongs(*params.inembed), LongLongs(*params.onembed)
-    cufft.lib.cufftXtMakePlanMany(handle, params.rank, LongLongs(*params.n), inembed, params.istride, params.idist,
-                                  in_type, onembed, params.ostride, params.odist, out_type, params.batch,
-                                  ctypes.byref(work), exec_type)
+    try:
+        cufft.lib.cufftXtMakePlanMany(handle, params.rank, LongLongs(*params.n), inembed, params.istride,
+                                      params.idist, in_type, onembed, params.ostride, params.odist, out_type,
+                                      params.batch, ctypes.byref(work), exec_type)
+    except CUDALibraryError as e:
+        if callbacks and e.status == _NOT_SUPPORTED:  # (seen on the H200 for a prime length, 4099)
+            raise CUDALibraryError(e.library, e.function, e.status, e.status_name,
+                                   f"cuFFT has no kernels with callbacks for this transform (lengths {params.n}); "
+                                   f"callbacks are refused where cuFFT falls back to Bluestein's algorithm (large "
+                                   f"prime factors): pad to lengths with small prime factors, or transform without "
+                                   f"callbacks and apply them as a separate pass") from None
+        raise
     del alive
     return work.value
 

@@ -15,7 +15,7 @@ True
 
 from ... import _operands, _torch_route
 from ..._docstrings import fill, render
-from ._call import copy_to_out
+from ..._out import copy_into
 from ._docs import FFT_DOCS
 from ._numpy_call import conj, n_d, one_d, scope
 from ._numpy_rules import swap_norm
@@ -272,7 +272,7 @@ def ihfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, 
         conjugated = conj(result_op).tensor
     if out is None:
         return conjugated
-    copy_to_out(result_op, conjugated, None)  # result is out
+    copy_into(result_op, conjugated, None)  # result is out
     return result
 
 

@@ -13,9 +13,9 @@ import numpy as np
 from ... import _cuda, _operands, _torch_route
 from ..._execution import ExecutionCUDA, resolve_execution
 from ..._options import check_or_create_options
+from ..._out import copy_into, out_operand
 from ..._streams import stream_pointer
 from . import _stateless
-from ._call import copy_to_out
 from ._numpy_rules import (LONG_DOUBLE, check_no_axes, check_norm, check_out, computation_dtype, cook_1d, cook_nd,
                            result_dtype, scale, stage_shape, stages)
 from ._options import FFTOptions
@@ -52,15 +52,6 @@ def _resize(op, sizes):
     return _operands.wrap_operand(result)
 
 
-def _out_operand(out, op):
-    """``out=`` wrapped, in ``op``'s package and on its device; NumPy's TypeError for what is not an array."""
-    if _operands.package_of(out) is None and not hasattr(out, "__cuda_array_interface__") and \
-            not hasattr(out, "__dlpack__"):
-        raise TypeError(f"return arrays must be of ArrayType (out= must be a NumPy, CuPy or torch array, not "
-                        f"{type(out).__name__})")
-    return _operands.wrap_operands({"a": op.tensor, "out": out}, written=("out",))["out"]
-
-
 def scope(op, stream):
     """The caller's stream made current for work in ``op``'s own package (promotion, padding, casts)."""
     if op.on_host:
@@ -75,7 +66,7 @@ def _run(name, kind, op, axes, lengths, norm, out, inverse, prolog, epilog, opti
     over ``axes`` (repeats allowed) to logical ``lengths``, grouped into plans (:func:`._numpy_rules.stages`).
     ``key``: the call's key for :mod:`._stateless` (None: nothing to remember)."""
     norm = check_norm(norm)
-    out_op = None if out is None else _out_operand(out, op)
+    out_op = None if out is None else out_operand(out, op)
     options = _DEFAULT_OPTIONS if options is None else check_or_create_options(FFTOptions, options, "options")
     executing = resolve_execution(execution, op.device_id)
     on_gpu = isinstance(executing, ExecutionCUDA)
@@ -119,9 +110,9 @@ def _run(name, kind, op, axes, lengths, norm, out, inverse, prolog, epilog, opti
         stage_options = _stage_options(options, stage_type, options.inplace and not last_index, parity)
         problem = fft_problem(op, stage_axes, stage_options, executing)
         handle = stream_pointer(stream, problem.holder, problem.device_id) if problem.on_gpu else None
-        fft_plan = FFT.for_problem(op, problem, handle, plan_cache)
+        fft_plan = FFT.for_problem(op, problem, cache=plan_cache)
         try:
-            fft_plan.plan(prolog=prolog if first else None, epilog=epilog if last else None)
+            fft_plan.plan(prolog=prolog if first else None, epilog=epilog if last else None, stream=handle)
             stage_out = out_op if (last and not last_index and final_dtype == problem.transform.output_dtype) \
                 else None
             stage_direction = problem.direction(direction if stage_type == "C2C" else None)
@@ -183,7 +174,7 @@ def _inplace(options):
 def _finish_out(out_op, result):
     if out_op is None or result is out_op.tensor:
         return result
-    copy_to_out(out_op, result, None)
+    copy_into(out_op, result, None)
     return out_op.tensor
 
 
@@ -214,7 +205,7 @@ def n_d(name, kind, inverse, a, s, axes, norm, out, prolog, epilog, options, exe
     if not axes:
         check_no_axes(name, kind)
         check_norm(norm)
-        return _finish_out(None if out is None else _out_operand(out, op), op.tensor)  # NumPy: the input as it is
+        return _finish_out(None if out is None else out_operand(out, op), op.tensor)  # NumPy: the input as it is
     return _run(name, kind, op, axes, lengths, norm, out, inverse, prolog, epilog, options, execution, stream, key)
 
 

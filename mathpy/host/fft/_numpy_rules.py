@@ -27,10 +27,11 @@ import warnings
 import numpy as np
 
 from ..._dtypes import COMPLEX32
+from ..._out import check_writable
 
 __all__ = ["AxisError", "MAX_AXES", "check_norm", "swap_norm", "check_n", "normalize_axis", "cook_1d", "cook_nd",
            "check_no_axes", "stages", "stage_shape", "computation_dtype", "result_dtype", "scale", "check_out",
-           "LONG_DOUBLE"]
+           "LONG_DOUBLE", "ufunc_name", "check_floating_point"]
 
 #: NumPy's AxisError: both a ValueError and an IndexError
 AxisError = np.exceptions.AxisError if hasattr(np, "exceptions") else np.AxisError
@@ -67,7 +68,10 @@ def swap_norm(norm):
 
 
 def check_n(n):
-    """A transform length: an integer of at least 1 (TypeError / NumPy's ValueError otherwise)."""
+    """A transform length: an integer of at least 1 (TypeError / NumPy's ValueError otherwise). A bool is not a
+    length: NumPy raises TypeError for ``n=True`` (``operator.index`` would take it as 1)."""
+    if isinstance(n, (bool, np.bool_)):
+        raise TypeError(f"an integer is required: n={n} is a bool, not an FFT length")
     try:
         n = operator.index(n)
     except TypeError:
@@ -248,8 +252,47 @@ def check_out(out_op, shape, dtype, name):
     if tuple(out_op.shape) != tuple(shape):
         raise ValueError(f"output array has wrong shape. (out has shape {tuple(out_op.shape)}; the result of {name} "
                          f"has shape {tuple(shape)})")
-    if out_op.package == "numpy" and not out_op.tensor.flags.writeable:
-        raise ValueError("output array is read-only")
-    if not np.can_cast(dtype, out_op.dtype, "same_kind"):
-        raise TypeError(f"Cannot cast ufunc '{name}' output from {dtype!r} to {out_op.dtype!r} with casting rule "
-                        f"'same_kind'")
+    check_writable(out_op, dtype, name)
+
+
+# --- floating-point errors ---------------------------------------------------------------------------------------
+
+def ufunc_name(fft_type, direction, last_length):
+    """The name NumPy's warnings give a transform: its pocketfft gufunc's (``fft``, ``ifft``, ``rfft_n_even``,
+    ``rfft_n_odd``, ``irfft``)."""
+    if fft_type == "R2C":
+        return "rfft_n_odd" if last_length % 2 else "rfft_n_even"
+    if fft_type == "C2R":
+        return "irfft"
+    return "ifft" if direction == 1 else "fft"
+
+
+def check_floating_point(x, result, name):
+    """NumPy's floating-point error reports for a transform of ``x`` into ``result`` (NumPy arrays): "overflow
+    encountered in NAME" when ``result`` holds an infinity that ``x`` did not, then "invalid value encountered in
+    NAME" when it holds a NaN that ``x`` did not (what the processor's flags tell NumPy's gufunc; scipy.fft does not
+    look at them). Handled as :func:`numpy.seterr` / :class:`numpy.errstate` say: a RuntimeWarning by default.
+
+    The common case costs one sum of the result: a finite sum means a finite result."""
+    with np.errstate(all="ignore"):  # the sum of a finite result may overflow: that is not the transform's
+        if np.isfinite(np.add.reduce(result, axis=None)):
+            return
+    if np.isinf(result).any() and not np.isinf(x).any():
+        _floating_point_error("over", "overflow", name)
+    if np.isnan(result).any() and not np.isnan(x).any():
+        _floating_point_error("invalid", "invalid value", name)
+
+
+def _floating_point_error(kind, words, name):
+    """Report one floating-point error as NumPy's ufuncs do under the current :func:`numpy.geterr` mode."""
+    mode, message = np.geterr()[kind], f"{words} encountered in {name}"
+    if mode == "warn":
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+    elif mode == "raise":
+        raise FloatingPointError(message)
+    elif mode == "print":
+        print(f"Warning: {message}")
+    elif mode == "call":
+        np.geterrcall()(words, {"over": 2, "invalid": 8}[kind])
+    elif mode == "log":
+        np.geterrcall().write(f"Warning: {message}\n")

@@ -3,7 +3,7 @@ direction of a transform as an enum.
 
 >>> FFTOptions(result_layout="optimized", last_axis_parity="odd")
 FFTOptions(fft_type=None, inplace=False, last_axis_parity='odd', blocking='auto', result_layout='optimized', \
-logger=None, allocator=None)
+logger=None, allocator=None, check_bounds=None)
 >>> FFTDirection.INVERSE == 1, FFTDirection["FORWARD"]
 (True, <FFTDirection.FORWARD: -1>)
 """
@@ -13,6 +13,7 @@ import enum
 import logging
 
 from ..._memory import check_allocator
+from ...jit._bounds import check_option
 
 __all__ = ["FFTOptions", "FFTDirection"]
 
@@ -73,6 +74,15 @@ class FFTOptions:
     allocator : memory manager, optional
         A memory manager (:class:`~mathpy.BaseCUDAMemoryManager` protocol) the GPU workspace is drawn from
         (default: the operand's package's stream-ordered pool); ignored on the CPU.
+    check_bounds : bool or None, optional
+        Compile Python prologs and epilogs with a bounds check on every index they use (``data_in`` /
+        ``data_out``, ``user_info``): an index outside its array raises :class:`~mathpy.OutOfBoundsError` naming
+        the callback, the array and the index, after the transform (whose result is then not to be used), instead
+        of reading or writing foreign memory. None (default): on when the environment variable
+        ``MATHPY_CHECK_BOUNDS`` is 1 (read when a plan is made), else off. Checked callbacks run slower (on the GPU
+        each access costs a compare and a branch, and every execution waits for the GPU to read the error record);
+        the callback guide has the figures. Indices that every call reaches and that the callback's source shows
+        are checked when planning whatever this option says.
 
     Raises
     ------
@@ -81,7 +91,7 @@ class FFTOptions:
         values (named).
     TypeError
         ``inplace`` that is not a bool, a ``logger`` that is not a logging.Logger, an ``allocator`` without the
-        memory-manager methods.
+        memory-manager methods, a ``check_bounds`` that is neither None nor a bool.
 
     Notes
     -----
@@ -110,6 +120,7 @@ class FFTOptions:
     result_layout: str = "natural"
     logger: logging.Logger | None = None
     allocator: object = None
+    check_bounds: bool | None = None
 
     def __post_init__(self):
         if self.fft_type not in _FFT_TYPES:
@@ -127,3 +138,4 @@ class FFTOptions:
         if self.logger is not None and not isinstance(self.logger, logging.Logger):
             raise TypeError(f"FFTOptions.logger must be a logging.Logger, not {type(self.logger).__name__}")
         check_allocator(self.allocator, "FFTOptions.allocator")
+        check_option(self.check_bounds, "FFTOptions")

@@ -30,7 +30,8 @@ from ..._execution import ExecutionCPU, resolve_execution
 from ..._log import logger
 from ..._options import check_or_create_options
 from ..._plan_cache import PlanCache, PlanKey
-from ..._streams import stream_pointer
+from ..._streams import refuse_in_capture, refuse_planning_in_capture, stream_handle, stream_pointer
+from ...jit._bounds import resolve as check_bounds
 from ._call import FFTCall, new_staging
 from ._callback import as_callback, bind_callback, callback_identity
 from ._docs import FFT_DOCS
@@ -128,6 +129,14 @@ def make_engine(transform, execution, prolog, epilog, allocator, memory=None):
                                        allocator=allocator, **extra)
 
 
+def _callbacks_key(prolog, epilog, options):
+    """The callbacks' part of a key: their identities, and whether they are compiled with bounds checks."""
+    key = (callback_identity(prolog, "prolog"), callback_identity(epilog, "epilog"))
+    if (prolog is not None or epilog is not None) and check_bounds(options.check_bounds):
+        key += ("check_bounds",)
+    return key
+
+
 class _Resources:
     """What a live FFT holds: its engine (owned, or a plan cache entry borrowed). The weakref.finalize safety net
     calls :meth:`release`, so it must not refer to the FFT itself."""
@@ -172,7 +181,8 @@ class FFT:
     execution : str, ExecutionCPU, ExecutionCUDA or dict, optional
         {execution}
     stream : int or stream object, optional
-        {stream} Executions may pass another.
+        The stream of work done while the FFT is built (none today: operands are read in place or staged at
+        execution). Every later call takes its own ``stream`` (default: the current one when it is made).
 
     Raises
     ------
@@ -234,7 +244,7 @@ class FFT:
         self._problem, self._op, self._cache = problem, op, cache
         self._facts = (op.package, op.device_id, op.shape, op.strides, op.dtype)  # what reset_operand checks
         self._logger = problem.options.logger or logger
-        self._stream = stream_pointer(stream, problem.holder, problem.device_id) if problem.on_gpu else None
+        stream_handle(stream)  # checked now; each call resolves its own stream (see mathpy._streams)
         self._staging = new_staging(problem) if (not problem.on_gpu and problem.copy_input) else None  # CPU: reused
         self._resources = _Resources()
         self._finalizer = weakref.finalize(self, self._resources.release)
@@ -295,8 +305,7 @@ class FFT:
     def get_key(self, prolog=None, epilog=None):
         """The hashable key of this FFT's problem with the given callbacks (none by default): what
         :meth:`create_key` gives for this operand, axes, options and execution."""
-        return ("FFT",) + self._problem.engine_key + (callback_identity(prolog, "prolog"),
-                                                      callback_identity(epilog, "epilog"))
+        return ("FFT",) + self._problem.engine_key + _callbacks_key(prolog, epilog, self._problem.options)
 
     @staticmethod
     def create_key(operand, axes=None, options=None, execution=None, prolog=None, epilog=None):
@@ -308,8 +317,7 @@ class FFT:
         options = check_or_create_options(FFTOptions, options, "options")
         execution = resolve_execution(execution, op.device_id)
         problem = fft_problem(op, None if axes is None else normalize_axes(axes, op.ndim), options, execution)
-        return ("FFT",) + problem.engine_key + (callback_identity(prolog, "prolog"),
-                                                callback_identity(epilog, "epilog"))
+        return ("FFT",) + problem.engine_key + _callbacks_key(prolog, epilog, options)
 
     @property
     def prepared_call(self):
@@ -333,7 +341,8 @@ class FFT:
         epilog : callable, Callback, bytes or dict, optional
             ``epilog(data_out, offset, value, user_info, unused)``; ``offset`` indexes :attr:`output_layout`.
         stream : int or stream object, optional
-            The FFT's stream from now on (the workspace is allocated in its order; default: the constructor's).
+            The plan's home stream: its workspace is allocated in this stream's order and serves executions there
+            (default: the current stream now); executions on other streams take a work area of their own.
 
         Raises
         ------
@@ -342,9 +351,12 @@ class FFT:
             (the message lists the allowed ones); :class:`~mathpy.CallbackCompileError` when the function does
             not compile (it names its file and line).
         ValueError
-            User data of a shape the callback cannot index, or on another device.
+            User data of a shape the callback cannot index, or on another device; an index the callback's source
+            shows outside ``data_in`` / ``data_out`` or its user data (named, with the size it needs).
         :class:`~mathpy.CUDALibraryError`
             cuFFT refused the plan.
+        :class:`~mathpy.StreamCaptureError`
+            The stream is capturing a CUDA graph: plan before the capture.
 
         Notes
         -----
@@ -355,20 +367,27 @@ class FFT:
         self._check_live()
         p = self._problem
         start = time.perf_counter()
-        if stream is not None and p.on_gpu:
-            self._stream = stream_pointer(stream, p.holder, p.device_id)
+        handle = stream_pointer(stream, p.holder, p.device_id) if p.on_gpu else None
         t, execution = p.transform, p.execution
+        check = check_bounds(p.options.check_bounds)
+        if check and p.on_gpu and (prolog is not None or epilog is not None):  # binding uploads a header
+            refuse_planning_in_capture(_operands.holder_of(p.holder), p.device_id, handle,
+                                       "FFT.plan with check_bounds")
         bound_prolog = bind_callback(as_callback(prolog, "prolog"), "prolog", t.fft_type, t.precision, t.input_shape,
-                                     t.input_strides, execution)
+                                     t.input_strides, execution, check)
         bound_epilog = bind_callback(as_callback(epilog, "epilog"), "epilog", t.fft_type, t.precision,
-                                     t.output_shape, t.output_strides, execution)
-        allocator = _operands.holder_of(p.holder).on(p.device_id, self._stream) if p.on_gpu else None
+                                     t.output_shape, t.output_strides, execution, check)
+        allocator = _operands.holder_of(p.holder).on(p.device_id, handle) if p.on_gpu else None
 
         def create():
+            if allocator is not None:
+                refuse_planning_in_capture(allocator.package, p.device_id, handle, "FFT.plan")
             engine = make_engine(t, execution, bound_prolog, bound_epilog, allocator, p.options.allocator)
             return engine, engine.workspace_bytes
 
-        key = PlanKey(p.engine_key + (None if bound_prolog is None else bound_prolog.key,
+        # the holder package too: an engine takes other streams' workspaces from its pool, which a capture on a stream
+        # of another package could not use
+        key = PlanKey(p.engine_key + (p.holder, None if bound_prolog is None else bound_prolog.key,
                                       None if bound_epilog is None else bound_epilog.key))
         if self._cache is not None:
             entry = self._cache.acquire(key, create)
@@ -412,7 +431,8 @@ class FFT:
             resolved copy, taken now). None drops the reference to the current one (:meth:`execute` then raises
             until an operand is given).
         stream : int or stream object, optional
-            The stream the operand was made on: the FFT's stream from now on.
+            Accepted for nvmath-python's signature and checked; nothing is copied here (each :meth:`execute` reads
+            the operand on its own stream).
 
         Raises
         ------
@@ -436,9 +456,7 @@ class FFT:
                 raise ValueError("reset_operand: an in-place FFT needs a writable operand")
             self._op = new
             self._grad = tuple(n for n in self._grad if n != "operand") + _torch_route.grad_names(operand=operand)
-        p = self._problem
-        if stream is not None and p.on_gpu:
-            self._stream = stream_pointer(stream, p.holder, p.device_id)
+        stream_handle(stream)
 
     # --- execution ---------------------------------------------------------------------------------------------------
     def execute(self, direction=None, stream=None, *, release_workspace=False):
@@ -449,9 +467,10 @@ class FFT:
         direction : FFTDirection, {"forward", "inverse", -1, 1}, optional
             C2C only (R2C runs forward, C2R inverse); default: forward. Unnormalised either way.
         stream : int or stream object, optional
-            The CUDA stream for this execution (default: the FFT's). Ignored on the CPU.
+            The CUDA stream for this execution (default: the operand package's current stream, resolved at this
+            call). Ignored on the CPU. The execution is recorded when the stream is capturing a CUDA graph.
         release_workspace : bool, optional
-            Give the workspace back after this transform (the next execute takes it again).
+            Give the workspace back after this transform (the next execute takes it again); not in a graph capture.
 
         Returns
         -------
@@ -464,6 +483,10 @@ class FFT:
             Before :meth:`plan`, after :meth:`free`, or without an operand.
         ValueError
             A direction the FFT type does not take.
+        :class:`~mathpy.StreamCaptureError`
+            A capture of work a graph cannot record (host operand, ``blocking=True``, ``release_workspace=True``).
+        :class:`~mathpy.OutOfBoundsError`
+            With ``FFTOptions(check_bounds=True)``: a callback indexed one of its arrays out of bounds (named).
         """
         if self._grad:
             _torch_route.refuse("FFT.execute", self._grad)
@@ -476,10 +499,13 @@ class FFT:
                                         "with reset_operand(operand)")
         p = self._problem
         if direction is None and stream is None and p.direct and not release_workspace:
-            return call.execute_direct(op.data_ptr, p.default_direction, self._stream)
+            return call.execute_direct(op.data_ptr, p.default_direction)  # on the current stream
         direction = p.direction(direction)
         if p.on_gpu:
-            stream = self._stream if stream is None else stream_pointer(stream, p.holder, p.device_id)
+            stream = stream_pointer(stream, p.holder, p.device_id)
+            if release_workspace:
+                refuse_in_capture(call.holder, p.device_id, stream, "FFT.execute(release_workspace=True)",
+                                  "replays would use the workspace given back", "leave it False while capturing")
         result = call.execute(op, direction, stream, None, None, self._staging)
         if release_workspace and self._cache is None:
             release = getattr(call.engine, "release_workspace", None)

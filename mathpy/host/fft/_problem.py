@@ -76,6 +76,9 @@ def check_half(op, fft_type, lengths, on_gpu):
 
 def normalize_axes(axes, ndim):
     """Non-negative axes, checked for range and duplicates (ValueError quoting the bad axis)."""
+    if ndim == 0:
+        raise ValueError("the FFT operand is 0-d (a scalar): it has no axis to transform; give it at least one "
+                         "dimension (x.reshape(1))")
     if axes is None:
         return tuple(range(ndim))
     if isinstance(axes, (int, np.integer)):
@@ -205,13 +208,16 @@ class FFTProblem:
         if options.inplace:
             if fft_type != "C2C":
                 raise ValueError(f"in-place FFTs are C2C only; this is {fft_type}")
-            if not local:
-                raise ValueError("an in-place FFT needs the operand where it executes (execution "
-                                 f"{execution.name!r}, operand on {'the host' if op.on_host else 'a GPU'})")
-            if _layout.engine_layout(shape, op.strides, engine_axes) != op.strides:
+            if not local and not op.on_host:
+                raise ValueError(f"an in-place FFT of an operand on a GPU runs on that GPU (execution "
+                                 f"{execution.name!r} was asked for)")
+            # a host operand on the GPU (nvmath-python's rule): transformed in place in its dense device copy, which
+            # is copied back into it (FFTCall.execute)
+            strides = op.strides if local else _layout.engine_layout(shape, c_strides(shape), engine_axes)
+            if _layout.engine_layout(shape, strides, engine_axes) != strides:
                 raise UnsupportedLayoutError(f"an in-place FFT needs a layout the library addresses directly; shape "
                                              f"{shape} with strides {op.strides} over axes {axes} is not one")
-            transform = _layout.Transform(fft_type, precision, shape, op.strides, out_shape, op.strides, engine_axes)
+            transform = _layout.Transform(fft_type, precision, shape, strides, out_shape, strides, engine_axes)
         else:
             transform = _choose_layouts(fft_type, precision, shape, candidate, out_shape, engine_axes,
                                         options.result_layout == "optimized")

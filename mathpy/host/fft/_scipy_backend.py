@@ -9,10 +9,20 @@ array([4.+0.j, 0.+0.j, 0.+0.j, 0.+0.j])
 
 Functions mathpy has (fft, ifft, rfft, irfft, hfft, ihfft and their 2-D / N-D forms) run through mathpy when their
 arguments have a mathpy equivalent: ``overwrite_x`` is ignored and, for a host array, ``workers`` becomes
-``ExecutionCPU(num_threads=workers)`` (negative counts from ``os.cpu_count()``, as SciPy counts them). For anything
-else (dct, dst, hfftn, a ``plan`` other than None, another keyword) ``NotImplemented`` lets SciPy try the next backend;
-so does a TypeError of mathpy (e.g. a dtype it does not take) in the 1-D functions and the rfft*/irfft* ones.
+``ExecutionCPU(num_threads=workers)`` with SciPy's rules (None: ``scipy.fft.get_workers()``, 1 unless a
+``scipy.fft.set_workers`` block says otherwise; negative counts from ``os.cpu_count()``; SciPy's ValueErrors for 0
+and for counts below ``-os.cpu_count()``). For anything else (dct, dst, hfftn, a ``plan`` other than None, another
+keyword) ``NotImplemented`` lets SciPy try the next backend; so does a TypeError of mathpy (e.g. a dtype it does not
+take) in the 1-D functions and the rfft*/irfft* ones.
+
+As SciPy's global backend, with SciPy's own implementation behind it for the functions mathpy does not serve (SciPy's
+``scipy/fft/tests`` pass so: ``tests/test_scipy_backend.py`` runs them)::
+
+    scipy.fft.set_global_backend(mathpy.fft.scipy_backend)
+    scipy.fft.register_backend("scipy")
 """
+
+import os
 
 from ..._execution import ExecutionCPU
 from . import _functions
@@ -43,13 +53,10 @@ def __ua_function__(method, args, kwargs):
     workers = kwargs.pop("workers", None)
     if set(kwargs) - {"n", "axis", "s", "axes", "norm"}:
         return NotImplemented
-    if workers is not None:
-        if workers < 0:
-            import os
-            workers = max(1, (os.cpu_count() or 1) + 1 + workers)
-        from ... import _operands
-        if _operands.wrap_operand(args[0]).on_host:
-            kwargs["execution"] = ExecutionCPU(num_threads=workers)
+    workers = _workers(workers)
+    from ... import _operands
+    if _operands.wrap_operand(args[0]).on_host:
+        kwargs["execution"] = ExecutionCPU(num_threads=workers)
     if name.endswith("n"):  # SciPy's s without axes means the last len(s) axes, without NumPy 2's deprecation
         positional = dict(zip(("s", "axes", "norm"), args[1:]))
         if set(positional) & set(kwargs):
@@ -65,3 +72,17 @@ def __ua_function__(method, args, kwargs):
         if name in _ONE_D or name.startswith(("rfft", "irfft")):
             return NotImplemented  # e.g. a dtype mathpy does not take; SciPy may
         raise
+
+
+def _workers(workers):
+    """SciPy's count of ``workers``: None is the ``set_workers`` default, a negative count is counted back from
+    ``os.cpu_count()`` (-1: all), 0 and counts below ``-os.cpu_count()`` are SciPy's ValueErrors."""
+    if workers is None:
+        import scipy.fft
+        return scipy.fft.get_workers()
+    cpus = os.cpu_count() or 1
+    if workers == 0:
+        raise ValueError("workers must not be zero")
+    if workers < -cpus:
+        raise ValueError(f"workers value out of range; got {workers}, must not be less than {-cpus}")
+    return workers + 1 + cpus if workers < 0 else workers

@@ -16,6 +16,7 @@ import types
 import numpy as np
 
 from ... import _operands, _packages  # noqa: F401 (holder_for)
+from ..._streams import keep_for_graph, refuse_in_capture
 from ._epilog_operands import HANDLERS
 from ._layouts import bring, drop_vector_axes, engine_view
 
@@ -76,6 +77,9 @@ class MatmulCall:
         f = finish
         self._bare = not self._outputs and not (f.vector_a or f.vector_b) and f.like is None and not f.blocking \
             and not self.inplace and f.cast is None
+        # host memory crosses to or from the device, or the host waits: nothing a CUDA graph can record
+        self._host_bound = self.on_gpu and (f.like is not None or f.blocking or
+                                            any(s.move for s in self.staged.values()))
 
     def detached(self):
         """The same call without its operands (for :meth:`execute_pointers` only): what the stateless memo keeps, so
@@ -97,10 +101,17 @@ class MatmulCall:
         ``(result, aux)`` when the epilog has outputs."""
         if self._direct_args is not None:
             return self.execute_pointers(*self._direct_args, stream)
+        if self.on_gpu:
+            if stream is None:
+                stream = self._current_stream(self.device_id)
+            if self._host_bound:
+                self._refuse_in_capture(stream)
         queue = self.holder.on(self.device_id, stream)
         args, (d, outputs, keep) = self.arguments(stream, queue)
         with self._lock:
             self.engine.execute(**args, stream=stream)
+        if keep and self.on_gpu:  # (a capture's replays read the copies: kept with the plan where the pool reuses)
+            keep_for_graph(self.engine, self.holder, self.device_id, stream, keep)
         del keep  # copies were read by the queued work: the pool frees them in stream order
         return self._finish(d, outputs, queue, stream)
 
@@ -113,6 +124,8 @@ class MatmulCall:
             makers = self._new_makers(stream)
         if stream is None:
             stream = self._current_stream(self.device_id)
+        if self._host_bound:  # (blocking=True: a direct call moves nothing)
+            self._refuse_in_capture(stream)
         make_d, make_outputs = makers
         d = make_d()
         if make_outputs:
@@ -128,6 +141,12 @@ class MatmulCall:
         if self._bare:  # nothing to drop, move or wait for
             return d
         return self._finish(d, outputs, self.holder.on(self.device_id, stream), stream)
+
+    def _refuse_in_capture(self, stream):
+        refuse_in_capture(self.holder, self.device_id, stream, "a matmul of host (NumPy) operands on the GPU, or with "
+                          "options.blocking=True,", "copies between host and device memory and waits on the host are "
+                          "not graph work", "capture it with device arrays (CuPy, torch CUDA tensors) and "
+                          "blocking='auto'", anywhere=True)
 
     def _new_makers(self, stream):
         """(make D, ((name, make output), ...)) on ``stream`` (None: the current one at each call)."""

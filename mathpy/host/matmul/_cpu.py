@@ -190,7 +190,8 @@ class CPUEngine:
         than the product."""
         p, f = self.problem, call.finish
         if not self.native or call.inplace or p.c is not None or p.epilog_outputs or f.cast is not None or \
-                f.like is not None or any(s.mode is not None or s.move for s in call.staged.values()):
+                f.like is not None or any(s.mode is not None or s.move for s in call.staged.values()) or \
+                (p.fused is not None and p.fused.check_bounds):  # a checked epilog runs its own diagnostic loop
             return None
         names = set(epilog_inputs or ())
         bias = (epilog_inputs or {}).get("bias")

@@ -12,10 +12,9 @@ every candidate with CUDA events on the real operands and moves the fastest to t
 themselves on their first execute, over a wider pool of :data:`SELF_AUTOTUNE_POOL` candidates, and tiny ones put a
 single-kernel candidate first (the rules and their measurements: :mod:`._algorithms`).
 
-**Streams and workspace.** The workspace (from the package's pool, or ``options.allocator``: :mod:`mathpy._workspace`)
-is allocated on the plan's home stream and used there; an execute on another stream takes one of its own in that
-stream's order, so one plan (and one plan cache entry) serves every stream. :meth:`~CublasLtEngine.release_workspace`
-gives it back until the next execute.
+**Streams and workspace.** The workspace (the package's pool, or ``options.allocator``) is allocated on the plan's
+home stream and used there; an execute on another stream takes one in that stream's order, so one plan serves every
+stream. :meth:`~CublasLtEngine.release_workspace` gives it back until the next execute.
 
 **The hot path.** :meth:`~CublasLtEngine.execute` writes the operand pointers and the stream (alpha/beta when they
 change) into a prebuilt argument list of plain ints and calls ``cublasLtMatmul`` unchecked (status tested inline).
@@ -32,6 +31,7 @@ import numpy as np
 from ... import _cuda, _operands, _packages, _runtime
 from ..._errors import CUDALibraryError, InvalidPlanStateError, UnsupportedLayoutError
 from ..._log import logger
+from ..._streams import keep_for_graph
 from ..._workspace import WorkspaceSource
 from ...bindings import cublaslt as lt
 from ._algorithms import HOST_BOUND_FLOPS, Candidates, CublasLtAlgorithm, needs_autotune, single_kernel_first
@@ -60,11 +60,9 @@ get_handle = lt.device_handle  # one cuBLASLt handle per device, for the life of
 
 
 class _Resources:
-    """Everything a plan holds; ``release()`` is idempotent and is also the weakref.finalize safety net.
-
-    The workspace is used on the plan's home stream only (other streams get one of their own per call), so giving it
-    back to the stream-ordered pool is always safe. The float8 scales are read on every stream the plan ran on: those
-    other streams are waited for before the scales go back."""
+    """Everything a plan holds; ``release()`` is idempotent and is also the weakref.finalize safety net. The workspace
+    is used on the home stream only, so it goes back to the stream-ordered pool at once; the float8 scales are read on
+    every stream the plan ran on, which are waited for first."""
 
     def __init__(self):
         self.desc, self.preference, self.layouts = None, None, []
@@ -417,8 +415,8 @@ class CublasLtEngine:
             pointers |= self._set_epilog_pointers(epilog_inputs, epilog_outputs)
         if pointers & self._alignment_mask:
             self._realign(pointers)
-        if self._autotune_pending:
-            self._self_autotune(stream)
+        if self._autotune_pending and not self._allocator.package.is_capturing(self.device_id, stream):
+            self._self_autotune(stream)  # (a capture records the heuristic's choice: timing waits on the host)
         if stream != self._home:
             self._execute_elsewhere(args, stream)
             return
@@ -482,7 +480,8 @@ class CublasLtEngine:
 
     def _execute_elsewhere(self, args, stream):
         """An execution on a stream other than the plan's home: with a workspace of its own from the pool, in that
-        stream's order (freed after the launch: later work on that stream reuses it in order)."""
+        stream's order (freed after the launch: later work on that stream reuses it in order; kept with the plan when
+        a graph capture records the launch and the pool would hand it on)."""
         scratch = None
         if self.workspace_bytes:
             scratch = self._source.take(self.workspace_bytes, stream)
@@ -494,7 +493,8 @@ class CublasLtEngine:
                 self._launch(args)
         finally:
             args[13] = self._workspace_pointer
-            if scratch is not None:
+            if scratch is not None and not keep_for_graph(self, self._allocator.package, self.device_id, stream,
+                                                          scratch, pooled=self._source.manager is None):
                 scratch.release()
 
     def _set_epilog_pointers(self, epilog_inputs, epilog_outputs):

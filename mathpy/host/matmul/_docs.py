@@ -24,13 +24,22 @@ alpha : number, optional
 beta : number, optional
     Scales ``c`` (default 1 with ``c``, else 0; non-zero needs ``c``).""",
     "epilog": """\
-epilog : MatmulEpilog, str or int, optional
-    An epilog fused into the product (:class:`~mathpy.MatmulEpilog`: ``"relu"``, ``"gelu"``, ``"bias"``,
-    ``"relu_bias"``, ``"relu_aux"``, ``"drelu_bgrad"``, ``"bgrada"``, ...), floating-point operands only.
+epilog : MatmulEpilog, str, int or function, optional
+    An epilog fused into the product, floating-point operands only. Either one of cuBLASLt's
+    (:class:`~mathpy.MatmulEpilog` or its name: ``"relu"``, ``"gelu"``, ``"bias"``, ``"relu_bias"``,
+    ``"relu_aux"``, ``"drelu_bgrad"``, ``"bgrada"``, ...), or a Python function ``f(value, row, col, data)``
+    (``f(value, batch, row, col, data)`` for a batched product) that returns the element to store:
+    ``value`` is ``alpha * a @ b + beta * c`` at ``(row, col)`` in the compute precision (float32 for 16-bit
+    and float32 operands, float64 for float64), ``row`` / ``col`` / ``batch`` its int64 coordinates in the
+    result, ``data`` the array ``epilog_inputs["data"]`` (indexed as a NumPy array of its shape: ``data[row]``,
+    ``data[row, col]``...) or None. The function is compiled with numba (CPU) or numba-cuda (GPU) and applied
+    to each element before it is stored, in the GEMM kernel itself on the GPU (on Hopper a persistent TMA +
+    wgmma kernel): no second pass over the result. float16, bfloat16, float32 and float64 operands; the
+    result is C-ordered.
 epilog_inputs : dict, optional
     The epilog's inputs by name (``"bias"``: one value per row of the result; ``"relu_aux"`` / ``"gelu_aux"``:
     the aux output of the forward epilog; ``"aux_scale"``: a float8 GELU aux's scale, a number or a one-element
-    float32 array), of the operands' package and device.""",
+    float32 array; ``"data"``: a Python epilog's array, optional), of the operands' package and device.""",
     "options": """\
 options : MatmulOptions or dict, optional
     :class:`~mathpy.MatmulOptions`: result, compute and scale types, TF32, float8 scales, the result's memory
@@ -85,7 +94,8 @@ algorithms : list, optional
     Restrict the candidates to these (from an earlier ``plan()`` of the same problem, possibly reconfigured
     with ``CublasLtAlgorithm.configured``: cuBLASLt checks them).
 stream : int or stream object, optional
-    The plan's stream from now on (its workspace is allocated there; default: the constructor's).
+    The plan's home stream: its workspace is allocated in this stream's order and serves executions there
+    (default: the current stream now); executions on other streams take a workspace of their own.
 
 Returns
 -------
@@ -96,11 +106,14 @@ Raises
 ------
 ValueError
     An unknown or misspelled epilog or epilog input (named, with the epilog's inputs), a missing input, an
-    epilog the dtypes do not take, ``result_order="C"`` with a per-row epilog operand, no algorithm.
+    epilog the dtypes do not take, ``result_order="C"`` with a per-row epilog operand, no algorithm, a ``data``
+    smaller than the indices a Python epilog's source shows (named, with the shape it needs).
 TypeError
     An epilog input of the wrong dtype or not an array.
 :class:`~mathpy.InvalidPlanStateError`
     The Matmul was freed.
+:class:`~mathpy.StreamCaptureError`
+    The stream is capturing a CUDA graph: plan before the capture.
 
 Notes
 -----
@@ -114,6 +127,8 @@ prune : int, optional
     Keep only that many candidates, the fastest.
 release_workspace : bool, optional
     Give the workspace back afterwards.
+stream : int or stream object, optional
+    The stream the candidates are timed on (default: the current stream now).
 
 Returns
 -------
@@ -125,12 +140,15 @@ Raises
 :class:`~mathpy.InvalidPlanStateError`
     Before :meth:`plan`, or after :meth:`free`.
 ValueError
-    ``iterations`` or ``prune`` that is not a positive int.""",
+    ``iterations`` or ``prune`` that is not a positive int.
+:class:`~mathpy.StreamCaptureError`
+    The stream is capturing a CUDA graph (timing waits on the host): autotune before the capture.""",
     "execute": """\
 Parameters
 ----------
 stream : int or stream object, optional
-    The CUDA stream for this execution (default: the Matmul's). Ignored on the CPU.
+    The CUDA stream for this execution (default: the operands' package's current stream, resolved at this
+    call). Ignored on the CPU. The execution is recorded when the stream is capturing a CUDA graph.
 algorithm : algorithm, optional
     One of :attr:`algorithms` to run this time (default: the first).
 release_workspace : bool, optional
@@ -145,7 +163,12 @@ array or (array, dict)
 Raises
 ------
 :class:`~mathpy.InvalidPlanStateError`
-    Before :meth:`plan`, after :meth:`free`, or after :meth:`release_operands`.""",
+    Before :meth:`plan`, after :meth:`free`, or after :meth:`release_operands`.
+:class:`~mathpy.StreamCaptureError`
+    A capture of work a graph cannot record: host (NumPy) operands or results with GPU execution,
+    ``blocking=True``, ``release_workspace=True``.
+:class:`~mathpy.OutOfBoundsError`
+    With ``MatmulOptions(check_bounds=True)``: a Python epilog read ``data`` outside its shape (named).""",
     "reset_operands": """\
 Parameters
 ----------
@@ -159,7 +182,8 @@ alpha, beta : number, optional
 quantization_scales : dict or object, optional
     New scale tensors (for the scales given as tensors).
 stream : int or stream object, optional
-    The stream the new operands were made on: the product's stream from now on.
+    Accepted for nvmath-python's signature and checked; nothing is copied here (each :meth:`execute` reads
+    the operands on its own stream).
 
 Raises
 ------

@@ -31,8 +31,8 @@ from ._cpu import CPUEngine, _store
 from ._cpu_epilog import python_epilog_pass
 from ._options import BF16
 
-__all__ = ["FusedEpilog", "DataLayout", "fused_epilog", "check_fused_problem", "stage_data", "FusedCPUEngine",
-           "FUSED_DTYPES"]
+__all__ = ["FusedEpilog", "DataLayout", "fused_epilog", "checked_fused_epilog", "check_fused_problem", "stage_data",
+           "FusedCPUEngine", "FUSED_DTYPES"]
 
 FUSED_DTYPES = (np.dtype(np.float16), BF16, np.dtype(np.float32), np.dtype(np.float64))
 
@@ -52,10 +52,12 @@ class DataLayout:
 
 @dataclasses.dataclass(frozen=True)
 class FusedEpilog:
-    """The Python epilog of a problem and the layout of its ``data`` (None: the function gets ``data=None``)."""
+    """The Python epilog of a problem and the layout of its ``data`` (None: the function gets ``data=None``);
+    ``check_bounds``: compiled with bounds checks (:mod:`mathpy.jit._bounds`)."""
 
     epilog: E.MatmulEpilogFunction
     data: DataLayout | None
+    check_bounds: bool = False
 
     @property
     def name(self):
@@ -68,6 +70,18 @@ def fused_epilog(epilog):
     if epilog is None or isinstance(epilog, (str, int, bool)) or not callable(epilog):
         return None
     return E.as_matmul_epilog(epilog)
+
+
+def checked_fused_epilog(epilog, data, batch, m, n, options):
+    """The :class:`FusedEpilog` of ``epilog`` reading ``data`` (the staged input, with its ``layout``, or None) for a
+    ``batch`` x ``m`` x ``n`` result, after the plan-time check of the indices its source shows (ValueError naming
+    what ``data`` needs); compiled with bounds checks as ``options.check_bounds`` says."""
+    from ...jit._bounds import check_epilog_indexing, resolve
+
+    layout = None if data is None else data.layout
+    if layout is not None:
+        check_epilog_indexing(epilog.function, epilog.with_batch, epilog.where, layout.shape, batch, m, n)
+    return FusedEpilog(epilog, layout, resolve(options.check_bounds))
 
 
 def check_fused_problem(epilog, a_dtype, b_dtype, d_dtype, compute_type):
@@ -117,6 +131,12 @@ class FusedCPUEngine(CPUEngine):
 
     def execute(self, a, b, c, d, epilog_inputs, epilog_outputs, alpha, beta, stream=None):
         p = self.problem
+        if p.fused.check_bounds:  # a diagnostic: one element at a time, the first bad index named
+            with _threads.blas_threads(self._blas_limit, self._work):
+                x = self._product(a, b, c, alpha, beta)[0]
+            x = np.ascontiguousarray(np.broadcast_to(x, (p.batch, p.m, p.n)))
+            _store(E.apply_cpu(p.fused.epilog, x, epilog_inputs.get("data"), True), d)
+            return
         if self.native:  # float32 / float64: the product in D itself, the epilog in place
             self._execute_native(a, b, c, d, {}, {}, alpha, beta)
             self.run_epilog(d, epilog_inputs.get("data"))

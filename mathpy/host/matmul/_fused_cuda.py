@@ -17,7 +17,9 @@ Kernel choice (``algorithms[0]``):
 
 The tensor maps depend on the operands' addresses, so each execute encodes them on the host
 (``cuTensorMapEncodeTiled``) and copies them (128 bytes each, from pageable memory: staged at once, ordered on the
-stream) into a buffer from the package's stream-ordered allocator; the kernel reads them from global memory.
+stream) into a buffer from the package's stream-ordered allocator; the kernel reads them from global memory. In a CUDA
+graph capture the copy is recorded, so it comes from page-locked host memory, and both buffers stay with the plan
+(``mathpy._streams.keep_for_graph``): every replay copies the same maps again.
 """
 
 import ctypes
@@ -29,7 +31,9 @@ import numpy as np
 
 from ... import _cuda, _operands, _packages, _runtime
 from ..._errors import CUDALibraryError
+from ..._streams import keep_for_graph
 from ...jit import _matmul_epilog as E
+from ._fused_bounds import raise_recorded, record_address, refuse_checked_capture
 
 __all__ = ["FusedCUDAEngine"]
 
@@ -72,15 +76,16 @@ class _Kernel:
                                      self.shared_bytes, stream, (args, self.ctypes), 0), "cuLaunchKernel")
 
 
-def _compile(kind, config, epilog, data, cc, description=None):
-    """Build (once per process) the kernel ``kind`` for ``config`` with the epilog (None: no epilog)."""
+def _compile(kind, config, epilog, data, cc, description=None, checked=False):
+    """Build (once per process) the kernel ``kind`` for ``config`` with the epilog (None: no epilog); ``checked``:
+    its ``data`` reads are bounds-checked."""
     from ...device import _gemm_build
 
     epi = E.device_function(epilog) if epilog is not None else None
     maker = None
     if data is not None:
         staged = kind == "wgmma" and config.stage_data
-        maker = E.data_view_maker(data.dtype, data.ndim, (config.bm, config.bn) if staged else None)
+        maker = E.data_view_maker(data.dtype, data.ndim, (config.bm, config.bn) if staged else None, checked)
     try:
         if kind == "wgmma":
             ptx, name, params, _ = _gemm_build.hopper_ptx(config, cc, epi, maker)
@@ -96,23 +101,25 @@ def _compile(kind, config, epilog, data, cc, description=None):
         raise
 
 
-def _kernel(kind, config, epilog, data, device_id, description=None):
+def _kernel(kind, config, epilog, data, device_id, description=None, checked=False):
     key = (kind, config, None if epilog is None else epilog.function, None if data is None else
-           (data.dtype, data.ndim), device_id)
+           (data.dtype, data.ndim), device_id, checked)
     with _lock:
         found = _kernels.get(key)
         if found is None:
             cc = _cuda.compute_capability(device_id)
-            built = _cached_build(kind, config, epilog, data, cc, description)
+            built = _cached_build(kind, config, epilog, data, cc, description, checked)
             with _runtime.device_scope(device_id):
-                found = _kernels[key] = _Kernel(*built)
+                found = _Kernel(*built)
+                found.record = record_address(found.module) if checked and data is not None else None
+                _kernels[key] = found
         return found
 
 
 _SOURCES = ("device/_gemm_kernel.py", "device/_gemm_hopper.py", "device/_gemm_build.py", "device/_hopper.py",
             "device/_matmul.py",
             "device/_intrinsics.py", "device/_codegen.py", "jit/_epilog_data.py", "jit/_matmul_epilog.py",
-            "host/matmul/_fused_cuda.py")
+            "jit/_bounds_ir.py", "host/matmul/_fused_cuda.py")
 _sources_digest = []
 
 
@@ -131,14 +138,15 @@ def _digest():
     return _sources_digest[0]
 
 
-def _cached_build(kind, config, epilog, data, cc, description):
+def _cached_build(kind, config, epilog, data, cc, description, checked=False):
     """:func:`_compile`'s result through mathpy.jit's disk cache (PTX keyed by the epilog's content, the kernel
     configuration, the generators' sources and the toolchain): a plan in a new process skips numba-cuda (seconds)."""
     import types
 
     from ...jit import _cache
 
-    spec = types.SimpleNamespace(kind=f"gemm-{kind}:{config!r}:{description!r}:{_digest()}",
+    spec = types.SimpleNamespace(kind=f"gemm-{kind}:{config!r}:{description!r}:{_digest()}"
+                                 + (":check_bounds" if checked else ""),
                                  element_dtype=None if data is None else f"{data.dtype}/{data.ndim}",
                                  user_info_dtype=None, compute_capability=tuple(cc))
     try:
@@ -150,7 +158,7 @@ def _cached_build(kind, config, epilog, data, cc, description):
         if entry is not None:
             h = entry[0]
             return entry[1].decode(), h["name"], h["params"], h["shared"], h["threads"], h["compute"]
-    built = _compile(kind, config, epilog, data, cc, description)
+    built = _compile(kind, config, epilog, data, cc, description, checked)
     if key is not None:
         from ...jit import _device
 
@@ -226,6 +234,7 @@ class FusedCUDAEngine:
         p = problem
         fused = p.fused
         self._epilog, self._data = fused.epilog, fused.data
+        self._checked = fused.check_bounds and fused.data is not None  # only data is indexed
         epilog_kind = "batch" if self._epilog.with_batch else "value"
         ab, out = p.a.dtype, p.d.dtype
         itemsize = ab.itemsize
@@ -237,7 +246,8 @@ class FusedCUDAEngine:
         if hopper:
             self._hopper_config = hopper_config(p, self._data, ab.name, out.name, epilog_kind,
                                                 _stage_data_ok(self._data, p), _store_tile_ok(p))
-            self._hopper = _kernel("wgmma", self._hopper_config, self._epilog, self._data, self.device_id)
+            self._hopper = _kernel("wgmma", self._hopper_config, self._epilog, self._data, self.device_id,
+                                   checked=self._checked)
             self._sms = _cuda.multiprocessor_count(self.device_id)
         self._generic = None
         self.algorithms = ["wgmma" if hopper else "generic"]
@@ -257,7 +267,8 @@ class FusedCUDAEngine:
             description = block_matmul(config.bm, config.bn, config.bk, precision, block_size=config.block_size,
                                        a_arrangement="col_major")
             self._generic_config = config
-            self._generic = _kernel("generic", config, self._epilog, self._data, self.device_id, description)
+            self._generic = _kernel("generic", config, self._epilog, self._data, self.device_id, description,
+                                    self._checked)
         return self._generic
 
     def autotune(self, operands, stream=None, iterations=3):
@@ -278,11 +289,15 @@ class FusedCUDAEngine:
             strides = tuple(data.strides) + (0,) * (3 - data.ndim)
             values.update(data_ptr=epilog_inputs["data"], data_s0=shape[0], data_s1=shape[1], data_s2=shape[2],
                           data_t0=strides[0], data_t1=strides[1], data_t2=strides[2])
+        if self._checked:
+            refuse_checked_capture(self._package, self.device_id, stream)
         with _runtime.device_scope(self.device_id):
             if self._hopper_config is not None and a % 16 == 0 and b % 16 == 0:
-                self._launch_hopper(a, b, d, values, stream)
+                kernel = self._launch_hopper(a, b, d, values, stream)
             else:
-                self._launch_generic(a, b, values, stream)
+                kernel = self._launch_generic(a, b, values, stream)
+            if self._checked:
+                raise_recorded(kernel.record, self._epilog, data, stream)
 
     def _hopper_variant(self, d, data_ptr):
         """The planned kernel, or (an unaligned D or data at this execute) the variant without tile stores / staged
@@ -297,7 +312,7 @@ class FusedCUDAEngine:
         config = dataclasses.replace(config, stage_data=stage, batched_data=stage and config.batched_data,
                                      store_tile=store, batched_d=store and config.batched_d,
                                      stages=HK.max_stages(config.bn, stage or store))
-        return config, _kernel("wgmma", config, self._epilog, self._data, self.device_id)
+        return config, _kernel("wgmma", config, self._epilog, self._data, self.device_id, checked=self._checked)
 
     def _launch_hopper(self, a, b, d, values, stream):
         p = self.problem
@@ -309,7 +324,13 @@ class FusedCUDAEngine:
         maps = _encode_maps(config, p, a, b, data_map, d)
         buffer = self._package.on(self.device_id, stream).empty((128 * len(maps),), np.uint8)
         address = self._package.pointer(buffer)
-        _upload(address, maps, stream)
+        if self._package.is_capturing(self.device_id, stream):
+            host = _PinnedMaps(maps)
+            _runtime.copy_host_to_device(address, host.pointer, 128 * len(maps), stream)
+            keep_for_graph(self, self._package, self.device_id, stream, host, pooled=False)
+            keep_for_graph(self, self._package, self.device_id, stream, buffer)
+        else:
+            _upload(address, maps, stream)
         tiles_m, tiles_n = grid_tiles(p.m, p.n, config.bm, config.bn)
         extra = iter(range(2, len(maps)))
         values.update(tmap_a=address, tmap_b=address + 128,
@@ -319,6 +340,7 @@ class FusedCUDAEngine:
         # persistent: one block per SM (or per tile when there are fewer)
         kernel.launch((min(tiles_m * tiles_n * p.batch, self._sms), 1, 1), stream, values)
         self._keep = (buffer, maps)  # alive until the copy is staged and the launch enqueued
+        return kernel
 
     def _launch_generic(self, a, b, values, stream):
         kernel, config, p = self._generic_kernel(), self._generic_config, self.problem
@@ -328,6 +350,7 @@ class FusedCUDAEngine:
                       a_batch=p.a.batch_stride if p.batch > 1 else 0, b_rs=p.b.row_stride, b_cs=p.b.col_stride,
                       b_batch=p.b.batch_stride if p.batch > 1 else 0, tiles_m=tiles_m, tiles_n=tiles_n)
         kernel.launch((tiles_m * tiles_n, p.batch, 1), stream, values)
+        return kernel
 
     def free(self):
         """Kernels are shared by every plan of the process (kept until exit); nothing to release."""
@@ -358,6 +381,20 @@ def _encode_maps(config, p, a, b, data=None, d=None):
             driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
         maps.append(_check(result, "cuTensorMapEncodeTiled"))
     return maps
+
+
+class _PinnedMaps:
+    """The bytes of tensor ``maps`` in page-locked host memory (what a captured host-to-device copy may read)."""
+
+    def __init__(self, maps):
+        with _runtime.relaxed_capture():  # (made during a capture, maybe freed during another)
+            self.pointer = _runtime.call("cudaMallocHost", 128 * len(maps))
+        for i, tmap in enumerate(maps):
+            ctypes.memmove(self.pointer + 128 * i, tmap.getPtr(), 128)
+
+    def __del__(self):
+        with _runtime.relaxed_capture():
+            _runtime.call("cudaFreeHost", self.pointer)
 
 
 def _upload(address, maps, stream):

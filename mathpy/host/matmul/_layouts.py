@@ -22,19 +22,24 @@ import typing
 import numpy as np
 
 from ... import _operands
+from ..._dtypes import FLOAT8_E4M3, FLOAT8_E5M2
 from ..._strides import c_strides
 from ._epilog import MatmulEpilog
 from ._problem import MatrixLayout, col_major, row_major
 
-__all__ = ["Staged", "Product", "matrix_strides", "batch_stride", "stage_matrix", "stage_a", "stage_b", "c_in_d_order",
-           "result_layout", "expand_c", "bring", "engine_view", "drop_vector_axes", "check_inplace", "inplace_layout"]
+_FLOAT8 = (FLOAT8_E4M3, FLOAT8_E5M2)
+
+__all__ = ["Staged", "Product", "engine_dtype", "matrix_strides", "batch_stride", "stage_matrix", "stage_a", "stage_b",
+           "c_in_d_order", "result_layout", "expand_c", "bring", "engine_view", "drop_vector_axes", "check_inplace",
+           "inplace_layout"]
 
 
 class Product(typing.NamedTuple):
     """The product's extents as the API resolved them: ``m x k @ k x n`` over ``batch_shape``; ``moves``: the
     operands cross between host and device; ``tn_gpu``: float8 or int8 operands on a GPU (cuBLASLt has kernels only
     for its "TN" form of them); ``bgrad``: "a"/"b" while a GPU plan is for BGRADA/BGRADB (they need their own A/B
-    layouts); ``operand``: the dtype A and B enter the engine in (None: their own; else they are converted)."""
+    layouts); ``operand``: the dtype A and B enter the engine in (None: their own; else they are converted), except
+    float8 operands, which enter as they are: e4m3 and e5m2 may be mixed (:func:`engine_dtype`)."""
 
     m: int
     n: int
@@ -63,6 +68,21 @@ class Staged:
 
     def signature(self):
         return (self.op.package, self.op.device_id, self.op.shape, self.op.dtype, self.layout, self.mode)
+
+    def released(self):
+        """The same input without the caller's array (its facts stay: checks and result placement need them)."""
+        o = self.op
+        return dataclasses.replace(self, op=_operands.Operand(None, o.package, o.shape, o.strides, o.dtype,
+                                                              o.device_id, 0))
+
+    def check_replacement(self, fresh):
+        """ValueError (for ``reset_operands``) unless Staged ``fresh`` enters the plan as this input does."""
+        if self.signature() != fresh.signature():
+            o, f = self.op, fresh.op
+            raise ValueError(f"reset_operands: {self.name} must match the operand the plan was built for (package "
+                             f"{o.package}, device {o.device_id}, shape {o.shape}, dtype {o.dtype.name}, strides "
+                             f"{o.strides}); got package {f.package}, device {f.device_id}, shape {f.shape}, dtype "
+                             f"{f.dtype.name}, strides {f.strides}")
 
 
 def matrix_strides(rows, cols, rs, cs):
@@ -133,12 +153,21 @@ def stage_matrix(name, op, rows, cols, promote, batch_shape, force_copy, dtype=N
     return Staged(name, op, layout(full, c_strides(full)), "broadcast", full, move)
 
 
+def engine_dtype(op, product):
+    """The dtype operand ``op`` (A or B) enters the engine in: the product's promoted one, but a float8 operand's own
+    (cuBLASLt multiplies e4m3 by e5m2 as they are; converting one to the other's format would round it again, or
+    make e5m2 x e5m2, which has no algorithm)."""
+    if op.dtype in _FLOAT8 or product.operand is None:
+        return op.dtype
+    return product.operand
+
+
 def _col_major_staged(name, op, rows, cols, product):
     """``op`` (2-D or more) copied into column-major matrices with contiguous (or one broadcast) batches."""
     batch = math.prod(product.batch_shape)
     full = None if op.ndim == 2 else (*product.batch_shape, rows, cols)
     layout = MatrixLayout(rows, cols, 1, max(rows, 1), batch, 0 if full is None else rows * cols,
-                          product.operand or op.dtype)
+                          engine_dtype(op, product))
     return Staged(name, op, layout, "colmajor", full, product.moves)
 
 
@@ -146,7 +175,8 @@ def stage_a(op, product):
     """A as the engine sees it (in ``product.operand``'s dtype). On the GPU, float8 and int8 take only a row-major A
     (cuBLASLt's "TN" form) and BGRADA only a column-major one (op(A) = N; measured with cuBLASLt 13.1 on an H200: the
     other layouts get no algorithm)."""
-    m, k, batch_shape, moves, dtype = product.m, product.k, product.batch_shape, product.moves, product.operand
+    m, k, batch_shape, moves = product.m, product.k, product.batch_shape, product.moves
+    dtype = engine_dtype(op, product)
     staged = stage_matrix("a", op, m, k, "row", batch_shape, moves, dtype)
     if product.tn_gpu and m > 1 and not staged.layout.is_row_major:
         return dataclasses.replace(stage_matrix("a", op, m, k, "row", batch_shape, True, dtype), move=moves)
@@ -157,7 +187,8 @@ def stage_a(op, product):
 
 def stage_b(op, product):
     """B as the engine sees it: float8 and int8 need a column-major B, BGRADB a row-major one (op(B) = T)."""
-    n, k, batch_shape, moves, dtype = product.n, product.k, product.batch_shape, product.moves, product.operand
+    n, k, batch_shape, moves = product.n, product.k, product.batch_shape, product.moves
+    dtype = engine_dtype(op, product)
     staged = stage_matrix("b", op, k, n, "col", batch_shape, moves, dtype)
     if product.tn_gpu and not staged.layout.is_col_major:
         if op.ndim == 1:

@@ -23,7 +23,6 @@ array([[ 6., 15.],
        [13., 49.]], dtype=float32)
 """
 
-import dataclasses
 import math
 import weakref
 
@@ -36,13 +35,13 @@ from ..._execution import ExecutionCPU, ExecutionCUDA, resolve_execution
 from ..._log import logger
 from ..._options import check_or_create_options
 from ..._plan_cache import PlanCache, PlanKey
-from ..._streams import stream_pointer
+from ..._streams import refuse_in_capture, refuse_planning_in_capture, stream_handle, stream_pointer
 from ._call import Finish, MatmulCall, holder_for
 from ._docs import MATMUL_DOCS
 from ._epilog import EPILOG_INPUT_NAMES, as_epilog, epilog_spec
 from . import _algorithms
 from ._epilog_operands import HANDLERS, gelu_aux_dtype, is_number, output_layouts, scale_items, split_scales
-from ._fused import FusedEpilog, check_fused_problem, fused_epilog
+from ._fused import check_fused_problem, checked_fused_epilog, fused_epilog
 from ._layouts import (Product, c_in_d_order, check_inplace, expand_c, inplace_layout, result_layout, stage_a, stage_b,
                        stage_matrix)
 from ._options import (FLOAT8_DTYPES, I8, MatmulOptions, MatmulPlanPreferences, check_scalar, is_floating,
@@ -82,7 +81,8 @@ class Matmul:
     execution : str, ExecutionCPU, ExecutionCUDA or dict, optional
         {execution}
     stream : int or stream object, optional
-        {stream} Executions may pass another.
+        The stream of work done while the Matmul is built (none today: operands are read in place or staged at
+        execution). Every later call takes its own ``stream`` (default: the current one when it is made).
     {quantization_scales}
 
     Raises
@@ -197,12 +197,11 @@ class Matmul:
             holder = a_op.package if (_operands.holder_of(a_op.package).name == a_op.package and not moves) else \
                 _operands.device_package()
             self._holder = holder_for(holder, True)
-            self._stream = stream_pointer(stream, holder, self._device_id)
         else:
             self._device_id = None
             self._holder = holder_for(a_op.package if (not moves and a_op.package in ("numpy", "torch")) else "numpy",
                                       False)
-            self._stream = None
+        stream_handle(stream)  # checked now; each call resolves its own stream (see mathpy._streams)
         self._state = _CREATED
         self._logger.debug("Matmul %s x %s -> %s (batch %s), %s, %s on %s%s", (m, k), (k, n), result_shape,
                            batch_shape, types.result, types.compute, execution, ", in place" if options.inplace else "")
@@ -223,8 +222,7 @@ class Matmul:
         {plan}
         """
         self._check_not_freed("plan")
-        if stream is not None and self._on_gpu:
-            self._stream = stream_pointer(stream, self._holder.name, self._device_id)
+        handle = stream_pointer(stream, self._holder.name, self._device_id) if self._on_gpu else None
         fused = fused_epilog(epilog)  # a Python function: checked here, before any work
         if fused is not None:
             check_fused_problem(fused, self._staged["a"].layout.dtype, self._staged["b"].layout.dtype, self._d_dtype,
@@ -305,7 +303,8 @@ class Matmul:
             epilog_outputs=output_layouts(spec, p.m, p.n, d_layout.batch, d_dtype, self._options.result_amax,
                                           aux_dtype, preferences.aux_amax),
             inplace=self._options.inplace, **self._float8_scales(), aux_scale=aux_scale,
-            fused=None if fused is None else FusedEpilog(fused, inputs["data"].layout if "data" in inputs else None))
+            fused=None if fused is None else checked_fused_epilog(fused, inputs.get("data"), d_layout.batch, p.m, p.n,
+                                                                  self._options))
 
         # The old plan goes first (its workspace counts against the cache bound); from here a failure must not
         # leave this object looking planned with a freed engine, so it falls back to the unplanned state.
@@ -313,15 +312,17 @@ class Matmul:
         self._state = _CREATED
         try:
             execution, options = self._execution, self._options
-            allocator = self._holder.on(self._device_id, self._stream) if self._on_gpu else None
+            allocator = self._holder.on(self._device_id, handle) if self._on_gpu else None
 
             def create():
+                if allocator is not None:
+                    refuse_planning_in_capture(self._holder, self._device_id, handle, "Matmul.plan")
                 engine = make_engine(problem, execution, options, preferences, allocator)
                 return engine, engine.workspace_bytes
 
             cache_key = None
             if self._cache is not None:
-                cache_key = PlanKey((problem.key, execution, options, preferences))
+                cache_key = PlanKey((problem.key, execution, options, preferences, self._holder.name))  # (see FFT)
                 entry = self._cache.acquire(cache_key, create)
                 cache = self._cache
                 self._engine, self._release = entry.plan, lambda: cache.release(entry)
@@ -359,7 +360,7 @@ class Matmul:
         return self._call
 
     @fill(MATMUL_DOCS)
-    def autotune(self, iterations=3, prune=None, *, release_workspace=False):
+    def autotune(self, iterations=3, prune=None, *, release_workspace=False, stream=None):
         """Time every candidate algorithm on the current operands and keep the fastest.
 
         {autotune}
@@ -370,13 +371,18 @@ class Matmul:
             raise ValueError(f"iterations must be a positive int, not {iterations!r}")
         if prune is not None and (isinstance(prune, bool) or not isinstance(prune, int) or prune < 1):
             raise ValueError(f"prune must be None or a positive int, not {prune!r}")
-        args, scratch = self._call.arguments(self._stream)  # scratch lives until the runs are enqueued
+        stream = stream_pointer(stream, self._holder.name, self._device_id) if self._on_gpu else None
+        if self._on_gpu:
+            refuse_in_capture(self._holder, self._device_id, stream, "Matmul.autotune",
+                              "it times the candidates with events and waits for them on the host",
+                              "autotune before the capture begins")
+        args, scratch = self._call.arguments(stream)  # scratch lives until the runs are enqueued
         lock = getattr(self._engine, "lock", None)
         if lock is None:
-            timings = self._engine.autotune(args, self._stream, iterations)
+            timings = self._engine.autotune(args, stream, iterations)
         else:
             with lock:
-                timings = self._engine.autotune(args, self._stream, iterations)
+                timings = self._engine.autotune(args, stream, iterations)
         del scratch
         if prune is not None and len(self._engine.algorithms) > prune:
             self._engine.algorithms[:] = [alg for alg, _ in timings][:prune]
@@ -401,10 +407,11 @@ class Matmul:
             self._check_operands("execute")
         if stream is not None and self._on_gpu:
             stream = stream_pointer(stream, self._holder.name, self._device_id)
-        else:
-            stream = self._stream
         if algorithm is None and not release_workspace:
-            return call.execute(stream)
+            return call.execute(stream)  # None: the current stream, resolved there
+        if release_workspace and self._on_gpu:
+            refuse_in_capture(self._holder, self._device_id, stream, "Matmul.execute(release_workspace=True)",
+                              "replays would use the workspace given back", "leave it False while capturing")
         with _algorithms.using(self._engine, algorithm):
             result = call.execute(stream)
         if release_workspace and self._cache is None:
@@ -419,8 +426,7 @@ class Matmul:
         {reset_operands}
         """
         self._check_not_freed("reset_operands")
-        if stream is not None and self._on_gpu:
-            self._stream = stream_pointer(stream, self._holder.name, self._device_id)
+        stream_handle(stream)
         if quantization_scales is not None:
             self._check_planned("reset_operands(quantization_scales=...)")
             _, tensors = split_scales(quantization_scales, MatmulOptions())
@@ -451,11 +457,11 @@ class Matmul:
                 op = expand_c(op, self._result_shape, self._vector_a, self._vector_b)
                 p = self._product
                 new_c_given = stage_matrix(name, op, p.m, p.n, None, p.batch_shape, p.moves, self._types.engine_c)
-                _check_same(name, self._c_given, new_c_given)
+                self._c_given.check_replacement(new_c_given)
                 fresh = c_in_d_order(new_c_given, self._problem.d, p) if self._state == _PLANNED else new_c_given
             else:
                 fresh = (stage_a if name == "a" else stage_b)(op, self._product)
-            _check_same(name, self._staged[name], fresh)
+            self._staged[name].check_replacement(fresh)
             new[name] = fresh
         if epilog_inputs is not None:
             self._check_planned("reset_operands(epilog_inputs=...)")
@@ -469,7 +475,7 @@ class Matmul:
                                  f"{self._spec.name}; it takes {list(self._inputs)}")
             for name, value in epilog_inputs.items():
                 fresh = self._stage_input(name, value, self._spec)
-                _check_same(name, self._inputs[name], fresh)
+                self._inputs[name].check_replacement(fresh)
                 new[name] = fresh
         replaced = {"a": a, "b": b, "c": c, "epilog_inputs": epilog_inputs}
         self._grad = tuple(n for n in self._grad if replaced.get(n) is None) + _torch_route.grad_names(
@@ -494,11 +500,11 @@ class Matmul:
         """Drop the references to the operands (and epilog inputs) until :meth:`reset_operands` gives them all
         again; ``execute()`` meanwhile raises InvalidPlanStateError."""
         self._check_not_freed("release_operands")
-        self._staged = {name: _released(s) for name, s in self._staged.items()}
-        self._inputs = {name: _released(s) for name, s in self._inputs.items()}
+        self._staged = {name: s.released() for name, s in self._staged.items()}
+        self._inputs = {name: s.released() for name, s in self._inputs.items()}
         if self._c_given is not None:
-            self._c_given = _released(self._c_given)
-        self._like = _released_operand(self._like)
+            self._c_given = self._c_given.released()
+        self._like = self._staged["a"].op
         self._c_object, self._call, self._released = None, None, True
 
     def free(self):
@@ -579,21 +585,3 @@ class Matmul:
                         types.result if types.engine_result != types.result else None)
         self._call = MatmulCall(self._problem, self._engine, staged, self._holder, self._device_id, self._alpha,
                                 self._beta, finish, self._cache_key)
-
-
-def _released_operand(op):
-    """``op``'s facts without the array (what checks and result placement need after release_operands)."""
-    return _operands.Operand(None, op.package, op.shape, op.strides, op.dtype, op.device_id, 0)
-
-
-def _released(staged):
-    return dataclasses.replace(staged, op=_released_operand(staged.op))
-
-
-def _check_same(name, old, fresh):
-    if old.signature() != fresh.signature():
-        o, f = old.op, fresh.op
-        raise ValueError(f"reset_operands: {name} must match the operand the plan was built for (package "
-                         f"{o.package}, device {o.device_id}, shape {o.shape}, dtype {o.dtype.name}, strides "
-                         f"{o.strides}); got package {f.package}, device {f.device_id}, shape {f.shape}, dtype "
-                         f"{f.dtype.name}, strides {f.strides}")

@@ -61,6 +61,7 @@ import numpy as np
 from ... import _cuda
 from ..._dtypes import BFLOAT16, FLOAT8_E4M3, FLOAT8_E5M2, dtype_name
 from ..._memory import check_allocator
+from ...jit._bounds import check_option
 from ...bindings._types import CudaDataType, to_dtype
 from ...bindings.cublaslt import MatmulComputeType
 
@@ -168,14 +169,22 @@ class MatmulOptions:
         column-major when the epilog has a per-row operand (bias, aux, bias gradients), else ``a``'s order (C
         order for C-ordered operands, as numpy.matmul). ``"C"``: row-major; ``"F"``: column-major (cuBLASLt's own
         order, a few percent faster for 16-bit products on an H200).
+    check_bounds : bool or None, optional
+        For a Python-function epilog: check every index it reads ``data`` with against ``data``'s shape when it
+        runs; an index outside it raises :class:`~mathpy.OutOfBoundsError` naming the epilog and the index, after
+        the product (whose result is then not to be used), instead of reading foreign memory. None (default): on
+        when the environment variable ``MATHPY_CHECK_BOUNDS`` is 1 (read when a plan is made), else off. A checked
+        epilog runs slower (on the GPU a compare and a branch per read of ``data``, and each execution waits for
+        the GPU to read the error record). Indices that every call reaches and that the epilog's source shows are
+        checked against ``data``'s shape when planning whatever this option says. Named epilogs are not affected.
 
     Raises
     ------
     ValueError
         A compute type, blocking or result order that is not one of the allowed values (named).
     TypeError
-        ``allow_tf32``, ``fast_accumulation``, ``logger`` or a scale factor of the wrong type, an ``allocator``
-        without the memory-manager methods.
+        ``allow_tf32``, ``fast_accumulation``, ``logger``, ``check_bounds`` or a scale factor of the wrong type, an
+        ``allocator`` without the memory-manager methods.
 
     Notes
     -----
@@ -210,6 +219,7 @@ class MatmulOptions:
     logger: logging.Logger | None = None
     allocator: object = None
     result_order: str | None = None
+    check_bounds: bool | None = None
 
     def __post_init__(self):
         given = self.compute_type
@@ -243,6 +253,7 @@ class MatmulOptions:
         if self.result_order not in RESULT_ORDERS:
             raise ValueError(f"MatmulOptions.result_order must be one of {list(RESULT_ORDERS)}, not "
                              f"{self.result_order!r}")
+        check_option(self.check_bounds, "MatmulOptions")
 
 
 @dataclasses.dataclass(frozen=True)

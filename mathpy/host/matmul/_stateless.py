@@ -6,6 +6,9 @@ when its :class:`~._call.MatmulCall` reads every operand where it lies (``direct
 leaves that call here under a key of cheap facts: each operand's package, shape, strides, dtype and device, and every
 other argument. A later call with the same key borrows the engine (a cache hit) and runs the call on the new operands'
 addresses, on the current (or given) stream: plans do not depend on streams.
+
+``out=`` is numpy.matmul's (:func:`_into`): the product is computed into a new array, then copied into ``out`` (so
+``out`` may overlap the operands, as NumPy allows); such calls are not remembered.
 """
 
 import types
@@ -14,7 +17,9 @@ import numpy as np
 
 from ... import _execution, _packages, _torch_route
 from ..._docstrings import fill
-from ..._streams import stream_handle
+from ..._operands import wrap_operand
+from ..._out import check_writable, copy_into, out_operand
+from ..._streams import stream_handle, stream_pointer
 from ._docs import MATMUL_DOCS
 from ._matmul import Matmul, matmul_plan_cache
 
@@ -27,7 +32,7 @@ _CALLS_MAX = 128
 
 @fill(MATMUL_DOCS)
 def matmul(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None, options=None, preferences=None,
-           execution=None, stream=None, quantization_scales=None):
+           execution=None, stream=None, quantization_scales=None, out=None):
     """Compute ``epilog(alpha * a @ b + beta * c)`` with numpy.matmul's semantics, on cuBLASLt or the CPU.
 
     With ``a`` and ``b`` only, this is :func:`numpy.matmul`: the same result shape, dtype and values, for every
@@ -45,16 +50,27 @@ def matmul(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None,
     stream : int or stream object, optional
         {stream}
     {quantization_scales}
+    out : array, optional
+        numpy.matmul's ``out``: an array of the operands' package and device (or a one-element tuple of one) that
+        receives the result and is returned. Its last axes are the result's (its shape must end with them); it may
+        have more leading axes, over which the result is repeated, as NumPy broadcasts the operands' batch over
+        them. The result is cast to its dtype with NumPy's ``"same_kind"`` rule. It may overlap the operands: the
+        product is computed first, then copied into it.
 
     Returns
     -------
     array or (array, dict)
         The result, in the operands' package and on their device (a NumPy scalar for 1-D NumPy operands, as
-        numpy.matmul); ``(result, outputs)`` when the epilog has outputs (``outputs["relu_aux"]``, ...).
+        numpy.matmul); ``out`` when given; ``(result, outputs)`` when the epilog has outputs
+        (``outputs["relu_aux"]``, ...).
 
     Raises
     ------
     {raises}
+    TypeError, ValueError
+        A bad ``out``, with NumPy's types and words: not an array (``"return arrays must be of ArrayType"``), of
+        another package or device, a shape that does not end with the result's or whose leading axes the batch
+        does not broadcast to, read-only, or a dtype the result cannot be cast to (``"same_kind"``).
 
     Notes
     -----
@@ -76,9 +92,23 @@ def matmul(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None,
     >>> mathpy.matmul(a, a.T, epilog="relu_bias", epilog_inputs={"bias": np.array([-10.0, -40.0], np.float32)})
     array([[ 0.,  4.],
            [ 0., 10.]], dtype=float32)
+    >>> def leaky(value, row, col, data):     # a Python epilog, fused into the product
+    ...     return value if value > 0 else value * np.float32(0.1)
+    >>> mathpy.matmul(a, -a.T, epilog=leaky)
+    array([[-0.5, -1.4],
+           [-1.4, -5. ]], dtype=float32)
+    >>> d = np.empty((2, 2), np.float64)
+    >>> mathpy.matmul(a, a.T, out=d) is d        # numpy.matmul's out=, cast as NumPy casts
+    True
     """
-    if _torch_route.wanted(a, b, c, epilog_inputs):  # autograd / torch.compile: mathpy.torch
+    if _torch_route.wanted(a, b, c, epilog_inputs, out):  # autograd / torch.compile: mathpy.torch
+        if out is not None:
+            raise TypeError("matmul(out=...) has no backward and no torch.compile form (as torch's own out= "
+                            "arguments): leave out= away, or call it under torch.no_grad() with detached tensors")
         return _torch_route.matmul(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution, stream)
+    if out is not None:
+        return _into(out, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution, stream,
+                     quantization_scales)
     host_key = None
     if type(a) is np.ndarray and type(b) is np.ndarray and c is None and quantization_scales is None:
         found, host_key = _lookup(_host_calls, _host_key(a, b, alpha, beta, epilog, epilog_inputs, options,
@@ -101,9 +131,9 @@ def matmul(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None,
                 matmul_plan_cache.release(entry)
         _calls.pop(key, None)  # evicted: plan again
     mm = Matmul.for_cache(matmul_plan_cache, a, b, c, alpha=alpha, beta=beta, options=options, execution=execution,
-                          stream=stream, quantization_scales=quantization_scales)
+                          quantization_scales=quantization_scales)
     try:
-        mm.plan(epilog=epilog, epilog_inputs=epilog_inputs, preferences=preferences)
+        mm.plan(epilog=epilog, epilog_inputs=epilog_inputs, preferences=preferences, stream=stream)
         call = mm.prepared_call
         if key is not None and call.direct:
             if len(_calls) >= _CALLS_MAX:
@@ -116,7 +146,7 @@ def matmul(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None,
                 if len(_host_calls) >= _CALLS_MAX:
                     _host_calls.clear()
                 _host_calls[host_key] = (call.cache_key, host)
-        return mm.execute()
+        return mm.execute(stream=stream)
     finally:
         mm.free()
 
@@ -129,6 +159,65 @@ def _lookup(memo, key):
         return memo.get(key), key
     except TypeError:
         return None, None
+
+
+def _into(out, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution, stream,
+          quantization_scales):
+    """matmul(..., out=out): NumPy's checks of ``out`` (its type, package, shape and dtype) before the product runs,
+    then the product into a new array, copied into ``out``."""
+    out_op = out_operand(out, wrap_operand(a, "a"))
+    if out_op is None:  # out=(None,): no out
+        return matmul(a, b, c, alpha=alpha, beta=beta, epilog=epilog, epilog_inputs=epilog_inputs, options=options,
+                      preferences=preferences, execution=execution, stream=stream,
+                      quantization_scales=quantization_scales)
+    mm = Matmul.for_cache(matmul_plan_cache, a, b, c, alpha=alpha, beta=beta, options=options, execution=execution,
+                          quantization_scales=quantization_scales)
+    try:
+        mm.plan(epilog=epilog, epilog_inputs=epilog_inputs, preferences=preferences, stream=stream)
+        call = mm.prepared_call
+        p, finish = call.problem, call.finish
+        core = tuple(extent for extent, vector in ((p.m, finish.vector_a), (p.n, finish.vector_b)) if not vector)
+        check_out_shape(tuple(out_op.shape), tuple(p.batch_shape), core)
+        check_writable(out_op, p.d.dtype if finish.cast is None else finish.cast, "matmul")
+        result = mm.execute(stream=stream)
+    finally:
+        mm.free()
+    d, outputs = result if isinstance(result, tuple) else (result, None)
+    handle = None if out_op.on_host or stream is None else stream_pointer(stream, out_op.package, out_op.device_id)
+    copy_into(out_op, d, handle)
+    return out_op.tensor if outputs is None else (out_op.tensor, outputs)
+
+
+_SIGNATURE = "(n?,k),(k,m?)->(n?,m?)"
+
+
+def check_out_shape(shape, batch_shape, core):
+    """numpy.matmul's rule for ``out``'s ``shape``: its last ``len(core)`` axes are the result's core dimensions
+    (M and N, without those of 1-D operands), and the operands' ``batch_shape`` broadcasts to the axes before them
+    (NumPy's ValueErrors and words otherwise).
+
+    >>> check_out_shape((5, 2, 4), (), (2, 4))          # the result, repeated 5 times
+    >>> check_out_shape((2, 3), (), (2, 4))
+    Traceback (most recent call last):
+    ...
+    ValueError: matmul: Output operand 0 has a mismatch in its core dimension 1, with gufunc signature \
+(n?,k),(k,m?)->(n?,m?) (size 3 is different from 4)
+    """
+    if len(shape) < len(core):
+        raise ValueError(f"matmul: Output operand 0 does not have enough dimensions (has {len(shape)}, gufunc core "
+                         f"with signature {_SIGNATURE} requires {len(core)})")
+    for index, (extent, wanted) in enumerate(zip(shape[len(shape) - len(core):], core)):
+        if extent != wanted:
+            raise ValueError(f"matmul: Output operand 0 has a mismatch in its core dimension {index}, with gufunc "
+                             f"signature {_SIGNATURE} (size {extent} is different from {wanted})")
+    loop = shape[:len(shape) - len(core)]
+    try:
+        broadcast = tuple(np.broadcast_shapes(loop, batch_shape))
+    except ValueError:
+        broadcast = batch_shape
+    if broadcast != loop:
+        raise ValueError(f"non-broadcastable output operand with shape {shape} doesn't match the broadcast shape "
+                         f"{(*broadcast, *core)}")
 
 
 def remembered():

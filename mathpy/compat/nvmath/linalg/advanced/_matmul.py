@@ -3,9 +3,11 @@
 nvmath-python's rules, where mathpy's own API differs: ``a`` and ``b`` positional-only, the rest keyword-only; ``c``
 at least 2-D; ``beta`` required with ``c`` (and ignored, with a warning, without it); with ``c`` and no
 ``result_type`` the result has ``c``'s dtype; host operands run on the GPU ``options.device_id`` (on the CPU engine
-when the machine has no GPU); float8 operands need ``quantization_scales``; ``plan()`` returns a tuple of
-:class:`Algorithm`; ``autotune(iterations=10, prune=None)`` returns None; ``reset_operands`` is keyword-only, needs
-at least one argument, and a package change is a TypeError.
+when the machine has no GPU); float8 operands need ``quantization_scales``; ``block_scaling`` (MXFP8) is refused
+before any work, naming Blackwell on an older GPU; ``plan()`` returns a tuple of :class:`Algorithm`;
+``autotune(iterations=10, prune=None)`` returns None; ``reset_operands(a, b, c, *, ...)`` takes the operands
+positionally or by name, with no operand, scalar or epilog input it releases the operands (as
+:meth:`Matmul.release_operands`), and a package change is a TypeError.
 """
 
 import numpy as np
@@ -13,10 +15,13 @@ import numpy as np
 from ..... import _cuda, _runtime
 from ..... import matmul as _native_matmul
 from ....._errors import InvalidPlanStateError
+from ....._execution import ExecutionCUDA
+from ....._operands import wrap_operand
 from .....bindings._types import cuda_data_type, to_dtype
 from .....host.matmul import Matmul as _NativeMatmul
 from .....host.matmul import MatmulOptions as _NativeOptions
 from .....host.matmul import MatmulPlanPreferences as _NativePreferences
+from .....host.matmul._options import refuse_block_scaling
 from ..._common import check_or_create_options, dtype_name, object_logger, operand_package
 from ._algorithm import Algorithm
 from ._options import (MatmulOptions, MatmulPlanPreferences, MatmulQuantizationScales, matrix_qualifiers_dtype,
@@ -57,6 +62,11 @@ class _Call:
         if result is None and c_name is not None and c_name != a_name:
             result = cuda_data_type(c_name)  # nvmath: the result takes C's dtype
         d_float8 = (result is None and float8) or (result is not None and to_dtype(result).name in _FLOAT8)
+        if options.block_scaling:  # first: MXFP8 scales (uint8 blocks) are not per-tensor scales
+            device = wrap_operand(a).device_id
+            device = options.device_id if device is None else device
+            refuse_block_scaling(to_dtype(cuda_data_type(a_name)),
+                                 ExecutionCUDA(device) if _cuda.is_available() else None)
         self.scales = _scales(quantization_scales, float8, d_float8, logger)
         self.options = _native_options(options.compute_type, options.scale_type, result, options.blocking,
                                        bool(options.fast_accumulation), options.inplace, options.result_amax,
@@ -216,7 +226,7 @@ class Matmul:
     def autotune(self, iterations=10, prune=None, release_workspace=False, stream=None):
         """Time the candidates on the current operands and order them fastest first (keep the ``prune`` fastest)."""
         self._check_valid()
-        timings = self._mm.autotune(iterations, prune, release_workspace=release_workspace)
+        timings = self._mm.autotune(iterations, prune, release_workspace=release_workspace, stream=stream)
         self.logger.info("Autotuning: %s", timings)
 
     def execute(self, *, algorithm=None, release_workspace=False, stream=None):
@@ -226,12 +236,16 @@ class Matmul:
         return self._mm.execute(stream=stream, algorithm=None if algorithm is None else algorithm.native,
                                 release_workspace=release_workspace)
 
-    def reset_operands(self, *, a=None, b=None, c=None, alpha=None, beta=None, quantization_scales=None,
+    def reset_operands(self, a=None, b=None, c=None, *, alpha=None, beta=None, quantization_scales=None,
                        epilog_inputs=None, stream=None):
-        """Give new operands (same package, device, shapes, strides, dtypes) for the next :meth:`execute`."""
+        """Give new operands (same package, device, shapes, strides, dtypes) for the next :meth:`execute`; with no
+        argument, release the operands instead (nvmath's rule: every operand must then be given again; nvmath also
+        releases them when only ``quantization_scales`` is given, dropping the scales: here those are reset)."""
         self._check_valid()
-        if all(v is None for v in (a, b, c, alpha, beta, quantization_scales, epilog_inputs)):
-            raise ValueError("reset_operands() needs at least one operand to reset.")
+        if all(v is None for v in (a, b, c, alpha, beta, epilog_inputs, quantization_scales)):
+            self.release_operands()
+            self.logger.info("The operands have been reset to None.")
+            return
         for value in (a, b, c):
             if value is not None and operand_package(value) != self.package:
                 raise TypeError(f"Library package mismatch: '{self.package}' => '{operand_package(value)}'")

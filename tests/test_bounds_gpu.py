@@ -1,0 +1,116 @@
+"""Bounds of callbacks and epilogs on the GPU: cuFFT with the checked LTO-IR of mathpy's callbacks and the fused matmul
+kernels (generic and Hopper) with a checked ``data`` view. The same cases as tests/test_bounds.py, which runs the
+GPU code on the host; here a real GPU runs it, where an unchecked out-of-bounds access reads or writes foreign memory.
+
+Run on a GPU machine: ``PYTHONPATH=. python -m pytest -m gpu tests/test_bounds_gpu.py -q``.
+"""
+
+import re
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import mathpy
+import mathpy.fft as mfft
+from mathpy import OutOfBoundsError
+
+from _tolerance import assert_fft_close, assert_within, matmul_bound
+from test_bounds import (X8, epilog_far_store, epilog_late_store, gate, late_gate, prolog_by_value, prolog_full,
+                         prolog_late, prolog_plus_3)
+
+pytestmark = pytest.mark.gpu
+
+
+def _offset(error):
+    return int(re.search(r"at offset (\d+)", str(error)).group(1))
+
+
+def test_refused_when_planning_on_the_gpu():
+    cp = pytest.importorskip("cupy")
+    x = cp.asarray(X8)
+    with pytest.raises(ValueError, match="data_in has 8"):
+        mfft.fft(x, prolog=prolog_plus_3)
+    with pytest.raises(ValueError, match="data_out has 8"):
+        mfft.fft(x, epilog=epilog_far_store, options={"check_bounds": True})
+
+
+@pytest.mark.parametrize("kind, callback, array, shift", [
+    ("prolog", "late", "user_info", 2),   # offsets 6 and 7 read user_info[8], user_info[9]
+    ("epilog", "store", "data_out", 5),   # offsets 6 and 7 write data_out[11], data_out[12]
+])
+def test_cufft_check_bounds_names_the_array_and_the_index(kind, callback, array, shift):
+    cp = pytest.importorskip("cupy")
+    x = cp.asarray(X8)
+    given = (mfft.Callback(prolog_late, data=cp.ones(8, np.float32)) if callback == "late" else epilog_late_store)
+    for _ in range(2):  # the record is cleared after each error: the next execution reports again
+        with pytest.raises(OutOfBoundsError) as info:
+            mfft.fft(x, options={"check_bounds": True}, **{kind: given})
+        error = info.value
+        assert error.array == array and error.index[0] == _offset(error) + shift and _offset(error) in (6, 7)
+
+
+def test_cufft_check_bounds_on_data_dependent_indices():
+    cp = pytest.importorskip("cupy")
+    levels = cp.asarray(np.linspace(1, 2, 16, dtype=np.float32))
+    codes = (np.arange(128) % 16).reshape(8, 16).astype(np.complex64)
+    callback = mfft.Callback(prolog_by_value, data=levels)
+    with mfft.FFT(cp.asarray(codes), axes=[1], execution="cuda", options={"check_bounds": True}) as f:
+        f.plan(prolog=callback)
+        got = cp.asnumpy(f.execute())
+        expected = np.fft.fft(codes.astype(np.complex128) * np.linspace(1, 2, 16)[np.arange(16)], axis=-1)
+        assert_fft_close(got, expected, np.float32, 16)
+        bad = codes.copy()
+        bad[3, 5] = 16
+        f.reset_operand(cp.asarray(bad))
+        with pytest.raises(OutOfBoundsError) as info:
+            f.execute()
+        assert (info.value.array, info.value.index, _offset(info.value)) == ("user_info", (16,), 53)
+        f.reset_operand(cp.asarray(codes))  # the record was cleared: a clean execution again
+        assert_fft_close(cp.asnumpy(f.execute()), expected, np.float32, 16)
+
+
+@pytest.mark.parametrize("shape, axis", [((64, 256), -1), ((256, 64), 0)])
+def test_checked_cufft_results_equal_unchecked(shape, axis):
+    cp = pytest.importorskip("cupy")
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(np.complex64)
+    full = rng.standard_normal(shape).astype(np.float32)
+    results = [cp.asnumpy(mfft.fft(cp.asarray(x), axis=axis, prolog=mfft.Callback(prolog_full, data=cp.asarray(full)),
+                                   options={"check_bounds": check})) for check in (False, True)]
+    np.testing.assert_array_equal(results[0], results[1])
+    assert_fft_close(results[1], np.fft.fft(x.astype(np.complex128) * full, axis=axis), np.float32, shape[axis])
+
+
+def _matmul_operands(torch, m, n, k, dtype):
+    g = torch.Generator(device="cuda").manual_seed(3)
+    a = torch.randn(m, k, device="cuda", generator=g).to(dtype) / k ** 0.5
+    b = torch.randn(k, n, device="cuda", generator=g).to(dtype)
+    data = torch.randn(m, n, device="cuda", generator=g).to(dtype)
+    return a, b, data
+
+
+@pytest.mark.parametrize("dtype_name, size", [("float32", (96, 80, 48)), ("bfloat16", (256, 256, 64))])
+def test_fused_matmul_check_bounds(dtype_name, size):
+    """float32: the generic kernel; bfloat16 (on an H200): the Hopper kernel with the data tile staged in shared
+    memory, whose staged reads are checked too."""
+    torch = pytest.importorskip("torch")
+    dtype = getattr(torch, dtype_name)
+    m, n, k = size
+    a, b, data = _matmul_operands(torch, m, n, k, dtype)
+    with pytest.raises(ValueError, match=r"needs a shape of at least \(%d, %d\)" % (m, n)):
+        mathpy.matmul(a, b, epilog=gate, epilog_inputs={"data": data[:1, :1]})
+    with pytest.raises(OutOfBoundsError) as info:  # rows 1.. read column n: which one comes first is the GPU's
+        mathpy.matmul(a, b, epilog=late_gate, epilog_inputs={"data": data}, options={"check_bounds": True})
+    error = info.value
+    assert error.array == "data" and error.index[1] == n and 1 <= error.index[0] < m and "late_gate" in error.callback
+    checked = mathpy.matmul(a, b, epilog=gate, epilog_inputs={"data": data}, options={"check_bounds": True})
+    if dtype_name == "float32":  # (each Hopper kernel takes a minute to compile: the checked one only there)
+        unchecked = mathpy.matmul(a, b, epilog=gate, epilog_inputs={"data": data})
+        assert torch.equal(unchecked, checked)
+    a64, b64, d64 = (t.double().cpu().numpy() for t in (a, b, data))
+    exact = a64 @ b64
+    # the float32 product's error scaled by |data|, the product with data rounded, then the result's rounding
+    out = np.float32 if dtype_name == "float32" else ml_dtypes.bfloat16
+    bound = matmul_bound(a64, b64, out, roundings=2, exact=exact) * np.abs(d64)
+    assert_within(checked.double().cpu().numpy(), exact * d64, bound)
