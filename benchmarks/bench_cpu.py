@@ -12,7 +12,7 @@ and held-out ones (batched, odd sizes, a transposed operand); then epilogs: RELU
 expression, and a Python epilog ``silu(x) * gate[row, col]`` against the NumPy expression.
 
 Every time is the median of interleaved rounds (each peer once per round, several calls per sample for short ones),
-after warm-up calls (mathpy measures its FFT libraries at a transform's second call). Every mathpy result is checked
+after warm-up calls (mathpy measures its FFT libraries at a transform's first call). Every mathpy result is checked
 against NumPy's first. Prints the tables of docs/benchmarks.md ("CPU execution space"), saves
 benchmarks/results/bench_cpu.json and .png.
 

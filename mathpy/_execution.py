@@ -53,11 +53,11 @@ class ExecutionCPU:
     CPU and results copied back to their device.
 
     **FFT libraries.** pyFFTW and mkl_fft are optional (``pip install "mathpy[cpu]"`` adds pyFFTW and
-    threadpoolctl). With ``fft_library=None`` a transform first runs on pocketfft (nothing to plan); when it runs
-    again, mathpy plans it in every installed library (FFTW with ``FFTW_MEASURE``, at most two seconds per plan),
-    times each on copies of that call's arrays and keeps the fastest for the later calls. A named library runs its
-    quick plan first (FFTW: ``FFTW_ESTIMATE``) and its measured one from the second call on. Naming a library that is
-    not installed raises ImportError when the FFT is planned; a transform the named library cannot take (long double
+    threadpoolctl). With ``fft_library=None``, a transform's first call plans it in every installed library (FFTW
+    with ``FFTW_MEASURE``, at most two seconds per plan), times each on copies of that call's arrays and keeps the
+    fastest; every call then runs that plan, so a transform gives the same bits at every call and on every thread.
+    Naming a library skips the timing (``"pocketfft"``: nothing to plan at all). Naming a library that is not
+    installed raises ImportError when the FFT is planned; a transform the named library cannot take (long double
     on MKL) runs on pocketfft. Plans are kept in the plan cache with the GPU's (:func:`mathpy.fft.plan_cache_info`).
     FFTW's measurements are pyFFTW's process-wide wisdom: a second plan of a measured layout is made from it at once,
     and ``pyfftw.export_wisdom()`` / ``pyfftw.import_wisdom()`` carry them to another process.

@@ -12,9 +12,8 @@ numba on every thread (:mod:`mathpy.jit._cpu_passes`, :mod:`mathpy._threads`), i
   transforms it on one library thread and stores it through the epilog while it is still in its cache.
 
 Which is faster depends on the machine (the blocks save a trip to memory; the passes let the library thread one
-transform and pay a few microseconds of Python per block less): a transform that can take both runs ``"passes"``
-first and, at its third call (its libraries chosen at the second), times both on copies of the call's arrays and
-keeps the faster.
+transform and pay a few microseconds of Python per block less): a transform that can take both times them at its
+first call, on copies of the call's arrays (each strategy's library chosen in its first run), and keeps the faster.
 
 Callbacks see the element offsets of the Transform's layouts, as on the GPU.
 
@@ -104,8 +103,8 @@ class _Side:
 
 class CPUEngine:
     """The engine of ``transform`` on ``execution`` (an :class:`~mathpy.ExecutionCPU`); ``execute`` takes NumPy arrays
-    in the Transform's layouts. ``library``: the CPU FFT library the transform runs on (after its second execution,
-    the one measured fastest)."""
+    in the Transform's layouts. ``library``: the CPU FFT library the transform runs on (chosen at its first execution;
+    None before)."""
 
     scales = True  # execute() takes the norm's factor: the libraries and the passes apply it
 
@@ -147,7 +146,7 @@ class CPUEngine:
     @property
     def strategy(self):
         """The strategy running the callbacks ("passes" or "blocks"; None without callbacks). Setting it to one of
-        :attr:`strategies` keeps it (no timing at the third call)."""
+        :attr:`strategies` keeps it (no timing at the first call)."""
         return None if self._fused is None else self._fused.strategy
 
     @strategy.setter
@@ -206,7 +205,7 @@ class _FusedPass:
             self._strategies["blocks"] = self._blocks
         self.workspace_bytes = max(self._workspace.values())
         self.strategy, self.timings = "passes", {}
-        self._calls, self._choosing = 0, threading.Lock()
+        self._choosing = threading.Lock()
         self._dry_run()
 
     # --- planning ----------------------------------------------------------------------------------------------------
@@ -263,15 +262,10 @@ class _FusedPass:
 
     # --- running -----------------------------------------------------------------------------------------------------
     def __call__(self, x, out, forward, scale):
-        if len(self._strategies) > 1 and not self.timings:
-            self._calls += 1
-            # the third call: the libraries of both strategies are chosen (at their second), now the strategy
-            if self._calls >= 3 and x is not out and self._choosing.acquire(blocking=False):
-                try:
-                    if not self.timings:
-                        self._choose(x, out, forward, scale)
-                finally:
-                    self._choosing.release()
+        if not self.timings and len(self._strategies) > 1 and x is not out:
+            with self._choosing:  # the other threads wait: every call runs the chosen strategy
+                if not self.timings:
+                    self._choose(x, out, forward, scale)
         self._strategies[self.strategy](x, out, forward, scale)
 
     def _choose(self, x, out, forward, scale):

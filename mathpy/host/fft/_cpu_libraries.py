@@ -4,7 +4,7 @@
 name           package    threads                             plans
 =============  =========  ==================================  ==============================================
 ``pocketfft``  scipy      ``nthreads`` per call               none to make (pocketfft caches twiddles itself)
-``fftw``       pyFFTW     ``threads`` per plan                ``pyfftw.FFTW`` objects: ESTIMATE, then MEASURE
+``fftw``       pyFFTW     ``threads`` per plan                ``pyfftw.FFTW`` objects, FFTW_MEASURE
 ``mkl``        mkl_fft    MKL's own (threadpoolctl limits it)  MKL's descriptor cache
 =============  =========  ==================================  ==============================================
 
@@ -13,10 +13,10 @@ Every library is reached through an *executor* of one :class:`~._layout.Transfor
 by ``norm``: 0 none, 1 ``1/sqrt(N)``, 2 ``1/N`` (N the product of the logical lengths), inside the library where it
 can (pocketfft) and in a parallel pass otherwise (FFTW, MKL).
 
-:class:`Executor` chooses: with one library named (``ExecutionCPU(fft_library=...)``), it runs that library's quick
-plan at the first call and its measured plan (FFTW_MEASURE) from the second on. With none named, the first call runs
-on pocketfft (no planning) and the second times every installed library's measured plan on copies of the call's
-arrays and keeps the fastest for the later calls (:attr:`Executor.timings` says what it measured).
+:class:`Executor` chooses at a transform's first call: with one library named (``ExecutionCPU(fft_library=...)``),
+that library's plan (FFTW: measured); with none named, every installed library's plan is timed on copies of the
+call's arrays, in interleaved rounds, and the fastest kept (:attr:`Executor.timings` says what it measured). Every
+call then runs that plan: a transform gives the same bits at every call and on every thread.
 
 >>> [library.name for library in candidates("pocketfft", None)]
 ['pocketfft']
@@ -84,11 +84,11 @@ def scale_in_place(out, factor, threads):
 
 class _Library:
     """One row of the table: ``available()`` (imported on first use), ``supports(transform)``,
-    ``executor(transform, threads, measure, destroy_input)``."""
+    ``executor(transform, threads, destroy_input)``."""
 
     name = package = module = ""
     precisions = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.longdouble))
-    plans = False  # whether a measured plan differs from the quick one (FFTW's MEASURE and ESTIMATE)
+    plans = False  # whether a plan owns arrays of the layouts (pyFFTW's: FFTW_MEASURE writes into what it plans on)
     chunks = True  # whether it may run the chunks of a fused pass, one thread each
 
     def __init__(self):
@@ -132,7 +132,7 @@ class _Pocketfft(_Library):
         module = super().load()
         return module if module is not None else _PublicScipy
 
-    def executor(self, t, threads, measure=False, destroy_input=False):
+    def executor(self, t, threads, destroy_input=False):
         pp, axes = self.load(), t.axes
         if t.fft_type == "C2C":
             def run(x, out, forward, norm):
@@ -176,8 +176,8 @@ class _FFTW(_Library):
     name, package, module = "fftw", "pyFFTW", "pyfftw"
     plans = True
 
-    def executor(self, t, threads, measure=False, destroy_input=False):
-        return _FFTWPlans(self.load(), t, threads, measure, destroy_input)
+    def executor(self, t, threads, destroy_input=False):
+        return _FFTWPlans(self.load(), t, threads, destroy_input)
 
 
 class _FFTWPlans:
@@ -186,16 +186,16 @@ class _FFTWPlans:
     borrowed from a free list, so concurrent callers each run their own (pyFFTW's planner serialises planning, and
     FFTW's wisdom makes the second plan of a layout cheap)."""
 
-    def __init__(self, pyfftw, transform, threads, measure, destroy_input):
+    def __init__(self, pyfftw, transform, threads, destroy_input):
         self._pyfftw, self.transform, self.threads = pyfftw, transform, threads
         t = transform
         # FFTW's multi-axis C2R overwrites its input: the caller's must survive unless it is our scratch
         self._copy_input = t.fft_type == "C2R" and len(t.axes) > 1 and not destroy_input
-        flags = ["FFTW_MEASURE" if measure else "FFTW_ESTIMATE"]
+        flags = ["FFTW_MEASURE"]
         if destroy_input:
             flags.append("FFTW_DESTROY_INPUT")
         self._flags = tuple(flags)
-        self._limit = FFTW_PLANNING_SECONDS if measure else None
+        self._limit = FFTW_PLANNING_SECONDS
         self._free = {}  # (aligned, forward, in place) -> [(plan, own input, own output)]
 
     def _make(self, aligned, forward, inplace):
@@ -262,7 +262,7 @@ class _MKL(_Library):
     def loaded(self, module):
         _threads.forget_libraries()  # threadpoolctl must see MKL, loaded only now
 
-    def executor(self, t, threads, measure=False, destroy_input=False, limit=None):
+    def executor(self, t, threads, destroy_input=False, limit=None):
         mkl, axes = self.load(), t.axes
         if t.fft_type == "C2C":
             def transform(x, out, forward):
@@ -311,58 +311,49 @@ def candidates(name, transform):
 
 
 class Executor:
-    """One Transform on the libraries ``libraries`` (from :func:`candidates`) with ``threads`` threads: a quick plan
-    of the first library at the first call, then (second call) the measured plan of the only one, or the fastest
-    measured plan of several, timed on copies of that call's arrays. ``destroy_input``: the input is scratch that the
-    library may overwrite. ``timings``: seconds per library measured when choosing; ``library``: the one running."""
+    """One Transform on the libraries ``libraries`` (from :func:`candidates`) with ``threads`` threads: at the first
+    call, the measured plan of the only library, or the fastest measured plan of several, timed on copies of that
+    call's arrays; every call runs that plan, so that a transform gives the same bits at every call and on every
+    thread. ``destroy_input``: the input is scratch that the library may overwrite. ``timings``: seconds per library
+    measured when choosing; ``library``: the one running (None before the first call)."""
 
     def __init__(self, transform, libraries, threads, destroy_input=False, limit=None):
         # small transforms on fewer threads: waking a thread costs more than its share of the work
         threads = _threads.threads_for_bytes(threads, transform_bytes(transform))
         self.transform, self.threads, self.timings = transform, threads, {}
         self._libraries, self._destroy, self._limit = list(libraries), destroy_input, limit
-        self._run = self._make(self._libraries[0], measure=False)
-        self.library = self._libraries[0].name
-        self._calls, self._chosen = 0, False
+        self._run, self.library = None, None
         self._choosing = threading.Lock()
 
-    def _make(self, library, measure):
+    def _make(self, library):
         extra = {"limit": self._limit} if isinstance(library, _MKL) else {}
-        return library.executor(self.transform, self.threads, measure, self._destroy, **extra)
+        return library.executor(self.transform, self.threads, self._destroy, **extra)
 
     def __call__(self, x, out, forward, norm):
-        if self._chosen:
-            return self._run(x, out, forward, norm)
-        self._calls += 1
-        if self._calls >= 2 and self._choosing.acquire(blocking=False):  # others keep the quick plan meanwhile
-            try:
-                if not self._chosen:
+        if self._run is None:
+            with self._choosing:  # the other threads wait: every call runs the chosen plan
+                if self._run is None:
                     self._choose(x, out, forward)
-            finally:
-                self._choosing.release()
         return self._run(x, out, forward, norm)
 
     def _choose(self, x, out, forward):
-        first = self._libraries[0]
-        measured = {lib.name: self._run if lib is first and not lib.plans else self._make(lib, measure=True)
-                    for lib in self._libraries}
+        measured = {lib.name: self._make(lib) for lib in self._libraries}
+        library = self._libraries[0].name
         if len(measured) > 1:
             x_copy, out_copy = like(x), (None if x is out else like(out))
             samples = {name: [] for name in measured}
             rounds = TUNING_ROUNDS
-            while len(samples[self.library]) < rounds:  # in rounds: drift and load reach every library alike
+            while len(samples[library]) < rounds:  # in rounds: drift and load reach every library alike
                 for name, run in measured.items():
                     np.copyto(x_copy, x)
                     start = time.perf_counter()
                     run(x_copy, x_copy if out_copy is None else out_copy, forward, 0)
                     samples[name].append(time.perf_counter() - start)
-                if len(samples[self.library]) == 2:  # small transforms: more rounds, as many as TUNING_SECONDS allow
+                if len(samples[library]) == 2:  # small transforms: more rounds, as many as TUNING_SECONDS allow
                     spent = sum(times[1] for times in samples.values())
                     rounds = max(TUNING_ROUNDS, min(MAX_TUNING_ROUNDS, int(TUNING_SECONDS / max(spent, 1e-9))))
             self.timings = {name: statistics.median(times[1:]) for name, times in samples.items()}  # [0]: cold
-            self.library = min(self.timings, key=self.timings.get)
-            logger.debug("CPU FFT %s threads=%d: %s (measured %s)", self.transform, self.threads, self.library,
+            library = min(self.timings, key=self.timings.get)
+            logger.debug("CPU FFT %s threads=%d: %s (measured %s)", self.transform, self.threads, library,
                          {k: f"{v * 1e3:.3f} ms" for k, v in self.timings.items()})
-        else:
-            self.library = next(iter(measured))
-        self._run, self._chosen = measured[self.library], True
+        self.library, self._run = library, measured[library]
