@@ -23,7 +23,10 @@ import os
 import threading
 import warnings
 
-__all__ = ["usable_cores", "threads_for", "threads_for_bytes", "run_chunks", "blas_threads", "forget_libraries"]
+import numpy as np
+
+__all__ = ["usable_cores", "threads_for", "threads_for_bytes", "run_chunks", "parallel_sum", "blas_threads",
+           "forget_libraries"]
 
 #: Below this many bytes of data per thread a pass runs on fewer threads: waking a thread costs about as much as
 #: moving this much memory.
@@ -98,6 +101,21 @@ def run_chunks(work, count, threads):
         future.result()
     if failed:
         raise failed[0]
+
+
+def parallel_sum(array, threads):
+    """``numpy.add.reduce(array, axis=None)`` in pieces on up to ``threads`` threads (NumPy releases the GIL in its
+    reductions); the pieces' sums are added in another order than NumPy's single pass."""
+    threads = threads_for_bytes(threads, array.nbytes)
+    if array.flags.c_contiguous or array.flags.f_contiguous:
+        array = array.ravel(order="A")  # a view
+    if threads <= 1 or array.ndim == 0 or array.shape[0] < threads:
+        return np.add.reduce(array, axis=None)
+    step = -(-array.shape[0] // threads)
+    count = -(-array.shape[0] // step)
+    sums = [None] * count
+    run_chunks(lambda i: sums.__setitem__(i, np.add.reduce(array[i * step:(i + 1) * step], axis=None)), count, threads)
+    return sum(sums[1:], sums[0])
 
 
 def _controller():

@@ -504,3 +504,13 @@ def test_scaling_keeps_infinities_real():
     out = np.repeat(values, 4096, axis=0)  # large enough for every thread
     libraries.scale_in_place(out, np.float32(0.5), threads=2)
     assert not np.isnan(out).any() and np.array_equal(out[:, 0].real, np.full(4096, np.inf, np.float32))
+
+
+def test_numpys_floating_point_reports_on_large_results_checked_on_every_thread():
+    big = np.full((64, 4096), 3e38, np.complex64)  # 4 MB: the result's finiteness is summed in pieces
+    with pytest.warns(RuntimeWarning, match="overflow encountered in fft"):
+        mfft.fft(big, execution=mathpy.ExecutionCPU(num_threads=2))
+    values = operand((64, 4096), np.complex64)
+    np.testing.assert_allclose(_threads.parallel_sum(values, 2), np.add.reduce(values, axis=None), rtol=1e-5)
+    values[37, 5] = np.nan
+    assert np.isnan(_threads.parallel_sum(values, 2))

@@ -24,6 +24,7 @@ import numpy as np
 
 from ... import _operands, _packages
 from ..._out import copy_into
+from ..._threads import threads_for
 from ..._streams import keep_for_graph, refuse_in_capture
 from ._callback import raise_recorded
 from ._numpy_rules import check_floating_point, ufunc_name
@@ -39,7 +40,7 @@ class FFTCall:
 
     __slots__ = ("problem", "engine", "callbacks", "cache_key", "holder", "locked", "host_direct", "_lock", "_run",
                  "_out_shape", "_out_dtype", "_out_order", "_scale_type", "_device_id", "_pointer", "_current_stream",
-                 "_makers", "_checked")
+                 "_makers", "_checked", "_cpu_threads")
 
     def __init__(self, problem, engine, callbacks=(), cache_key=None):
         self.problem, self.engine, self.callbacks, self.cache_key = problem, engine, tuple(callbacks), cache_key
@@ -58,6 +59,7 @@ class FFTCall:
         # the CPU engine reads the caller's NumPy array where it lies and writes a new one: execute_host()
         self.host_direct = not problem.on_gpu and problem.local and not problem.copy_input and \
             not problem.options.inplace
+        self._cpu_threads = 1 if problem.on_gpu else threads_for(problem.execution)  # NumPy's checks of the result
         # GPU callbacks compiled with check_bounds: each execution reads their error records afterwards
         self._checked = problem.on_gpu and any(cb is not None and cb.check_bounds for cb in self.callbacks)
 
@@ -109,7 +111,7 @@ class FFTCall:
         result = make()
         self._run_cpu(array, result, direction, scale)
         t = self.problem.transform
-        check_floating_point(array, result, ufunc_name(t.fft_type, direction, t.n[-1]))
+        check_floating_point(array, result, ufunc_name(t.fft_type, direction, t.n[-1]), self._cpu_threads)
         return result
 
     def _run_cpu(self, x, result, direction, scale):
@@ -195,7 +197,7 @@ class FFTCall:
         self._run_cpu(x, result, direction, scale)
         if p.options.inplace:
             return op.tensor
-        check_floating_point(x, result, ufunc_name(t.fft_type, direction, t.n[-1]))
+        check_floating_point(x, result, ufunc_name(t.fft_type, direction, t.n[-1]), self._cpu_threads)
         if out is not None:
             if result is not out.tensor:
                 copy_into(out, result, None)
