@@ -107,9 +107,11 @@ def parallel_sum(array, threads):
     """``numpy.add.reduce(array, axis=None)`` in pieces on up to ``threads`` threads (NumPy releases the GIL in its
     reductions); the pieces' sums are added in another order than NumPy's single pass."""
     threads = threads_for_bytes(threads, array.nbytes)
+    if threads <= 1:
+        return np.add.reduce(array, axis=None)
     if array.flags.c_contiguous or array.flags.f_contiguous:
         array = array.ravel(order="A")  # a view
-    if threads <= 1 or array.ndim == 0 or array.shape[0] < threads:
+    if array.ndim == 0 or array.shape[0] < threads:
         return np.add.reduce(array, axis=None)
     step = -(-array.shape[0] // threads)
     count = -(-array.shape[0] // step)
