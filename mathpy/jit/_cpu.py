@@ -196,7 +196,8 @@ def apply_prolog_cpu(fn, buffer_1d, offsets, user_info=None, *, check_bounds=Fal
     py = check_function(fn, "prolog")
     buffer_1d, offsets, flat, user_info = _prepare(buffer_1d, offsets, user_info)
     out = np.empty(flat.size, dtype=buffer_1d.dtype)
-    failed = _run("prolog", py, (jit_callback(py, "prolog", check_bounds), buffer_1d, flat, user_info, out), check_bounds)
+    failed = _run("prolog", py, (jit_callback(py, "prolog", check_bounds), buffer_1d, flat, user_info, out),
+                  check_bounds)
     _raise_failed("prolog", py, failed, buffer_1d, flat, None, user_info)
     return out.reshape(offsets.shape)
 
@@ -258,6 +259,7 @@ def apply_epilog_cpu(fn, buffer_1d, offsets, values, user_info=None, *, check_bo
     if not buffer_1d.flags.writeable:
         raise ValueError("buffer_1d must be writable: the epilog stores into it")
     values = np.ascontiguousarray(values).reshape(-1)
-    failed = _run("epilog", py, (jit_callback(py, "epilog", check_bounds), buffer_1d, flat, values, user_info), check_bounds)
+    failed = _run("epilog", py, (jit_callback(py, "epilog", check_bounds), buffer_1d, flat, values, user_info),
+                  check_bounds)
     _raise_failed("epilog", py, failed, buffer_1d, flat, values, user_info)
     return buffer_1d

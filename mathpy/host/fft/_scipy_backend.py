@@ -9,8 +9,8 @@ array([4.+0.j, 0.+0.j, 0.+0.j, 0.+0.j])
 
 Functions mathpy has (fft, ifft, rfft, irfft, hfft, ihfft and their 2-D / N-D forms) run through mathpy when their
 arguments have a mathpy equivalent: ``overwrite_x`` is ignored and, for a host array, ``workers`` becomes
-``ExecutionCPU(num_threads=workers, fft_library="pocketfft")`` (SciPy's own library) with SciPy's rules (None: ``scipy.fft.get_workers()``, 1 unless a
-``scipy.fft.set_workers`` block says otherwise; negative counts from ``os.cpu_count()``; SciPy's ValueErrors for 0
+``ExecutionCPU(num_threads=workers, fft_library="pocketfft")`` (SciPy's own library) with SciPy's rules (None:
+``scipy.fft.get_workers()``, 1 unless a ``scipy.fft.set_workers`` block says otherwise; negative counts from ``os.cpu_count()``; SciPy's ValueErrors for 0
 and for counts below ``-os.cpu_count()``). For anything else (dct, dst, hfftn, a ``plan`` other than None, another
 keyword) ``NotImplemented`` lets SciPy try the next backend; so does a TypeError of mathpy (e.g. a dtype it does not
 take) in the 1-D functions and the rfft*/irfft* ones.
