@@ -47,8 +47,13 @@ def script_headers(report):
     epilog = report.epilog_table([{"epilog": "e", "shape": "1x1x1", "mathpy_ms": 1, "tflops": 1, "gemm_ms": 1,
                                    "torch_ms": 1, "cupy_ms": 1, "stateless_ms": 1}])
     device = report.device_table([("FFT c64", "n=64", 1.0, {"cuFFT (cupy)": 1.0}, 1.0, ">= 0.80", "")])
-    autograd = report.autograd_tables([{"tokens": 1, "d": 1, "step_ms": {"mathpy MLP": 1}, "forward_ms": {"mathpy MLP": 1},
-                                        "extra_gb": {}}], {"call": 1.0})
+    autograd = report.autograd_tables(
+        [{"tokens": 1, "d": 1, "step_ms": {"mathpy MLP": 1}, "forward_ms": {"mathpy MLP": 1}, "extra_gb": {}}],
+        [{"layer": "l", "dtype": "d", "forward_ms": {"mathpy": 1, "torch": 1}, "step_ms": {"mathpy": 1, "torch": 1},
+          "extra_gb": {"mathpy": 1, "torch": 1}}]) + "\n\n" + report.autograd_host_table(
+        {"call": {"grad": 1.0, "no grad": 1.0, "torch": 1.0}})
+    fno = report.fno_table([{"grid": [2, 2], "modes": 1, "dtype": "float32", "batch": 1, "width": 1,
+                             "step_ms": {"mathpy": 1.0}, "extra_gb": {}}])
     compat = report.compat_tables([("t", "c", {"mathpy.compat.nvmath": 1.0, "nvmath-python": 1.0})], {})
     fft_row = ("c", dict.fromkeys(("NumPy", "SciPy", "pyFFTW", "mkl_fft", "mathpy"), 1.0), "fftw")
     cpu = report.cpu_tables([fft_row], [fft_row], [("c", dict.fromkeys(("plain", "NumPy", "SciPy", "pyFFTW", "mathpy"),
@@ -58,7 +63,7 @@ def script_headers(report):
     check_bounds = report.check_bounds_table([{"case": "c", "plain": 1, "kernel": {"unchecked": 1, "checked": 1},
                                                "call": {"unchecked": 1, "checked": 1}}])
     return [tuple(header) for text in (callbacks, fft, matmul, epilog, device, difference_imaging_tables(),
-                                       sfft_tables(), autograd, compat, check_bounds,
+                                       sfft_tables(), autograd, fno, compat, check_bounds,
                                        cpu, cpu)  # the CPU section: two runs (16 cores, 2 cores)
             for header, _ in tables(text)]
 
@@ -162,6 +167,12 @@ def test_every_ratio_is_peer_time_over_mathpy_time():
             continue
         elif header[0] == "tokens x d":  # bench_autograd: eager, compile and two Linears against the fused MLP
             pairs = [(5, 3, 1), (6, 4, 1), (7, 2, 1)]
+        elif header[0] == "layer, dtype":  # bench_autograd: torch.nn.Linear + activation against mathpy's Linear
+            pairs = [(5, 2, 1), (6, 4, 3)]
+        elif header[0].startswith("call (small operands"):  # bench_autograd: host us per call
+            pairs = [(4, 3, 1)]
+        elif header[0] == "grid, modes, dtype":  # bench_fno: neuraloperator and plain torch against mathpy
+            pairs = [(4, 2, 1), (5, 3, 1)]
         elif header[0] == "transform":  # bench_compat_nvmath: nvmath-python against the compat namespace
             pairs = [(4, 3, 2)]
         elif header[0] in ("CPU FFT", "CPU FFT with an epilog"):  # bench_cpu: the reference is the fastest peer
