@@ -366,3 +366,57 @@ def grouped_bars(path, labels, series, ylabel, title, log=False):
         fig.savefig(path, dpi=120)
     except Exception as e:
         print(f"(no plot: {e})")
+
+
+# --- bench_cpu.py -------------------------------------------------------------------------------------------------
+
+CPU_FFT_PEERS = ("NumPy", "SciPy", "pyFFTW", "mkl_fft")
+
+
+def cpu_tables(fft_rows, held_out_rows, callback_rows, matmul_rows, epilog_rows):
+    """bench_cpu's tables. ``fft_rows`` / ``held_out_rows``: (case, {peer or "mathpy": ms}, mathpy's library);
+    ``callback_rows``: (case, {"plain", peer, "mathpy": ms}); ``matmul_rows``: (case, {"NumPy", "mathpy",
+    "execute": ms}); ``epilog_rows``: (case, {"NumPy", "product", "mathpy": ms})."""
+    fft_headers = (["CPU FFT"] + [f"{p} ms" for p in CPU_FFT_PEERS]
+                   + ["**mathpy** ms", "mathpy's library", "best / mathpy"])
+
+    def fft_cells(rows):
+        cells = []
+        for case, times, library in rows:
+            best = min((times[p] for p in CPU_FFT_PEERS if times.get(p) is not None), default=None)
+            cells.append([case] + [ms(times.get(p)) for p in CPU_FFT_PEERS]
+                         + [f"**{ms(times['mathpy'])}**", library or "-", ratio(best, times["mathpy"])])
+        return cells
+
+    unfused = CPU_FFT_PEERS[:3]
+    callback_headers = (["CPU FFT with an epilog", "plain **mathpy** ms"] + [f"{p} unfused ms" for p in unfused]
+                        + ["**mathpy** fused ms", "plain / fused", "best unfused / mathpy"])
+    callback_cells = []
+    for case, times in callback_rows:
+        best = min((times[p] for p in unfused if times.get(p) is not None), default=None)
+        callback_cells.append([case, ms(times.get("plain"))] + [ms(times.get(p)) for p in unfused]
+                              + [f"**{ms(times['mathpy'])}**", ratio(times.get("plain"), times["mathpy"]),
+                                 ratio(best, times["mathpy"])])
+    matmul_headers = ["CPU matmul", "NumPy ms", "**mathpy** ms", "Matmul.execute ms", "NumPy / mathpy",
+                      "NumPy / Matmul.execute"]
+    matmul_cells = [[case, ms(t["NumPy"]), f"**{ms(t['mathpy'])}**", ms(t.get("execute")),
+                     ratio(t["NumPy"], t["mathpy"]), ratio(t["NumPy"], t.get("execute"))]
+                    for case, t in matmul_rows]
+    epilog_headers = ["CPU matmul epilog", "NumPy expression ms", "NumPy product alone ms", "**mathpy** ms",
+                      "NumPy / mathpy"]
+    epilog_cells = [[case, ms(t["NumPy"]), ms(t.get("product")), f"**{ms(t['mathpy'])}**",
+                     ratio(t["NumPy"], t["mathpy"])] for case, t in epilog_rows]
+    return "\n".join([
+        table(fft_headers, fft_cells(fft_rows)), "",
+        table(fft_headers, fft_cells(held_out_rows)), "",
+        "Time per call (ms), medians of interleaved rounds, same arrays. pyFFTW: FFTW_MEASURE plans made once, "
+        "executed on their own aligned arrays (its fastest use); the others allocate their result. mathpy's "
+        "library: the one it measured fastest for the transform. best / mathpy: the fastest peer's time over "
+        "mathpy's. " + RATIO_NOTE + " Target: >= 0.91 (mathpy within 1.1x of the best).", "",
+        table(callback_headers, callback_cells), "",
+        "Unfused: the peer's FFT, then the same elementwise product as a NumPy expression. Targets: plain / fused "
+        ">= 0.83 (an epilog costs at most 1.2x the plain FFT) and best unfused / mathpy > 1.", "",
+        table(matmul_headers, matmul_cells), "",
+        table(epilog_headers, epilog_cells), "",
+        "Time per call (ms), medians of interleaved rounds, same arrays. " + RATIO_NOTE + " Targets: NumPy / mathpy "
+        ">= 0.5 for 64^3 (overhead at most 2x numpy.matmul's), >= 0.98 for large products, > 1 for epilogs."])
