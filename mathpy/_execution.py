@@ -1,4 +1,4 @@
-"""Where work runs: the CPU (NumPy/SciPy) or a CUDA device.
+"""Where work runs: the CPU (SciPy, pyFFTW or MKL FFTs, NumPy's BLAS, numba passes) or a CUDA device.
 
 By default the operands decide: host memory runs on the CPU, device memory on its device. ``execution=`` overrides that
 for one call, and :func:`execution_space` changes the default for a block of code (for example to run an unchanged NumPy
@@ -6,10 +6,10 @@ program on the GPU). Data is moved as needed and results come back where the ope
 
 >>> import mathpy
 >>> mathpy.ExecutionCPU(num_threads=2)
-ExecutionCPU(num_threads=2)
+ExecutionCPU(num_threads=2, fft_library=None)
 >>> with mathpy.execution_space("cpu"):
 ...     mathpy.get_execution_space()
-ExecutionCPU(num_threads=None)
+ExecutionCPU(num_threads=None, fft_library=None)
 >>> mathpy.ExecutionCUDA(device_id=-1)
 Traceback (most recent call last):
 ...
@@ -22,20 +22,29 @@ import dataclasses
 
 __all__ = ["ExecutionCPU", "ExecutionCUDA", "execution_space", "get_execution_space"]
 
+#: The CPU FFT libraries ``ExecutionCPU(fft_library=...)`` may name (their adapters: mathpy.host.fft._cpu_libraries).
+CPU_FFT_LIBRARIES = ("pocketfft", "fftw", "mkl")
+
 
 @dataclasses.dataclass(frozen=True)
 class ExecutionCPU:
-    """Run on the CPU: FFTs on SciPy's pocketfft, matrix products on NumPy (its BLAS for floating point).
+    """Run on the CPU: FFTs on the fastest CPU FFT library installed, matrix products on NumPy's BLAS, callbacks and
+    epilogs as numba-compiled passes, all on every core by default.
 
     Parameters
     ----------
     num_threads : int, optional
-        Worker threads for SciPy's FFT (default: all cores). The matmul uses the BLAS library's own threads.
+        Threads for everything the call runs (default: every core the process may use): the FFT library's, the
+        callback and epilog passes', and the BLAS's for matrix products.
+    fft_library : str, optional
+        The CPU FFT library: ``"pocketfft"`` (SciPy's, always installed), ``"fftw"`` (FFTW through pyFFTW) or
+        ``"mkl"`` (Intel MKL through mkl_fft). Default: every installed one is a candidate and the fastest is
+        measured per transform (see Notes).
 
     Raises
     ------
     ValueError
-        ``num_threads`` that is not a positive int.
+        ``num_threads`` that is not a positive int, ``fft_library`` that is not one of the names above.
 
     Notes
     -----
@@ -43,20 +52,45 @@ class ExecutionCPU:
     ``{"name": "cpu", "num_threads": 4}`` mean the same. It runs on every machine; GPU operands are copied to the
     CPU and results copied back to their device.
 
+    **FFT libraries.** pyFFTW and mkl_fft are optional (``pip install "mathpy[cpu]"`` adds pyFFTW and
+    threadpoolctl). With ``fft_library=None``, a transform's first call plans it in every installed library (FFTW
+    with ``FFTW_MEASURE``, at most two seconds per plan), times each on copies of that call's arrays and keeps the
+    fastest; every call then runs that plan, so a transform gives the same bits at every call and on every thread.
+    Naming a library skips the timing (``"pocketfft"``: nothing to plan at all). Naming a library that is not
+    installed raises ImportError when the FFT is planned; a transform the named library cannot take (long double
+    on MKL) runs on pocketfft. Plans are kept in the plan cache with the GPU's (:func:`mathpy.fft.plan_cache_info`).
+    FFTW's measurements are pyFFTW's process-wide wisdom: a second plan of a measured layout is made from it at once,
+    and ``pyfftw.export_wisdom()`` / ``pyfftw.import_wisdom()`` carry them to another process.
+
+    **Threads.** ``num_threads`` is passed to pocketfft (``workers``) and FFTW (``threads``), sizes mathpy's own
+    pool for the fused callback and epilog passes, and limits MKL's and the BLAS's threads (through threadpoolctl,
+    for the duration of the call: they are process-wide settings, so concurrent calls asking for different counts
+    share the last one set). Small transforms and passes use fewer threads than asked (waking a thread costs more
+    than a small share of the work). Without ``num_threads`` the BLAS keeps its own setting (OpenBLAS and MKL use
+    every core, or ``OPENBLAS_NUM_THREADS`` / ``MKL_NUM_THREADS``, or a ``threadpoolctl.threadpool_limits`` block
+    around the call): a product then runs exactly as ``numpy.matmul`` would. Without threadpoolctl installed a
+    ``num_threads`` cannot reach the BLAS: mathpy warns once and the BLAS keeps its own count. See the CPU guide
+    (``docs/guides/cpu.md``) for what runs where and the measured speeds.
+
     Examples
     --------
     >>> import numpy as np
     >>> import mathpy, mathpy.fft
-    >>> mathpy.fft.fft(np.ones(4), execution=mathpy.ExecutionCPU(num_threads=2))
+    >>> mathpy.fft.fft(np.ones(4), execution=mathpy.ExecutionCPU(num_threads=2, fft_library="pocketfft"))
     array([4.+0.j, 0.+0.j, 0.+0.j, 0.+0.j])
     """
 
     num_threads: int | None = None
+    fft_library: str | None = None
     name = "cpu"
 
     def __post_init__(self):
-        if self.num_threads is not None and (not isinstance(self.num_threads, int) or self.num_threads < 1):
+        if self.num_threads is not None and (isinstance(self.num_threads, bool) or not isinstance(self.num_threads, int)
+                                             or self.num_threads < 1):
             raise ValueError(f"ExecutionCPU.num_threads must be None or a positive int, not {self.num_threads!r}")
+        if self.fft_library is not None and self.fft_library not in CPU_FFT_LIBRARIES:
+            raise ValueError(f"ExecutionCPU.fft_library must be None or one of {list(CPU_FFT_LIBRARIES)}, not "
+                             f"{self.fft_library!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,7 +203,7 @@ def execution_space(execution):
     >>> import mathpy
     >>> with mathpy.execution_space("cpu") as space:
     ...     space, mathpy.get_execution_space()
-    (ExecutionCPU(num_threads=None), ExecutionCPU(num_threads=None))
+    (ExecutionCPU(num_threads=None, fft_library=None), ExecutionCPU(num_threads=None, fft_library=None))
     """
     token = _default.set(as_execution(execution))
     try:

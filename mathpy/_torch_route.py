@@ -79,17 +79,27 @@ def _tensors(x, torch):
     return ()
 
 
+_routes = {}  # "fft" / "matmul" -> mathpy.torch's route function, imported on the first routed call
+
+
+def _load(api):
+    """mathpy.torch's route for ``api`` (the one upward reference, resolved on the first routed call)."""
+    from .torch import _fft, _matmul
+    _routes.update(fft=_fft.route, matmul=_matmul.route)
+    return _routes[api]
+
+
 def fft(name, a, n, axes, norm, out, prolog, epilog, options, execution, stream):
     """The FFT function ``name`` through :mod:`mathpy.torch` (``n``: its ``n`` or ``s``; ``axes``: its ``axis`` or
     ``axes``)."""
-    from .torch import _fft  # the one upward reference: resolved on the first routed call
-    return _fft.route(name, a, n, axes, norm, out, prolog, epilog, options, execution, stream)
+    route = _routes.get("fft") or _load("fft")
+    return route(name, a, n, axes, norm, out, prolog, epilog, options, execution, stream)
 
 
 def matmul(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution, stream):
     """:func:`mathpy.matmul` through :mod:`mathpy.torch`."""
-    from .torch import _matmul
-    return _matmul.route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution, stream)
+    route = _routes.get("matmul") or _load("matmul")
+    return route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution, stream)
 
 
 def grad_names(**named):

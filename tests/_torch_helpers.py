@@ -29,6 +29,18 @@ def device_of(request):
     return request.param
 
 
+@pytest.fixture(params=DEVICES)
+def device(request):
+    """The device a test runs on: "cpu", and "cuda" on a GPU machine (a test module imports this fixture)."""
+    return device_of(request)
+
+
+def randn(*shape, dtype=torch.float64, device="cpu", seed=0):
+    """A leaf tensor that requires grad, the same values on every device (drawn on the CPU from ``seed``)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, dtype=dtype, generator=g).to(device).requires_grad_()
+
+
 def gradcheck_options(device, gelu):
     """torch.autograd.gradcheck's keywords. A GELU epilog on the GPU is evaluated by cuBLASLt to about 2.6e-10
     absolute in float64 (mathpy.host.matmul._epilog), so a central difference with gradcheck's eps = 1e-6 carries

@@ -53,13 +53,24 @@ def script_headers(report):
     compile_times = _script("bench_epilog_compile").table([("fused", "cold", dict.fromkeys(
         ("first", "skeleton", "epilog", "link", "second", "plan", "import"), 1.0))])
     device = report.device_table([("FFT c64", "n=64", 1.0, {"cuFFT (cupy)": 1.0}, 1.0, ">= 0.80", "")])
-    autograd = report.autograd_tables([{"tokens": 1, "d": 1, "step_ms": {"mathpy MLP": 1}, "forward_ms": {"mathpy MLP": 1},
-                                        "extra_gb": {}}], {"call": 1.0})
+    autograd = report.autograd_tables(
+        [{"tokens": 1, "d": 1, "step_ms": {"mathpy MLP": 1}, "forward_ms": {"mathpy MLP": 1}, "extra_gb": {}}],
+        [{"layer": "l", "dtype": "d", "forward_ms": {"mathpy": 1, "torch": 1}, "step_ms": {"mathpy": 1, "torch": 1},
+          "extra_gb": {"mathpy": 1, "torch": 1}}]) + "\n\n" + report.autograd_host_table(
+        {"call": {"grad": 1.0, "no grad": 1.0, "torch": 1.0}})
+    fno = report.fno_table([{"grid": [2, 2], "modes": 1, "dtype": "float32", "batch": 1, "width": 1,
+                             "step_ms": {"mathpy": 1.0}, "extra_gb": {}}])
     compat = report.compat_tables([("t", "c", {"mathpy.compat.nvmath": 1.0, "nvmath-python": 1.0})], {})
+    fft_row = ("c", dict.fromkeys(("NumPy", "SciPy", "pyFFTW", "mkl_fft", "mathpy"), 1.0), "fftw")
+    cpu = report.cpu_tables([fft_row], [fft_row], [("c", dict.fromkeys(("plain", "NumPy", "SciPy", "pyFFTW", "mathpy"),
+                                                                       1.0))],
+                            [("c", {"NumPy": 1.0, "mathpy": 1.0, "execute": 1.0})],
+                            [("c", {"NumPy": 1.0, "product": 1.0, "mathpy": 1.0})])
     check_bounds = report.check_bounds_table([{"case": "c", "plain": 1, "kernel": {"unchecked": 1, "checked": 1},
                                                "call": {"unchecked": 1, "checked": 1}}])
     return [tuple(header) for text in (callbacks, fft, matmul, epilog, sweep, compile_times, device,
-                                       difference_imaging_tables(), sfft_tables(), autograd, compat, check_bounds)
+                                       difference_imaging_tables(), sfft_tables(), autograd, fno, compat, check_bounds,
+                                       cpu, cpu)  # the CPU section: two runs (16 cores, 2 cores)
             for header, _ in tables(text)]
 
 
@@ -168,8 +179,27 @@ def test_every_ratio_is_peer_time_over_mathpy_time():
             continue
         elif header[0] == "tokens x d":  # bench_autograd: eager, compile and two Linears against the fused MLP
             pairs = [(5, 3, 1), (6, 4, 1), (7, 2, 1)]
+        elif header[0] == "layer, dtype":  # bench_autograd: torch.nn.Linear + activation against mathpy's Linear
+            pairs = [(5, 2, 1), (6, 4, 3)]
+        elif header[0].startswith("call (small operands"):  # bench_autograd: host us per call
+            pairs = [(4, 3, 1)]
+        elif header[0] == "grid, modes, dtype":  # bench_fno: neuraloperator and plain torch against mathpy
+            pairs = [(4, 2, 1), (5, 3, 1)]
         elif header[0] == "transform":  # bench_compat_nvmath: nvmath-python against the compat namespace
             pairs = [(4, 3, 2)]
+        elif header[0] in ("CPU FFT", "CPU FFT with an epilog"):  # bench_cpu: the reference is the fastest peer
+            mathpy = header.index("**mathpy** ms" if header[0] == "CPU FFT" else "**mathpy** fused ms")
+            peers = [i for i, h in enumerate(header) if h.endswith(" ms") and i not in (0, mathpy) and
+                     not h.startswith("plain")]
+            for row in rows:
+                times = [number(row[i]) for i in peers if number(row[i]) is not None]
+                if not times:  # a placeholder row
+                    continue
+                assert abs(number(row[-1]) - min(times) / number(row[mathpy])) <= 0.011, row
+                checked += 1
+            continue
+        elif header[0] in ("CPU matmul", "CPU matmul epilog"):  # bench_cpu: NumPy against mathpy
+            pairs = [(4, 1, 2), (5, 1, 3)] if header[0] == "CPU matmul" else [(4, 1, 3)]
         elif header[0] == "section":  # bench_device: the reference is the fastest peer
             for row in rows:
                 peers = [float(v) for v in re.findall(r"\d+\.\d+", row[3])]

@@ -10,23 +10,13 @@ import warnings
 import numpy as np
 import pytest
 
-from _torch_helpers import DEVICES, EPS, device_of, gelu_error, gradcheck_options, product_bound, torch
+from _torch_helpers import EPS, device, gelu_error, gradcheck_options, product_bound, randn, torch  # noqa: F401
 
 import mathpy
 import mathpy.fft as mfft
 
 gradcheck, gradgradcheck = torch.autograd.gradcheck, torch.autograd.gradgradcheck
 F64, C128 = torch.float64, torch.complex128
-
-
-@pytest.fixture(params=DEVICES)
-def device(request):
-    return device_of(request)
-
-
-def randn(*shape, dtype=F64, device="cpu", seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, dtype=dtype, generator=g).to(device).requires_grad_()
 
 
 # --- FFT ---------------------------------------------------------------------------------------------------------

@@ -8,46 +8,36 @@ takes ~30 s on CI's two cores); on the GPU it is inductor."""
 
 import pytest
 
-from _torch_helpers import DEVICES, device_of, torch
+from _torch_helpers import device, randn, torch  # noqa: F401  (device: the fixture)
 
 import mathpy
 import mathpy.fft as mfft
 import mathpy.torch as mt
-from mathpy.torch import _fft, _linear, _matmul
 
 F64 = torch.float64
 
 
-@pytest.fixture(params=DEVICES)
-def device(request):
-    return device_of(request)
-
-
-def randn(*shape, dtype=F64, device="cpu", seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, dtype=dtype, generator=g).to(device).requires_grad_()
-
-
 def _opcheck_cases(device):
+    ops = torch.ops.mathpy
     c = dict(dtype=torch.complex128, device=device)
     f32 = dict(dtype=torch.float32, device=device)
     return {
-        "fft_c2c 1-D": (_fft.fft_c2c, (randn(3, 8, **c), [1], "ortho", True)),
-        "fft_c2c 2 of 3 axes": (_fft.fft_c2c, (randn(2, 3, 4, **c), [0, 2], "backward", False)),
-        "fft_r2c": (_fft.fft_r2c, (randn(3, 8, device=device), [0, 1], "backward")),
-        "fft_c2r odd": (_fft.fft_c2r, (randn(3, 5, **c), [0, 1], "forward", 9)),
-        "matmul GELU_AUX_BIAS": (_matmul.matmul, (randn(3, 4, device=device), randn(4, 5, device=device), None, 1.0,
+        "fft_c2c 1-D": (ops.fft_c2c, (randn(3, 8, **c), [1], "ortho", True)),
+        "fft_c2c 2 of 3 axes": (ops.fft_c2c, (randn(2, 3, 4, **c), [0, 2], "backward", False)),
+        "fft_r2c": (ops.fft_r2c, (randn(3, 8, device=device), [0, 1], "backward")),
+        "fft_c2r odd": (ops.fft_c2r, (randn(3, 5, **c), [0, 1], "forward", 9)),
+        "matmul GELU_AUX_BIAS": (ops.matmul, (randn(3, 4, device=device), randn(4, 5, device=device), None, 1.0,
                                                   0.0, "GELU_AUX_BIAS", randn(3, device=device), None, "", "")),
-        "matmul batched vector c": (_matmul.matmul, (randn(2, 3, 4, device=device), randn(4, device=device),
+        "matmul batched vector c": (ops.matmul, (randn(2, 3, 4, device=device), randn(4, device=device),
                                                      randn(3, device=device), 0.5, 2.0, "DEFAULT", None, None, "",
                                                      "")),
-        "matmul float32 RELU_BIAS": (_matmul.matmul, (randn(3, 4, **f32), randn(5, 4, **f32).mT, None, 1.0, 0.0,
+        "matmul float32 RELU_BIAS": (ops.matmul, (randn(3, 4, **f32), randn(5, 4, **f32).mT, None, 1.0, 0.0,
                                                       "RELU_BIAS", randn(3, **f32), None, "", "")),
-        "mlp gelu": (_linear.mlp_op, (randn(2, 3, 5, device=device), randn(9, 5, device=device),
+        "mlp gelu": (ops.mlp, (randn(2, 3, 5, device=device), randn(9, 5, device=device),
                                       randn(9, device=device), randn(4, 9, device=device), randn(4, device=device),
-                                      "gelu", True)),
-        "mlp relu no bias": (_linear.mlp_op, (randn(6, 5, device=device), randn(9, 5, device=device), None,
-                                              randn(4, 9, device=device), None, "relu", True)),
+                                      "gelu", True, "")),
+        "mlp relu no bias": (ops.mlp, (randn(6, 5, device=device), randn(9, 5, device=device), None,
+                                              randn(4, 9, device=device), None, "relu", True, "")),
     }
 
 

@@ -23,7 +23,7 @@ from ._bounds import locate_callback
 from ._cache import function_key
 from ._spec import CallbackSpec, check_function, describe_function
 
-__all__ = ["apply_epilog_cpu", "apply_prolog_cpu"]
+__all__ = ["apply_epilog_cpu", "apply_prolog_cpu", "jit_callback", "prepare_user_info", "run_loop"]
 
 _lock = threading.RLock()
 _state = {}  # "numba": module, "prolog": loop dispatcher, "epilog": loop dispatcher
@@ -74,7 +74,7 @@ def _define_loops():
     return _state
 
 
-def _jit(py, kind, check_bounds=False):
+def jit_callback(py, kind, check_bounds=False):
     """numba CPU dispatcher for ``py``; a new one when the function's code, closure or globals changed."""
     key, _ = function_key(py, CallbackSpec(kind, "cpu", None, (0, 0), check_bounds))
     if key is None:
@@ -98,22 +98,34 @@ def _prepare(buffer_1d, offsets, user_info):
     flat = np.ascontiguousarray(offsets, dtype=np.int64).reshape(-1)
     if flat.size and (flat.min() < 0 or flat.max() >= buffer_1d.size):
         raise ValueError(f"offsets must lie in [0, {buffer_1d.size}), got [{flat.min()}, {flat.max()}]")
-    if user_info is not None:
-        user_info = np.asarray(user_info)
-        user_info = np.ascontiguousarray(user_info.reshape(-1) if user_info.ndim != 1 else user_info)
-        if user_info.dtype == np.float16:  # numba's CPU target has no float16: the same values as float32
-            user_info = user_info.astype(np.float32)
-        user_info = user_info.view()
-        user_info.flags.writeable = False  # as on the GPU, where user data is read through non-coherent loads
-    return buffer_1d, offsets, flat, user_info
+    return buffer_1d, offsets, flat, prepare_user_info(user_info)
+
+
+def prepare_user_info(user_info):
+    """User data as the CPU loops read it: 1-D, C-contiguous, read-only, float16 as float32 (None stays None)."""
+    if user_info is None:
+        return None
+    user_info = np.asarray(user_info)
+    user_info = np.ascontiguousarray(user_info.reshape(-1) if user_info.ndim != 1 else user_info)
+    if user_info.dtype == np.float16:  # numba's CPU target has no float16: the same values as float32
+        user_info = user_info.astype(np.float32)
+    user_info = user_info.view()
+    user_info.flags.writeable = False  # as on the GPU, where user data is read through non-coherent loads
+    return user_info
 
 
 def _run(kind, py, loop_args, check_bounds=False):
     """Run the ``kind`` loop; with ``check_bounds``, the index of the first element whose call failed, or -1."""
+    return run_loop(kind, py, _loops()[("checked_" if check_bounds else "") + kind], loop_args)
+
+
+def run_loop(kind, py, loop, loop_args):
+    """``loop(*loop_args)`` (a loop compiled around ``py``), its result returned; numba's typing errors become a
+    CallbackCompileError naming the user's function."""
     numba = _loops()["numba"]
     start = time.perf_counter()
     try:
-        failed = _loops()[("checked_" if check_bounds else "") + kind](*loop_args)
+        failed = loop(*loop_args)
     except numba.core.errors.TypingError as e:
         raise CallbackCompileError(f"cannot compile {kind} callback {describe_function(py)} for the CPU:\n"
                                    f"{str(e).strip()}") from e
@@ -184,7 +196,8 @@ def apply_prolog_cpu(fn, buffer_1d, offsets, user_info=None, *, check_bounds=Fal
     py = check_function(fn, "prolog")
     buffer_1d, offsets, flat, user_info = _prepare(buffer_1d, offsets, user_info)
     out = np.empty(flat.size, dtype=buffer_1d.dtype)
-    failed = _run("prolog", py, (_jit(py, "prolog", check_bounds), buffer_1d, flat, user_info, out), check_bounds)
+    failed = _run("prolog", py, (jit_callback(py, "prolog", check_bounds), buffer_1d, flat, user_info, out),
+                  check_bounds)
     _raise_failed("prolog", py, failed, buffer_1d, flat, None, user_info)
     return out.reshape(offsets.shape)
 
@@ -246,6 +259,7 @@ def apply_epilog_cpu(fn, buffer_1d, offsets, values, user_info=None, *, check_bo
     if not buffer_1d.flags.writeable:
         raise ValueError("buffer_1d must be writable: the epilog stores into it")
     values = np.ascontiguousarray(values).reshape(-1)
-    failed = _run("epilog", py, (_jit(py, "epilog", check_bounds), buffer_1d, flat, values, user_info), check_bounds)
+    failed = _run("epilog", py, (jit_callback(py, "epilog", check_bounds), buffer_1d, flat, values, user_info),
+                  check_bounds)
     _raise_failed("epilog", py, failed, buffer_1d, flat, values, user_info)
     return buffer_1d

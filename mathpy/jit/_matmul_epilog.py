@@ -44,14 +44,13 @@ offending line, included).
 """
 
 import dataclasses
-import threading
 
 import numpy as np
 
 from .._errors import CallbackCompileError
 from ._spec import CallbackSpec, _returns, describe_function
 
-__all__ = ["MatmulEpilogFunction", "DATA_DTYPES", "as_matmul_epilog", "data_compute_dtype", "apply_cpu",
+__all__ = ["MatmulEpilogFunction", "DATA_DTYPES", "as_matmul_epilog", "data_compute_dtype", "apply_cpu", "read_only",
            "wrap_compile_error", "LEGACY_OPERAND"]
 
 #: dtypes an operand may have (NumPy names; bfloat16 as torch / ml_dtypes name it).
@@ -164,38 +163,10 @@ def wrap_compile_error(epilog, where_compiled, error):
 # ---------------------------------------------------------------------------------------------------------------------
 # CPU
 
-_cpu_lock = threading.Lock()
-_cpu_loops = {}
-_cpu_functions = {}
 
-
-def _loop(with_batch, count, checked=False):
-    """The numba loop applying ``f`` to every element of a ``(batch, M, N)`` array with ``count`` operands; it returns
-    -1, or (``checked``) the flat index of the first element whose call raised (numba's bounds check)."""
-    found = _cpu_loops.get((with_batch, count, checked))
-    if found is not None:
-        return found
-    import numba
-
-    ops = "".join(f", o{i}" for i in range(count))
-    coords = "b, i, j" if with_batch else "i, j"
-    store = f"out[b, i, j] = f(x[b, i, j], {coords}{ops})"
-    if checked:  # (the element is named in Python: numba's IndexError says no more than that one was raised)
-        store = (f"try:\n                    {store}\n                except Exception:\n"
-                 f"                    return (b * x.shape[1] + i) * x.shape[2] + j")
-    source = (f"def loop(f, x, out{ops}):\n"
-              f"    for b in range(x.shape[0]):\n"
-              f"        for i in range(x.shape[1]):\n"
-              f"            for j in range(x.shape[2]):\n"
-              f"                {store}\n"
-              f"    return -1\n")
-    namespace = {}
-    exec(compile(source, f"<mathpy matmul epilog loop {with_batch} {count} {checked}>", "exec"), namespace)
-    found = _cpu_loops[(with_batch, count, checked)] = numba.njit(cache=False)(namespace["loop"])
-    return found
-
-
-def _read_only(data):
+def read_only(data):
+    """An operand as the CPU's compiled epilog reads it: read-only, 16-bit floats as float32 (the same values); None
+    stays None."""
     if data is None:
         return None
     data = np.asarray(data)
@@ -208,27 +179,16 @@ def _read_only(data):
 
 def apply_cpu(epilog, x, operands=(), check_bounds=False):
     """``epilog`` applied to every element of ``x`` (shape ``(batch, M, N)``, the compute dtype), compiled for the CPU
-    with numba; returns a new array of ``x``'s dtype. ``operands``: NumPy arrays (or None) in the order of
-    ``epilog.operands`` (16-bit floats are read as float32). ``check_bounds``: compiled with numba's
-    ``boundscheck=True``; the first element whose call indexes outside an operand stops the loop and is run again in
-    Python to name the operand and the index (OutOfBoundsError, :func:`mathpy.jit._bounds.locate_epilog`)."""
-    import numba
+    with numba (:func:`mathpy.jit._cpu_passes.matmul_epilog_pass`, on this thread); returns a new array of ``x``'s
+    dtype. ``operands``: NumPy arrays (or None) in the order of ``epilog.operands``. ``check_bounds``: compiled with
+    numba's ``boundscheck=True``; the first element whose call indexes outside an operand stops the loop and is run
+    again in Python to name the operand and the index (OutOfBoundsError, :func:`mathpy.jit._bounds.locate_epilog`)."""
+    from ._cpu_passes import matmul_epilog_pass
 
-    with _cpu_lock:
-        loop = _loop(epilog.with_batch, len(operands), check_bounds)
-        # numba freezes the globals it reads when it compiles: key on the content too, so that a rebound global
-        # compiles again; a checked build is other code
-        key = (epilog.function, epilog.key, check_bounds)
-        jitted = _cpu_functions.get(key)
-        if jitted is None:
-            jitted = _cpu_functions[key] = numba.njit(cache=False, boundscheck=check_bounds)(epilog.function)
-    out = np.empty_like(x)
-    operands = [_read_only(o) for o in operands]
-    try:
-        failed = loop(jitted, x, out, *operands)
-    except numba.core.errors.TypingError as e:
-        raise wrap_compile_error(epilog, "the CPU", e) from e
-    if check_bounds and failed >= 0:
+    operands = tuple(read_only(o) for o in operands)
+    out = np.array(x, order="C")
+    failed = matmul_epilog_pass(epilog, len(operands), check_bounds)(out, operands, 0, out.shape[0] * out.shape[1])
+    if failed >= 0:
         from ._bounds import locate_epilog
 
         b, i, j = np.unravel_index(failed, x.shape)

@@ -13,11 +13,16 @@ Public here:
   GEMM's epilog, and whose backward gets the bias gradient out of the weight-gradient GEMM (BGRADB);
 - :class:`MLP`: ``Linear -> activation -> Linear`` as one node, so the activation's derivative and the first bias
   gradient come out of the second layer's input-gradient GEMM (DGELU_BGRAD / DRELU_BGRAD);
-- :func:`linear`, :func:`mlp`: the same as functions.
+- :func:`linear`, :func:`mlp`: the same as functions;
+- :class:`SpectralConv`: the Fourier layer of a Fourier Neural Operator (neuraloperator's ``SpectralConv``) with a
+  pruned multi-dimensional transform (the later FFT passes run over the kept modes only), the channel mixing as one
+  batched complex GEMM over the modes and the bias in the DC mode; :func:`spectral_conv` as a function.
 
 ``import mathpy`` does not import torch; this package does.
 """
 
+from . import _fft  # noqa: F401  (declares torch.ops.mathpy.fft_*)
 from ._linear import MLP, Linear, linear, mlp
+from ._spectral import SpectralConv, spectral_conv
 
-__all__ = ["Linear", "MLP", "linear", "mlp"]
+__all__ = ["Linear", "MLP", "linear", "mlp", "SpectralConv", "spectral_conv"]

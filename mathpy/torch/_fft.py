@@ -1,6 +1,7 @@
 """mathpy.fft for torch tensors that need a gradient or a place in a torch.compile graph.
 
-Three custom ops run mathpy's transforms; everything NumPy's signatures add around them (``n``/``s`` padding and
+Three ops (declared as :mod:`._common` says: an eager call costs what an autograd.Function costs) run mathpy's
+transforms; everything NumPy's signatures add around them (``n``/``s`` padding and
 cropping, dtype promotion, the Hermitian functions' conjugates) is done with differentiable torch ops before and after,
 so the ops see exactly-sized operands and their backward formulas stay transforms:
 
@@ -13,7 +14,8 @@ so the ops see exactly-sized operands and their backward formulas stay transform
   gradient with the interior bins doubled (each stands for itself and its mirror).
 
 Each op has a fake-tensor implementation (shape, dtype, C-contiguous strides) for torch.compile. The formulas are
-torch's own (``torch.fft``'s derivatives); ``torch.autograd.gradcheck`` checks them in the tests.
+torch's own (``torch.fft``'s derivatives); ``torch.autograd.gradcheck`` checks them in the tests. :func:`route` turns a
+public call into these ops, and remembers what NumPy's rules decided per operand shape and dtype.
 """
 
 import torch
@@ -22,8 +24,8 @@ import torch.nn.functional as F
 from .. import fft as _mathpy_fft
 from .._options import check_or_create_options
 from ..host.fft import FFTOptions
-from ..host.fft._numpy_rules import check_no_axes, check_norm, cook_1d, cook_nd, stages, swap_norm
-from ._common import plain, reason, refuse
+from ..host.fft._numpy_rules import check_no_axes, check_norm, cook_1d, cook_nd, stage_shape, stages, swap_norm
+from ._common import _PLAIN, _compiling, call, define, eager, reason, refuse, refuse_placement
 
 __all__ = ["fft_c2c", "fft_r2c", "fft_c2r", "route"]
 
@@ -33,79 +35,116 @@ _REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
 
 # --- the ops -----------------------------------------------------------------------------------------------------
 
-@torch.library.custom_op("mathpy::fft_c2c", mutates_args=())
-def fft_c2c(x: torch.Tensor, dim: list[int], norm: str, forward: bool) -> torch.Tensor:
-    """Complex-to-complex FFT of ``x`` over ``dim`` (mathpy.fft.fftn / ifftn)."""
-    transform = _mathpy_fft.fftn if forward else _mathpy_fft.ifftn
-    return transform(plain(x), axes=dim, norm=norm).contiguous()
+def _c2c_kernel(x, dim, norm, forward):
+    if len(dim) == 1:  # (the 1-D functions: the shortest path to the remembered prepared call)
+        return (_mathpy_fft.fft if forward else _mathpy_fft.ifft)(x, axis=dim[0], norm=norm).contiguous()
+    return (_mathpy_fft.fftn if forward else _mathpy_fft.ifftn)(x, axes=dim, norm=norm).contiguous()
 
 
-@torch.library.custom_op("mathpy::fft_r2c", mutates_args=())
-def fft_r2c(x: torch.Tensor, dim: list[int], norm: str) -> torch.Tensor:
-    """Real-to-complex FFT of ``x`` over ``dim``, the last one halved (mathpy.fft.rfftn)."""
-    return _mathpy_fft.rfftn(plain(x), axes=dim, norm=norm).contiguous()
+def _r2c_kernel(x, dim, norm):
+    if len(dim) == 1:
+        return _mathpy_fft.rfft(x, axis=dim[0], norm=norm).contiguous()
+    return _mathpy_fft.rfftn(x, axes=dim, norm=norm).contiguous()
 
 
-@torch.library.custom_op("mathpy::fft_c2r", mutates_args=())
-def fft_c2r(x: torch.Tensor, dim: list[int], norm: str, last: int) -> torch.Tensor:
-    """Complex-to-real inverse FFT of ``x`` over ``dim``; the last axis of the result has length ``last`` and ``x``
-    holds its ``last // 2 + 1`` bins (mathpy.fft.irfftn)."""
+def _c2r_kernel(x, dim, norm, last):
+    if len(dim) == 1:
+        return _mathpy_fft.irfft(x, n=last, axis=dim[0], norm=norm).contiguous()
     s = [x.shape[d] for d in dim[:-1]] + [last]
-    return _mathpy_fft.irfftn(plain(x), s=s, axes=dim, norm=norm).contiguous()
+    return _mathpy_fft.irfftn(x, s=s, axes=dim, norm=norm).contiguous()
 
 
-@fft_c2c.register_fake
-def _(x, dim, norm, forward):
+def _c2c_fake(x, dim, norm, forward):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
-@fft_r2c.register_fake
-def _(x, dim, norm):
+def _r2c_fake(x, dim, norm):
     shape = list(x.shape)
     shape[dim[-1]] = shape[dim[-1]] // 2 + 1
     return x.new_empty(shape, dtype=_COMPLEX[x.dtype])
 
 
-@fft_c2r.register_fake
-def _(x, dim, norm, last):
+def _c2r_fake(x, dim, norm, last):
     shape = list(x.shape)
     shape[dim[-1]] = last
     return x.new_empty(shape, dtype=_REAL[x.dtype])
 
 
-def _setup(ctx, inputs, output):
-    ctx.x_shape = inputs[0].shape
-    ctx.dim, ctx.norm = inputs[1], inputs[2]
-    ctx.extra = inputs[3] if len(inputs) > 3 else None
+def _c2c_save(ctx, output, x, dim, norm, forward):
+    ctx.dim, ctx.norm, ctx.forward = dim, norm, forward
 
 
 def _c2c_backward(ctx, grad):
-    return fft_c2c(grad, ctx.dim, swap_norm(ctx.norm), not ctx.extra), None, None, None
+    """The opposite transform with the swapped norm."""
+    return fft_c2c(grad, ctx.dim, swap_norm(ctx.norm), not ctx.forward), None, None, None
+
+
+def _r2c_save(ctx, output, x, dim, norm):
+    ctx.dim, ctx.norm, ctx.n = dim, norm, x.shape[dim[-1]]
 
 
 def _r2c_backward(ctx, grad):
-    n = ctx.x_shape[ctx.dim[-1]]
-    return fft_c2r(grad * _bin_weights(n, 0.5, grad, ctx.dim[-1]), ctx.dim, swap_norm(ctx.norm), n), None, None
+    """A C2R of the gradient with the interior bins halved."""
+    weighted = grad * _bin_weights(ctx.n, 0.5, grad, ctx.dim[-1])
+    return fft_c2r(weighted, ctx.dim, swap_norm(ctx.norm), ctx.n), None, None
+
+
+def _c2r_save(ctx, output, x, dim, norm, last):
+    ctx.dim, ctx.norm, ctx.last = dim, norm, last
 
 
 def _c2r_backward(ctx, grad):
+    """An R2C of the gradient with the interior bins doubled."""
     spectrum = fft_r2c(grad, ctx.dim, swap_norm(ctx.norm))
-    return spectrum * _bin_weights(ctx.extra, 2.0, spectrum, ctx.dim[-1]), None, None, None
+    return spectrum * _bin_weights(ctx.last, 2.0, spectrum, ctx.dim[-1]), None, None, None
 
 
-fft_c2c.register_autograd(_c2c_backward, setup_context=_setup)
-fft_r2c.register_autograd(_r2c_backward, setup_context=_setup)
-fft_c2r.register_autograd(_c2r_backward, setup_context=_setup)
+_C2C_OP = define("fft_c2c(Tensor x, int[] dim, str norm, bool forward) -> Tensor", _c2c_kernel, _c2c_fake,
+                 _c2c_save, _c2c_backward)
+_R2C_OP = define("fft_r2c(Tensor x, int[] dim, str norm) -> Tensor", _r2c_kernel, _r2c_fake, _r2c_save,
+                 _r2c_backward)
+_C2R_OP = define("fft_c2r(Tensor x, int[] dim, str norm, int last) -> Tensor", _c2r_kernel, _c2r_fake, _c2r_save,
+                 _c2r_backward)
+
+
+def fft_c2c(x, dim, norm, forward):
+    """Complex-to-complex FFT of ``x`` over ``dim`` (mathpy.fft.fftn / ifftn), differentiable."""
+    return call(_C2C_OP, (x,), x, dim, norm, forward)
+
+
+def fft_r2c(x, dim, norm):
+    """Real-to-complex FFT of ``x`` over ``dim``, the last one halved (mathpy.fft.rfftn), differentiable."""
+    return call(_R2C_OP, (x,), x, dim, norm)
+
+
+def fft_c2r(x, dim, norm, last):
+    """Complex-to-real inverse FFT of ``x`` over ``dim``; the last axis of the result has length ``last`` and ``x``
+    holds its ``last // 2 + 1`` bins (mathpy.fft.irfftn), differentiable."""
+    return call(_C2R_OP, (x,), x, dim, norm, last)
+
+
+_weights = {}  # (n, interior, dtype, device, axis, ndim) -> the bin weights, in eager mode
 
 
 def _bin_weights(n, interior, like, axis):
     """Weights of the ``n // 2 + 1`` bins of a one-sided spectrum of length ``n`` along ``axis`` (broadcastable
-    against ``like``): ``interior`` for the bins that have a mirror (1 .. (n - 1) // 2), 1 for DC and Nyquist."""
-    weights = torch.ones(n // 2 + 1, dtype=_REAL.get(like.dtype, like.dtype), device=like.device)
-    weights[1:(n - 1) // 2 + 1] = interior
-    shape = [1] * like.dim()
-    shape[axis] = n // 2 + 1
-    return weights.view(shape)
+    against ``like``): ``interior`` for the bins that have a mirror (1 .. (n - 1) // 2), 1 for DC and Nyquist.
+    Remembered in eager mode (a traced call makes them in its graph)."""
+    plain = eager((like,))
+    key = (n, interior, like.dtype, like.device, axis % like.dim(), like.dim())
+    weights = _weights.get(key) if plain else None
+    if weights is None:
+        weights = torch.ones(n // 2 + 1, dtype=_REAL.get(like.dtype, like.dtype), device=like.device)
+        weights[1:(n - 1) // 2 + 1] = interior
+        shape = [1] * like.dim()
+        shape[axis] = n // 2 + 1
+        weights = weights.view(shape)
+        # (not while a CUDA graph captures: its fill would run only at replay)
+        if plain and not (like.is_cuda and torch.cuda.is_current_stream_capturing()):
+            if len(_weights) >= 64:
+                _weights.clear()
+            _weights[key] = weights
+    return weights
 
 
 # --- mathpy.fft's functions on torch tensors ---------------------------------------------------------------------
@@ -120,46 +159,85 @@ _FUNCTIONS = {
 }
 
 
+_recipes = {}  # (name, n, axes, norm, shape, dtype) -> steps, for calls with no other argument
+_RECIPES_MAX = 256
+
+
 def route(name, a, n, axes, norm, out, prolog, epilog, options, execution, stream):
     """``mathpy.fft.<name>(a, n_or_s, axis_or_axes, norm, out, ...)`` for a torch tensor that needs autograd or
     torch.compile: the same result (NumPy 2's rules and dtypes, :mod:`mathpy.host.fft._numpy_rules`), differentiable,
-    built from the custom ops."""
-    call = f"mathpy.fft.{name}"
-    options = _check_supported(call, a, out, prolog, epilog, options, execution, stream)
+    built from the ops. What NumPy's rules decide for an operand's shape and dtype (the recipe: casts, resizes, the
+    ops and their arguments) is remembered, so that a repeated eager call is one lookup and its ops."""
+    if out is None and prolog is None and epilog is None and options is None and execution is None and \
+            stream is None and type(a) in _PLAIN and not _compiling():
+        try:
+            key = (name, n if type(n) is not list else tuple(n), axes if type(axes) is not list else tuple(axes),
+                   norm, a.shape, a.dtype)
+            steps = _recipes.get(key)
+        except TypeError:  # unhashable arguments: the full path judges them
+            key = steps = None
+        if steps is None:
+            steps, memo = _recipe(name, a, n, axes, norm, None)
+            if key is not None and memo:
+                if len(_recipes) >= _RECIPES_MAX:
+                    _recipes.clear()
+                _recipes[key] = steps
+    else:
+        options = _check_supported(f"mathpy.fft.{name}", a, out, prolog, epilog, options, execution, stream)
+        steps, _ = _recipe(name, a, n, axes, norm, options)
+    for step in steps:
+        a = step[0](a, *step[1:])
+    return a
+
+
+def _recipe(name, a, n, axes, norm, options):
+    """``(steps, memo)``: the ops that compute ``mathpy.fft.<name>`` on ``a`` as a tuple of ``(function, *arguments)``
+    run in turn on the operand, and whether they can be remembered for its shape and dtype (not when NumPy's rules
+    warned: every call warns)."""
     if not isinstance(a, torch.Tensor):
-        raise TypeError(f"{call}: a is a {type(a).__module__}.{type(a).__name__}; with torch tensors that require grad "
-                        f"(or under torch.compile) the operand must be a torch tensor")
+        raise TypeError(f"mathpy.fft.{name}: a is a {type(a).__module__}.{type(a).__name__}; with torch tensors that "
+                        f"require grad (or under torch.compile) the operand must be a torch tensor")
     kind, inverse, n_dimensional = _FUNCTIONS[name]
     if name in ("hfft", "ihfft"):  # hfft = irfft(conj(a)), ihfft = conj(rfft(a)), both with the norm swapped
         norm = swap_norm(norm)
     odd = kind == "C2R" and options is not None and options.last_axis_parity == "odd"
+    warned = False
     if n_dimensional:
-        # stacklevel: the warnings name the caller of the public function (n_d and _torch_route.fft stand between)
-        lengths, axes, _ = cook_nd(tuple(a.shape), n, axes, kind == "C2R", odd, stacklevel=6)
+        # stacklevel: the warnings name the caller of the public function (n_d, _torch_route.fft, route stand between)
+        lengths, axes, warned = cook_nd(tuple(a.shape), n, axes, kind == "C2R", odd, stacklevel=7)
         if not axes:
             check_no_axes(name, kind)
             check_norm(norm)
-            return a
+            return (), not warned
     else:
         lengths, axes = cook_1d(tuple(a.shape), n, axes, kind == "C2R", odd)
     norm = check_norm(norm)
-    x = _promoted(a, kind != "R2C")
+    steps = []
+    dtype = _promoted_dtype(a.dtype, kind != "R2C")
+    if dtype != a.dtype:
+        steps.append((_cast, dtype))
     if name == "hfft":
-        x = torch.conj_physical(x)
+        steps.append((torch.conj_physical,))
     # NumPy's sequence of 1-D transforms, one op per run of distinct axes (an axis named twice is transformed twice,
     # each time padded or cropped to its own length)
+    shape = list(a.shape)
     for fft_type, stage_axes, stage_lengths in stages(kind, axes, lengths, max_axes=len(axes)):
         sizes = dict(zip(stage_axes, stage_lengths))
         if fft_type == "C2R":
             sizes[stage_axes[-1]] = stage_lengths[-1] // 2 + 1
-        x = _resized(x, sizes)
+        if any(shape[axis] != size for axis, size in sizes.items()):
+            steps.append((_resized, sizes))
+        dim = list(stage_axes)
         if fft_type == "C2C":
-            x = fft_c2c(x, list(stage_axes), norm, not inverse)
+            steps.append((fft_c2c, dim, norm, not inverse))
         elif fft_type == "R2C":
-            x = fft_r2c(x, list(stage_axes), norm)
+            steps.append((fft_r2c, dim, norm))
         else:
-            x = fft_c2r(x, list(stage_axes), norm, stage_lengths[-1])
-    return torch.conj_physical(x) if name == "ihfft" else x
+            steps.append((fft_c2r, dim, norm, stage_lengths[-1]))
+        shape = list(stage_shape(shape, fft_type, stage_axes, stage_lengths))
+    if name == "ihfft":
+        steps.append((torch.conj_physical,))
+    return tuple(steps), not warned
 
 
 def _check_supported(call, a, out, prolog, epilog, options, execution, stream):
@@ -180,29 +258,27 @@ def _check_supported(call, a, out, prolog, epilog, options, execution, stream):
         if options.inplace:
             refuse(call, "options.inplace=True", f"overwrites the operand, which has no backward {why}",
                    "leave inplace False")
-    if execution is not None:
-        refuse(call, "execution=", f"moves data between devices outside autograd {why}",
-               "move the tensor with .to(device) (differentiable) and leave execution=None")
-    if stream is not None:
-        refuse(call, "stream=", f"is not supported here {why}",
-               "make the stream current with torch.cuda.stream(...): mathpy runs on torch's current stream")
+    refuse_placement(call, execution, stream, why)
     return options
 
 
-def _promoted(x, complex_result):
-    """``x`` in NumPy 2's computation dtype (complex when ``complex_result``), by a differentiable cast."""
-    dtype = x.dtype
+def _promoted_dtype(dtype, complex_result):
+    """NumPy 2's computation dtype for a tensor of ``dtype`` (complex when ``complex_result``)."""
     if dtype.is_complex:
         if not complex_result:
             raise TypeError(f"a real-input FFT needs a real operand, not {dtype}")
         if dtype not in _REAL:
             raise TypeError(f"FFT of dtype {dtype} is not supported; use complex64 or complex128")
-        return x
+        return dtype
     if dtype in (torch.float16, torch.bfloat16):
         raise TypeError(f"half precision ({dtype}) FFTs are not available on this path; convert to float32")
     if dtype == torch.float32:
-        return x.to(torch.complex64) if complex_result else x
-    return x.to(torch.complex128 if complex_result else torch.float64)  # float64, integers, bool: as NumPy
+        return torch.complex64 if complex_result else dtype
+    return torch.complex128 if complex_result else torch.float64  # float64, integers, bool: as NumPy
+
+
+def _cast(x, dtype):
+    return x.to(dtype)  # differentiable
 
 
 def _resized(x, sizes):

@@ -18,14 +18,12 @@ The backward of an activation can be fused only into the GEMM that produces the 
 ``torch.autocast`` both run in the autocast dtype, as torch.nn.Linear does.
 """
 
-from typing import Optional  # the op signature: the form every torch's schema inference reads
-
 import torch
 
 from ..host.matmul import matmul as _mathpy_matmul
 from ..host.matmul._epilog import epilog_spec, gelu_aux_rows, relu_aux_rows
-from ._common import plain, requires_grad
-from ._matmul import clear_aux_padding, gelu_grad, matmul, product
+from ._common import call, define, requires_grad
+from ._matmul import _decode, clear_aux_padding, gelu_backward, matmul, product, relu_backward, torch_options
 
 __all__ = ["Linear", "MLP", "linear", "mlp"]
 
@@ -75,6 +73,7 @@ def linear(x, weight, bias=None, activation=None):
     x, weight, bias = _autocast(x, weight, bias)
     _check(call, x.shape[-1] if x.dim() else None, x.dtype, weight, bias)
     x2 = x.reshape(-1, weight.shape[1])
+    options = torch_options(x2)
     if weight.is_complex():
         if activation is not None:
             raise ValueError(f"{call}: activation {activation!r} is not defined for complex tensors")
@@ -82,10 +81,10 @@ def linear(x, weight, bias=None, activation=None):
         y = y if bias is None else y + bias
         return y.reshape(*x.shape[:-1], weight.shape[0])
     epilog = _epilog(activation, bias is not None, activation == "gelu" and requires_grad(x, weight, bias))
-    if epilog_spec(epilog).name in ("DEFAULT", "RELU", "GELU"):  # no per-row operand: either order, row-major y
-        y, _ = product(x2, weight.mT, row_major=True, epilog=epilog)
+    if epilog in ("DEFAULT", "RELU", "GELU"):  # no per-row operand: either order, row-major y
+        y, _ = product(x2, weight.mT, row_major=True, epilog=epilog, options=options)
     else:  # the bias is per row of W @ x^T, whose column-major result is y row-major
-        d, _ = matmul(weight, x2.mT, None, 1, 0, epilog, bias, None, "", "")
+        d, _ = matmul(weight, x2.mT, None, 1, 0, epilog, bias, None, options, "")
         y = d.mT
     return y.reshape(*x.shape[:-1], weight.shape[0])
 
@@ -110,31 +109,30 @@ class Linear(torch.nn.Linear):
 
 # --- the fused pair ----------------------------------------------------------------------------------------------
 
-@torch.library.custom_op("mathpy::mlp", mutates_args=())
-def mlp_op(x: torch.Tensor, w1: torch.Tensor, b1: Optional[torch.Tensor], w2: torch.Tensor,
-           b2: Optional[torch.Tensor], activation: str, keep: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _mlp_kernel(x, w1, b1, w2, b2, activation, keep, options):
     """``(y, h, aux)``: ``h = act(x @ w1^T + b1)`` (rows: the flattened leading axes of x), ``y = h @ w2^T + b2``
     (x's leading axes), ``aux``: layer 1's epilog output (GELU pre-activation / RELU bitmask) when ``keep``, else
     empty."""
-    x2 = plain(x).reshape(-1, w1.shape[1])
-    h, aux = _layer(x2, plain(w1), plain(b1), _epilog(activation, b1 is not None, keep))
+    x2 = x.reshape(-1, w1.shape[1])
+    options = _decode(options) if options else None
+    h, aux = _layer(x2, w1, b1, _epilog(activation, b1 is not None, keep), options)
     if aux is not None:
         clear_aux_padding(aux, f"{activation}_aux", w1.shape[0])
-    y, _ = _layer(h, plain(w2), plain(b2), _epilog(None, b2 is not None, False))
+    y, _ = _layer(h, w2, b2, _epilog(None, b2 is not None, False), options)
     return y.reshape(*x.shape[:-1], w2.shape[0]), h, (aux if aux is not None else h.new_empty(0))
 
 
-def _layer(x2, weight, bias, epilog):
+def _layer(x2, weight, bias, epilog, options):
     """``epilog(x2 @ weight^T + bias)`` as a C-contiguous (rows, out) tensor, and the epilog's output."""
     spec = epilog_spec(epilog)
-    result = _mathpy_matmul(weight, x2.mT, epilog=epilog, epilog_inputs=None if bias is None else {"bias": bias})
+    result = _mathpy_matmul(weight, x2.mT, epilog=epilog, epilog_inputs=None if bias is None else {"bias": bias},
+                            options=options)
     d, outputs = result if spec.outputs else (result, {})
     # d is column-major with any per-row epilog and for 16-bit products: then d^T is already C-contiguous
     return d.mT.contiguous(), (outputs[spec.outputs[0]] if spec.outputs else None)
 
 
-@mlp_op.register_fake
-def _(x, w1, b1, w2, b2, activation, keep):
+def _mlp_fake(x, w1, b1, w2, b2, activation, keep, options):
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
     hidden = w1.shape[0]
     y = x.new_empty((*x.shape[:-1], w2.shape[0]))
@@ -148,33 +146,32 @@ def _(x, w1, b1, w2, b2, activation, keep):
     return y, h, x.new_empty_strided((r, rows), (1, r))
 
 
-def _mlp_setup(ctx, inputs, output):
-    x, w1, b1, w2, b2, activation, keep = inputs
+def _mlp_save(ctx, output, x, w1, b1, w2, b2, activation, keep, options):
     y, h, aux = output
     ctx.set_materialize_grads(False)  # h and aux are outputs only to be saved: their gradients stay None
-    ctx.activation, ctx.has_b1, ctx.x_shape = activation, b1 is not None, x.shape
+    ctx.activation, ctx.has_b1, ctx.x_shape, ctx.options = activation, b1 is not None, x.shape, options
     ctx.save_for_backward(x, w1, w2, h, aux if keep else None)
 
 
 def _mlp_backward(ctx, grad_y, grad_h, grad_aux):
     x, w1, w2, h, aux = ctx.saved_tensors
     need_x, need_w1, need_b1, need_w2, need_b2 = ctx.needs_input_grad[:5]
-    act, hidden = ctx.activation, w1.shape[0]
+    act, hidden, options = ctx.activation, w1.shape[0], ctx.options
     grad_w2 = grad_b2 = dz = grad_b1 = dh = None
     if grad_y is not None:
         g = grad_y.reshape(-1, w2.shape[0])
         if need_w2:  # dW2 = g^T h, row-major, with db2 = sum of g over rows (BGRADB on the swapped product)
-            grad_w2, grad_b2 = product(g.mT, h, row_major=True, sum_a=need_b2)
+            grad_w2, grad_b2 = product(g.mT, h, row_major=True, sum_a=need_b2, options=options)
         elif need_b2:
             grad_b2 = g.sum(0)
         if need_x or need_w1 or need_b1:
             fused = aux is not None and grad_h is None and grad_aux is None and w2.shape[0] > 1  # cuBLASLt: K > 1
             if fused:  # dZ^T = act'(aux) * (W2^T @ g^T), db1 = its row sums: one kernel
                 epilog = ("DRELU" if act == "relu" else "DGELU") + ("_BGRAD" if ctx.has_b1 else "")
-                d, grad_b1 = product(w2.mT, g.mT, epilog=epilog, aux=aux)
+                d, grad_b1 = product(w2.mT, g.mT, epilog=epilog, aux=aux, options=options)
                 dz = d.mT
             else:
-                dh, _ = product(g, w2, row_major=True)
+                dh, _ = product(g, w2, row_major=True, options=options)
     if dz is None and (need_x or need_w1 or need_b1):
         dh = grad_h if dh is None else (dh if grad_h is None else dh + grad_h)
         dz = None if dh is None else _times_activation_grad(dh, act, h, aux, hidden)
@@ -184,21 +181,27 @@ def _mlp_backward(ctx, grad_y, grad_h, grad_aux):
         if dz is not None and need_b1:
             grad_b1 = dz.sum(0)
     if dz is None:
-        return None, None, None, grad_w2, grad_b2, None, None
-    grad_w1 = product(dz.mT, x.reshape(-1, w1.shape[1]), row_major=True)[0] if need_w1 else None
-    grad_x = product(dz, w1, row_major=True)[0].reshape(ctx.x_shape) if need_x else None
-    return grad_x, grad_w1, (grad_b1 if need_b1 else None), grad_w2, grad_b2, None, None
+        return None, None, None, grad_w2, grad_b2, None, None, None
+    grad_w1 = product(dz.mT, x.reshape(-1, w1.shape[1]), row_major=True, options=options)[0] if need_w1 else None
+    grad_x = product(dz, w1, row_major=True, options=options)[0].reshape(ctx.x_shape) if need_x else None
+    return grad_x, grad_w1, (grad_b1 if need_b1 else None), grad_w2, grad_b2, None, None, None
 
 
 def _times_activation_grad(dh, activation, h, aux, hidden):
     """``dh * act'(pre-activation)`` elementwise (the path without a fused DRELU/DGELU)."""
     if activation == "relu":
-        return torch.where(h > 0, dh, torch.zeros_like(dh))
-    compute = torch.float32 if dh.dtype in (torch.float16, torch.bfloat16) else dh.dtype
-    return (dh.to(compute) * gelu_grad(aux[:hidden].mT.to(compute))).to(dh.dtype)
+        return relu_backward(dh, h)
+    return gelu_backward(dh, aux[:hidden].mT)
 
 
-mlp_op.register_autograd(_mlp_backward, setup_context=_mlp_setup)
+_MLP_OP = define("mlp(Tensor x, Tensor w1, Tensor? b1, Tensor w2, Tensor? b2, str activation, bool keep, "
+                 "str options) -> "
+                 "(Tensor, Tensor, Tensor)", _mlp_kernel, _mlp_fake, _mlp_save, _mlp_backward)
+
+
+def mlp_op(x, w1, b1, w2, b2, activation, keep, options=""):
+    """The op ``mathpy::mlp``, differentiable: ``(y, h, aux)`` (see :func:`_mlp_kernel`)."""
+    return call(_MLP_OP, (x, w1, b1, w2, b2), x, w1, b1, w2, b2, activation, keep, options)
 
 
 def mlp(x, w1, b1, w2, b2, activation="gelu"):
@@ -213,7 +216,7 @@ def mlp(x, w1, b1, w2, b2, activation="gelu"):
     if x.is_complex():
         raise TypeError(f"{call}: complex tensors are not supported (cuBLASLt has no epilogs for them)")
     keep = requires_grad(x, w1, b1, w2, b2)
-    return mlp_op(x, w1, b1, w2, b2, activation, keep)[0]
+    return mlp_op(x, w1, b1, w2, b2, activation, keep, torch_options(x))[0]
 
 
 class MLP(torch.nn.Module):

@@ -12,28 +12,26 @@ One custom op, ``mathpy::matmul(a, b, c, alpha, beta, epilog, bias, aux, options
 - the bias gradient (the sum of G over N) comes out of the ``da`` product's kernel (BGRADA, or BGRADB when that
   product runs swapped); ``dc = conj(beta) G`` summed to c's shape.
 
-The result's layout is mathpy's contract (``mathpy.host.matmul._problem``): column-major with a per-row epilog
-operand, else C's order, else row-major for 4-byte dtypes unless both operands are column-major, else column-major.
-The fake implementation gives that layout; the kernel copies into it in the (unexpected) case mathpy returns another,
-so compiled and eager code see the same strides.
+The result's layout is mathpy's contract (``mathpy.host.matmul._layouts.result_layout``): column-major with a per-row
+epilog operand, else ``result_order``, else the order of the first of c, a, b that has one, else row-major. The fake
+implementation gives that layout; the kernel copies into it in the (unexpected) case mathpy returns another, so
+compiled and eager code see the same strides.
 """
 
 import ast
 import dataclasses
-import math
-from typing import Optional  # the op signatures: the form every torch's schema inference reads
-
 import numpy as np
 import torch
-from torch.types import Number
 
 from .._options import check_or_create_options
-from ..host.matmul import MatmulOptions, MatmulPlanPreferences
+from ..host.matmul import MatmulEpilog, MatmulOptions, MatmulPlanPreferences
 from ..host.matmul import matmul as _mathpy_matmul
 from ..host.matmul._epilog import epilog_spec, gelu_aux_rows, relu_aux_rows
-from ._common import plain, reason, refuse, requires_grad
+from ._common import (_PLAIN, _compiling, _grad_enabled, call, define, reason, refuse, refuse_placement,
+                      requires_grad)
 
-__all__ = ["matmul", "route", "product", "gelu_grad", "encode_options", "clear_aux_padding"]
+__all__ = ["matmul", "route", "product", "gelu_backward", "relu_backward", "encode_options", "clear_aux_padding",
+           "torch_options"]
 
 _ANY_ORDER = ("DEFAULT", "RELU", "GELU")  # epilogs without a per-row operand: D may be stored either way
 _DIFFERENTIABLE = ("DEFAULT", "RELU", "BIAS", "RELU_BIAS", "GELU", "GELU_BIAS", "RELU_AUX", "RELU_AUX_BIAS",
@@ -44,29 +42,38 @@ _FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 # --- the op ------------------------------------------------------------------------------------------------------
 
-@torch.library.custom_op("mathpy::matmul", mutates_args=())
-def matmul(a: torch.Tensor, b: torch.Tensor, c: Optional[torch.Tensor], alpha: Number, beta: Number, epilog: str,
-           bias: Optional[torch.Tensor], aux: Optional[torch.Tensor], options: str, preferences: str
-           ) -> tuple[torch.Tensor, torch.Tensor]:
+def _kernel(a, b, c, alpha, beta, epilog, bias, aux, options, preferences):
     """``mathpy.matmul(a, b, c, alpha=, beta=, epilog=, epilog_inputs={bias / aux})`` -> ``(d, extra)``; ``epilog``
     is a MatmulEpilog name, ``options`` / ``preferences`` encoded by :func:`encode_options`."""
-    spec = epilog_spec(epilog)
-    inputs = {}
-    if bias is not None:
-        inputs["bias"] = plain(bias)
-    if aux is not None:
-        inputs[spec.inputs[0]] = plain(aux)
-    result = _mathpy_matmul(plain(a), plain(b), plain(c), alpha=alpha, beta=beta, epilog=epilog,
-                            epilog_inputs=inputs or None, options=_decode(options),
-                            preferences=_decode(preferences))
-    d, outputs = result if spec.outputs else (result, {})
-    d_like, extra_like = _fake(a, b, c, spec, d.dtype, "meta")  # the layouts the fake promises, allocating nothing
-    extra = outputs[spec.outputs[0]] if spec.outputs else d.new_empty(0)
-    extra = _in_layout(extra, extra_like)
-    if spec.outputs:
-        clear_aux_padding(extra, spec.outputs[0], 1 if a.dim() == 1 else a.shape[-2])
-    return _in_layout(d, d_like), extra
+    spec = _SPECS[epilog]
+    inputs = None
+    if bias is not None or aux is not None:
+        inputs = {}
+        if bias is not None:
+            inputs["bias"] = bias
+        if aux is not None:
+            inputs[spec.inputs[0]] = aux
+    result = _mathpy_matmul(a, b, c, alpha=alpha, beta=beta, epilog=epilog, epilog_inputs=inputs,
+                            options=_decode(options) if options else None,
+                            preferences=_decode(preferences) if preferences else None)
+    if not spec.outputs:
+        return result, result.new_empty(0)
+    d, outputs = result
+    extra = outputs[spec.outputs[0]]
+    clear_aux_padding(extra, spec.outputs[0], 1 if a.dim() == 1 else a.shape[-2])
+    return d, extra
 
+
+def _strict_kernel(a, b, c, alpha, beta, epilog, bias, aux, options, preferences):
+    """:func:`_kernel` with the strides the fake promises."""
+    d, extra = _kernel(a, b, c, alpha, beta, epilog, bias, aux, options, preferences)
+    spec = _SPECS[epilog]
+    d_layout, extra_layout = _layouts(a, b, c, spec, d.dtype, _result_order(options))
+    d = _in_layout(d, d_layout)
+    return d, (_in_layout(extra, extra_layout) if spec.outputs else extra)
+
+
+_SPECS = {e.name: epilog_spec(e) for e in MatmulEpilog}  # the op's epilog argument is a name
 
 def clear_aux_padding(aux, name, m):
     """Zero the rows of a RELU/GELU aux matrix past the ``m`` rows of the product (cuBLASLt's leading dimension is
@@ -77,15 +84,20 @@ def clear_aux_padding(aux, name, m):
         aux[..., used:, :].zero_()
 
 
-@matmul.register_fake
-def _(a, b, c, alpha, beta, epilog, bias, aux, options, preferences):
-    spec = epilog_spec(epilog)
+def _fake(a, b, c, alpha, beta, epilog, bias, aux, options, preferences):
+    spec = _SPECS[epilog]
     if a.dim() == 0 or b.dim() == 0:
         raise ValueError("matmul operands must have at least one dimension")
     k_a, k_b = a.shape[-1], (b.shape[-2] if b.dim() > 1 else b.shape[0])
     torch._check(k_a == k_b, lambda: f"matmul: a of shape {tuple(a.shape)} and b of shape {tuple(b.shape)} do not "
                                      f"match")
-    return _fake(a, b, c, spec, _result_dtype(a, options))
+    d_dtype = _result_dtype(a, options)
+    (d_shape, d_strides), extra = _layouts(a, b, c, spec, d_dtype, _result_order(options))
+    d = a.new_empty_strided(d_shape, d_strides, dtype=d_dtype)
+    if extra is None:
+        return d, a.new_empty(0, dtype=d_dtype)
+    shape, strides, dtype = extra
+    return d, a.new_empty_strided(shape, strides, dtype=dtype)
 
 
 def _result_dtype(a, options):
@@ -93,53 +105,67 @@ def _result_dtype(a, options):
     return getattr(torch, name) if name else a.dtype
 
 
-def _fake(a, b, c, spec, d_dtype, device=None):
-    """Empty tensors with the shapes, dtypes and strides of the kernel's ``(d, extra)``, on ``device`` (None: a's)."""
+def _result_order(options):
+    return (_decode(options) or {}).get("result_order")
+
+
+def _layouts(a, b, c, spec, d_dtype, order):
+    """``((shape, strides) of d, (shape, strides, dtype) of the epilog's output or None)``: the kernel's results, as
+    the fake promises them (``order``: MatmulOptions.result_order)."""
     a_vec, b_vec = a.dim() == 1, b.dim() == 1
     m = 1 if a_vec else a.shape[-2]
     n = 1 if b_vec else b.shape[-1]
-    batch = tuple(torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
-    row_major = _row_major_result(spec, a, b, c, d_dtype)
-    d = _empty_matrices(a, batch, m, n, d_dtype, row_major, device)
-    if a_vec and b_vec:
-        d = d[..., 0, 0]
-    elif a_vec:
-        d = d[..., 0, :]
-    elif b_vec:
-        d = d[..., 0]
+    batch_a, batch_b = tuple(a.shape[:-2]), tuple(b.shape[:-2])
+    batch = batch_a if (batch_a == batch_b or not batch_b) else \
+        (batch_b if not batch_a else tuple(torch.broadcast_shapes(batch_a, batch_b)))
+    shape, strides = _matrices_layout(batch, m, n, _row_major_result(spec, a, b, c, order))
+    if a_vec or b_vec:  # numpy.matmul drops the axis of a 1-D operand
+        keep = len(batch) + (0 if a_vec else 1), len(batch) + 1
+        drop = {keep[0]} if a_vec and not b_vec else ({keep[1]} if b_vec and not a_vec else set(keep))
+        shape = tuple(e for i, e in enumerate(shape) if i not in drop)
+        strides = tuple(e for i, e in enumerate(strides) if i not in drop)
     if not spec.outputs:
-        return d, d.new_empty(0)
+        return (shape, strides), None
     name = spec.outputs[0]
     if name == "relu_aux":
-        extra = _empty_matrices(a, batch, relu_aux_rows(m), n, torch.uint8, False, device)
-    elif name == "gelu_aux":
-        extra = _empty_matrices(a, batch, gelu_aux_rows(m), n, d_dtype, False, device)
-    else:
-        length = n if name == "bgradb" else m
-        extra = a.new_empty((*batch, length, 1) if batch else (length,), dtype=d_dtype, device=device)
-    return d, extra
+        return (shape, strides), (*_matrices_layout(batch, relu_aux_rows(m), n, False), torch.uint8)
+    if name == "gelu_aux":
+        return (shape, strides), (*_matrices_layout(batch, gelu_aux_rows(m), n, False), d_dtype)
+    length = n if name == "bgradb" else m
+    vector = (*batch, length, 1) if batch else (length,)
+    return (shape, strides), (vector, _contiguous_strides(vector), d_dtype)
 
 
-def _empty_matrices(like, batch, rows, cols, dtype, row_major, device=None):
-    """An empty ``(*batch, rows, cols)`` tensor, batches contiguous, matrices row- or column-major."""
-    size = rows * cols
+def _matrices_layout(batch, rows, cols, row_major):
+    """``(shape, strides)`` of ``(*batch, rows, cols)`` matrices, batches contiguous, each row- or column-major."""
     inner = (cols, 1) if row_major else (1, rows)
-    strides, step = [], size
+    strides, step = [], rows * cols
     for extent in reversed(batch):
         strides.append(step)
         step *= extent
-    return like.new_empty_strided((*batch, rows, cols), (*reversed(strides), *inner), dtype=dtype, device=device)
+    return (*batch, rows, cols), (*reversed(strides), *inner)
 
 
-def _row_major_result(spec, a, b, c, d_dtype):
-    """mathpy's result order (module docstring); a wrong guess costs a copy, never a wrong answer."""
+def _contiguous_strides(shape):
+    strides, step = [], 1
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= extent
+    return tuple(reversed(strides))
+
+
+def _row_major_result(spec, a, b, c, order=None):
+    """mathpy's result order (``host.matmul._layouts.result_layout``): column-major with a per-row epilog operand,
+    else ``order`` (MatmulOptions.result_order) when given, else the order of the first of c, a, b whose matrices have
+    one (more than one row and column), row-major when none has. A wrong guess costs a copy, never a wrong answer."""
     if spec.name not in _ANY_ORDER:
         return False
-    if c is not None:  # a full column-major C keeps its order; anything else is read (or copied) row-major
-        return not (c.dim() >= 2 and c.shape[-2] > 1 and c.shape[-1] > 1 and _col_major(c))
-    if d_dtype.itemsize >= 4 and a.dtype.itemsize >= 4:
-        return not (_col_major(a) and _col_major(b))
-    return False
+    if order is not None:
+        return order == "C"
+    for t in (c, a, b):
+        if t is not None and t.dim() >= 2 and t.shape[-2] > 1 and t.shape[-1] > 1:
+            return not (t.stride(-2) == 1 and t.stride(-1) != 1)
+    return True
 
 
 def _col_major(t):
@@ -155,24 +181,25 @@ def _col_major(t):
     return t.stride(-2) == 1 and t.stride(-1) >= rows
 
 
-def _in_layout(tensor, like):
-    """``tensor`` with ``like``'s strides (itself when they already agree wherever an extent exceeds 1)."""
-    if tensor.shape != like.shape:
-        raise AssertionError(f"mathpy returned shape {tuple(tensor.shape)}, expected {tuple(like.shape)}")
-    if all(s == t or extent <= 1 for extent, s, t in zip(tensor.shape, tensor.stride(), like.stride())):
+def _in_layout(tensor, layout):
+    """``tensor`` with the strides of ``layout`` ((shape, strides, ...)): itself when they already agree wherever an
+    extent exceeds 1, else a copy."""
+    shape, strides = layout[0], layout[1]
+    if tuple(tensor.shape) != tuple(shape):
+        raise AssertionError(f"mathpy returned shape {tuple(tensor.shape)}, expected {tuple(shape)}")
+    if all(s == t or extent <= 1 for extent, s, t in zip(shape, tensor.stride(), strides)):
         return tensor
-    return torch.empty_strided(like.shape, like.stride(), dtype=tensor.dtype, device=tensor.device).copy_(tensor)
+    return torch.empty_strided(shape, strides, dtype=tensor.dtype, device=tensor.device).copy_(tensor)
 
 
 # --- backward ----------------------------------------------------------------------------------------------------
 
-def _setup(ctx, inputs, output):
-    a, b, c, alpha, beta, epilog, bias, aux, options, preferences = inputs
+def _save(ctx, output, a, b, c, alpha, beta, epilog, bias, aux, options, preferences):
     d, extra = output
-    spec = epilog_spec(epilog)
+    spec = _SPECS[epilog]
     ctx.set_materialize_grads(False)  # an unused output (the aux) gets None, not a tensor of zeros
     ctx.spec, ctx.alpha, ctx.beta = spec, alpha, beta
-    ctx.options, ctx.preferences = _backward_options(options), preferences
+    ctx.options, ctx.preferences = (_backward_options(options) if options else ""), preferences
     ctx.c_shape, ctx.d_shape = (None if c is None else c.shape), d.shape
     ctx.bias_shape = None if bias is None else bias.shape
     keep_d = d if spec.activation == "relu" else None
@@ -191,9 +218,9 @@ def _backward(ctx, grad_d, grad_extra):
     if grad_d is not None:
         g = _matrices(grad_d, a_vec, b_vec)
         if spec.activation == "relu":
-            g = torch.where(_matrices(d, a_vec, b_vec) > 0, g, torch.zeros_like(g))
+            g = relu_backward(g, _matrices(d, a_vec, b_vec))
         elif spec.activation == "gelu":
-            g = (g.to(_compute(g)) * gelu_grad(x[..., :m, :].to(_compute(g)))).to(g.dtype)
+            g = gelu_backward(g, x[..., :m, :])
     if grad_extra is not None and spec.aux_out == "gelu_aux":  # the pre-activation is an output too
         part = grad_extra[..., :m, :]
         g = part if g is None else g + part
@@ -223,7 +250,15 @@ def _backward(ctx, grad_d, grad_extra):
     return grad_a, grad_b, grad_c, None, None, None, grad_bias, None, None, None
 
 
-matmul.register_autograd(_backward, setup_context=_setup)
+_MATMUL = define("matmul(Tensor a, Tensor b, Tensor? c, Scalar alpha, Scalar beta, str epilog, Tensor? bias, "
+                 "Tensor? aux, str options, str preferences) -> (Tensor, Tensor)", _kernel, _fake, _save, _backward,
+                 strict=_strict_kernel)
+
+
+def matmul(a, b, c, alpha, beta, epilog, bias, aux, options, preferences):
+    """The op ``mathpy::matmul``, differentiable: ``(d, extra)`` of ``epilog(alpha * a @ b + beta * c + bias)`` (see
+    :func:`_kernel`)."""
+    return call(_MATMUL, (a, b, c, bias, aux), a, b, c, alpha, beta, epilog, bias, aux, options, preferences)
 
 
 def _matrices(t, a_vec, b_vec):
@@ -240,15 +275,16 @@ def _adjoint(t):
     return t.mT.conj_physical() if t.is_complex() else t.mT
 
 
-def _compute(t):
-    return torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype
+def gelu_backward(grad, x):
+    """``grad * gelu'(x)`` for cuBLASLt's GELU (the tanh approximation): torch's own GELU backward, one elementwise
+    kernel that evaluates in float32 for 16-bit tensors and returns ``grad``'s dtype (an unfused formula in float32
+    would make several full-size float32 temporaries), differentiable again."""
+    return torch.ops.aten.gelu_backward(grad, x, approximate="tanh")
 
 
-def gelu_grad(x):
-    """d/dx of cuBLASLt's GELU (the tanh approximation), elementwise, in ``x``'s dtype."""
-    k, c = math.sqrt(2.0 / math.pi), 0.044715
-    t = torch.tanh(k * (x + c * x * x * x))
-    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * (k * (1 + 3 * c * x * x))
+def relu_backward(grad, y):
+    """``grad`` where ``y > 0``, else 0: torch's own ReLU backward, one kernel (no mask or zeros tensor)."""
+    return torch.ops.aten.threshold_backward(grad, y, 0)
 
 
 def product(a, b, alpha=1, *, row_major=None, epilog="DEFAULT", aux=None, sum_a=False, options="",
@@ -264,11 +300,11 @@ def product(a, b, alpha=1, *, row_major=None, epilog="DEFAULT", aux=None, sum_a=
             return matmul(a, b, None, alpha, 0, "BGRADA", None, None, options, preferences)
         d, sums = matmul(b.mT, a.mT, None, alpha, 0, "BGRADB", None, None, options, preferences)
         return d.mT, sums
-    spec = epilog_spec(epilog)
+    spec = _SPECS[epilog]
     if row_major is not None and spec.name in _ANY_ORDER:
-        dtype = _result_dtype(a, options)
-        if _row_major_result(spec, a, b, None, dtype) != row_major and \
-                _row_major_result(spec, b.mT, a.mT, None, dtype) != row_major:
+        order = _result_order(options)
+        if _row_major_result(spec, a, b, None, order) != row_major and \
+                _row_major_result(spec, b.mT, a.mT, None, order) != row_major:  # (d = its transpose)
             d, extra = matmul(b.mT, a.mT, None, alpha, 0, spec.name, None, aux, options, preferences)
             return d.mT, (extra if spec.outputs else None)
     d, extra = matmul(a, b, None, alpha, 0, spec.name, None, aux, options, preferences)
@@ -303,11 +339,30 @@ _FIELDS = {cls: tuple((f.name, f.default) for f in dataclasses.fields(cls))
            for cls in (MatmulOptions, MatmulPlanPreferences)}
 
 
+_decoded = {}  # text -> dict: the same few option strings come with every call
+
+
 def _decode(text):
-    """The dict encoded by :func:`encode_options` (None for "")."""
+    """The dict encoded by :func:`encode_options` (None for ""; a fresh copy, which the caller may keep)."""
     if not text:
         return None
-    return {name: ast.literal_eval(value) for name, value in (part.split("=", 1) for part in text.split(";"))}
+    found = _decoded.get(text)
+    if found is None:
+        if len(_decoded) >= 256:
+            _decoded.clear()
+        found = _decoded[text] = {name: ast.literal_eval(value)
+                                  for name, value in (part.split("=", 1) for part in text.split(";"))}
+    return dict(found)
+
+
+def torch_options(like):
+    """The options that give a float32 product what torch's own would get: TF32 tensor cores when
+    ``torch.backends.cuda.matmul.allow_tf32`` is set (``torch.set_float32_matmul_precision("high")``) and ``like``
+    is a float32 CUDA tensor; "" otherwise."""
+    # (torch._C._get_cublas_allow_tf32 is what that flag reads; dynamo folds it to a constant)
+    if like.dtype == torch.float32 and like.is_cuda and torch._C._get_cublas_allow_tf32():
+        return "allow_tf32=True"
+    return ""
 
 
 def _backward_options(options):
@@ -323,9 +378,65 @@ def _named(epilog_inputs):
     return {f"epilog_inputs[{name!r}]": value for name, value in epilog_inputs.items()}
 
 
+_resolved = {}  # the facts of a call without options -> (epilog to run, alpha, beta, output name or None)
+_RESOLVED_MAX = 256
+
+
 def route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution, stream):
     """``mathpy.matmul(...)`` for torch tensors that need autograd or torch.compile: the same result, differentiable
-    in a, b, c and the bias, built from the custom op."""
+    in a, b, c and the bias, built from the op. The checks' outcome for a call's facts (no options, preferences,
+    execution or stream; operands' dtypes and which inputs are given) is remembered, so a repeated eager call is one
+    lookup and the op."""
+    bias = aux = None
+    if options is None and preferences is None and execution is None and stream is None and type(a) in _PLAIN \
+            and type(b) in _PLAIN and not _compiling():
+        names = None
+        if epilog_inputs is not None:
+            if type(epilog_inputs) is not dict:
+                return _route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution, stream)
+            names = tuple((name, type(value)) for name, value in epilog_inputs.items())
+            bias = epilog_inputs.get("bias")
+            aux = epilog_inputs.get("relu_aux", epilog_inputs.get("gelu_aux"))
+        grad = _grad_enabled() and (a.requires_grad or b.requires_grad or (c is not None and c.requires_grad)
+                                    or (bias is not None and bias.requires_grad)
+                                    or (aux is not None and aux.requires_grad))
+        try:
+            key = (epilog, type(alpha), alpha, type(beta), beta, type(c), names, a.dtype, b.dtype, grad)
+            found = _resolved.get(key)
+        except TypeError:  # unhashable: the full path judges it
+            key = found = None
+        if found is None:
+            found = _resolve(a, b, c, alpha, beta, epilog, epilog_inputs, grad)
+            if key is not None:
+                if len(_resolved) >= _RESOLVED_MAX:
+                    _resolved.clear()
+                _resolved[key] = found
+        run, alpha, beta, output = found
+        d, extra = matmul(a, b, c, alpha, beta, run, bias, aux, "", "")
+        return d if output is None else (d, {output: extra})
+    return _route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution, stream)
+
+
+def _route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution, stream):
+    """The route with options, preferences, execution or stream, or under torch.compile: every check, every call."""
+    call = "mathpy.matmul"
+    grad_inputs = {} if epilog_inputs is None else epilog_inputs
+    if not isinstance(grad_inputs, dict):
+        raise TypeError(f"epilog_inputs must be a dict, not {type(grad_inputs).__name__}")
+    bias = grad_inputs.get("bias")
+    aux = grad_inputs.get("relu_aux", grad_inputs.get("gelu_aux"))
+    grad = requires_grad(a, b, c, bias, aux)
+    if execution is not None or stream is not None:
+        refuse_placement(call, execution, stream, reason(a=a, b=b, c=c, **_named(grad_inputs)), "tensors")
+    run, alpha, beta, output = _resolve(a, b, c, alpha, beta, epilog, epilog_inputs, grad)
+    d, extra = matmul(a, b, c, alpha, beta, run, bias, aux, encode_options(MatmulOptions, options, "options"),
+                      encode_options(MatmulPlanPreferences, preferences, "preferences"))
+    return d if output is None else (d, {output: extra})
+
+
+def _resolve(a, b, c, alpha, beta, epilog, epilog_inputs, grad):
+    """``(epilog to run, alpha, beta, the name of the epilog's output or None)`` for a call, after every check that
+    depends on the call's facts (the operands' types and dtypes, the epilog and its inputs' names, the scalars)."""
     call = "mathpy.matmul"
     grad_inputs = {} if epilog_inputs is None else epilog_inputs
     if not isinstance(grad_inputs, dict):
@@ -339,32 +450,23 @@ def route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, exe
                f"into a torch graph {reason(a=a, b=b, c=c, **_named(grad_inputs))}",
                "apply it with torch ops to the product, or call it under torch.no_grad() outside torch.compile")
     spec = epilog_spec(epilog)
-    bias = grad_inputs.get("bias")
-    aux = grad_inputs.get("relu_aux", grad_inputs.get("gelu_aux"))
     missing = [name for name in spec.inputs if grad_inputs.get(name) is None]
     unknown = sorted(set(grad_inputs) - set(spec.inputs))
     if missing or unknown:
         raise ValueError(f"epilog {spec.name} takes epilog_inputs {list(spec.inputs)}; missing {missing}, not "
                          f"applicable {unknown}")
-    grad = requires_grad(a, b, c, bias, aux)
-    why = reason(a=a, b=b, c=c, **_named(grad_inputs))
-    if execution is not None:
-        refuse(call, "execution=", f"moves data between devices outside autograd {why}",
-               "move the tensors with .to(device) (differentiable) and leave execution=None")
-    if stream is not None:
-        refuse(call, "stream=", f"is not supported here {why}",
-               "make the stream current with torch.cuda.stream(...): mathpy runs on torch's current stream")
     if grad and spec.name not in _DIFFERENTIABLE:
-        refuse(call, f"epilog={spec.name}", f"is a backward epilog, which mathpy does not differentiate {why}",
+        refuse(call, f"epilog={spec.name}", f"is a backward epilog, which mathpy does not differentiate "
+               f"{reason(a=a, b=b, c=c, **_named(grad_inputs))}",
                "run it under torch.no_grad() or with detached operands, as a backward pass does")
     if grad:
         for name, t in (("a", a), ("b", b)):
             if t.dtype in _FLOAT8:
-                refuse(call, f"{name} ({t.dtype})", f"has no backward in mathpy {why}",
+                refuse(call, f"{name} ({t.dtype})", f"has no backward in mathpy {reason(a=a, b=b)}",
                        "train in bfloat16/float16 or run float8 products under torch.no_grad()")
     if spec.aux_out == "gelu_aux" and a.dtype in _FLOAT8:  # the op's fake promises the aux in D's dtype, one output
         refuse(call, f"epilog={spec.name} with {a.dtype} operands", f"has a GELU aux in its own dtype (and maybe its "
-               f"amax), which mathpy's custom op does not describe {why}", "call it outside torch.compile")
+               f"amax), which mathpy's op does not describe {reason(a=a, b=b)}", "call it outside torch.compile")
     scalars = []
     for name, value in (("alpha", alpha), ("beta", beta)):
         if isinstance(value, np.number):
@@ -376,6 +478,4 @@ def route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, exe
     if beta is None:
         beta = 0 if c is None else 1
     run = _KEEP_PRE_ACTIVATION.get(spec.name, spec.name) if grad else spec.name
-    d, extra = matmul(a, b, c, alpha, beta, run, bias, aux, encode_options(MatmulOptions, options, "options"),
-                      encode_options(MatmulPlanPreferences, preferences, "preferences"))
-    return (d, {spec.outputs[0]: extra}) if spec.outputs else d
+    return run, alpha, beta, (spec.outputs[0] if spec.outputs else None)

@@ -24,6 +24,7 @@ import numpy as np
 
 from ... import _operands, _packages
 from ..._out import copy_into
+from ..._threads import threads_for
 from ..._streams import keep_for_graph, refuse_in_capture
 from ._callback import raise_recorded
 from ._numpy_rules import check_floating_point, ufunc_name
@@ -37,9 +38,9 @@ class FFTCall:
     """``problem`` executed by ``engine``; the bound callbacks are kept for as long as the call may run, and
     ``cache_key`` is the engine's key in a plan cache (what the stateless functions borrow it under)."""
 
-    __slots__ = ("problem", "engine", "callbacks", "cache_key", "holder", "locked", "_lock", "_run", "_out_shape",
-                 "_out_dtype", "_out_order", "_scale_type", "_device_id", "_pointer", "_current_stream", "_makers",
-                 "_checked")
+    __slots__ = ("problem", "engine", "callbacks", "cache_key", "holder", "locked", "host_direct", "_lock", "_run",
+                 "_out_shape", "_out_dtype", "_out_order", "_scale_type", "_device_id", "_pointer", "_current_stream",
+                 "_makers", "_checked", "_cpu_threads")
 
     def __init__(self, problem, engine, callbacks=(), cache_key=None):
         self.problem, self.engine, self.callbacks, self.cache_key = problem, engine, tuple(callbacks), cache_key
@@ -55,6 +56,10 @@ class FFTCall:
         self._scale_type, self._device_id = problem.scale_type, problem.device_id
         self._pointer, self._current_stream = self.holder.pointer, self.holder.current_stream
         self._makers = {}  # stream (None: the current one) -> the output's allocation on it, resolved once
+        # the CPU engine reads the caller's NumPy array where it lies and writes a new one: execute_host()
+        self.host_direct = not problem.on_gpu and problem.local and not problem.copy_input and \
+            not problem.options.inplace
+        self._cpu_threads = 1 if problem.on_gpu else threads_for(problem.execution)  # NumPy's checks of the result
         # GPU callbacks compiled with check_bounds: each execution reads their error records afterwards
         self._checked = problem.on_gpu and any(cb is not None and cb.check_bounds for cb in self.callbacks)
 
@@ -95,6 +100,27 @@ class FFTCall:
         make = self._makers[stream] = self.holder.on(self._device_id, stream).maker(self._out_shape, self._out_dtype,
                                                                                     self._out_order)
         return make
+
+    # --- the direct CPU case ---------------------------------------------------------------------------------------
+    def execute_host(self, array, direction, scale=None):
+        """:meth:`execute` for a NumPy array laid out as ``problem.transform.input_strides`` on the CPU
+        (``host_direct``): returns the new output array."""
+        make = self._makers.get(None)
+        if make is None:
+            make = self._maker(None)
+        result = make()
+        self._run_cpu(array, result, direction, scale)
+        t = self.problem.transform
+        check_floating_point(array, result, ufunc_name(t.fft_type, direction, t.n[-1]), self._cpu_threads)
+        return result
+
+    def _run_cpu(self, x, result, direction, scale):
+        if scale is not None and getattr(self.engine, "scales", False):  # the engine scales inside its passes
+            self.engine.execute(x, result, direction, None, scale=scale)
+        else:
+            self.engine.execute(x, result, direction, None)
+            if scale is not None:
+                scale_parts(result, self._scale_type(scale))
 
     # --- every case ----------------------------------------------------------------------------------------------
     def execute(self, op, direction, stream, scale=None, out=None, staging=None):
@@ -168,12 +194,10 @@ class FFTCall:
             result = out.tensor
         else:
             result = _packages.get("numpy").on(None).empty(t.output_shape, t.output_dtype, p.out_order)
-        self.engine.execute(x, result, direction, None)
-        if scale is not None:
-            scale_parts(result, self._scale_type(scale))
+        self._run_cpu(x, result, direction, scale)
         if p.options.inplace:
             return op.tensor
-        check_floating_point(x, result, ufunc_name(t.fft_type, direction, t.n[-1]))
+        check_floating_point(x, result, ufunc_name(t.fft_type, direction, t.n[-1]), self._cpu_threads)
         if out is not None:
             if result is not out.tensor:
                 copy_into(out, result, None)

@@ -61,8 +61,10 @@ ValueError
 :class:`~mathpy.NoDeviceError`
     GPU execution was asked for on a machine without a usable GPU.""",
     "notes": """\
-The CPU runs SciPy's pocketfft (``ExecutionCPU(num_threads=...)`` sets its workers) and the callbacks as
-numba-compiled loops; a GPU runs cuFFT with the callbacks compiled to LTO-IR and fused into its kernels.
+The CPU runs the fastest installed CPU FFT library (SciPy's pocketfft, FFTW through pyFFTW, MKL through mkl_fft:
+:class:`~mathpy.ExecutionCPU` says how it is chosen, and ``num_threads`` its threads) with the callbacks compiled
+by numba and fused into the passes around it; a GPU runs cuFFT with the callbacks compiled to LTO-IR and fused into
+its kernels.
 Both give NumPy's results: float16 input (and torch's complex32) is computed in single precision, integer
 and bool input in double, long double input in long double (on the CPU only: cuFFT has none, so GPU
 execution refuses it). Half-precision transforms (complex32 results) are :class:`~mathpy.fft.FFT`'s.

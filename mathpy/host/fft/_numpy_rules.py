@@ -28,6 +28,7 @@ import numpy as np
 
 from ..._dtypes import COMPLEX32
 from ..._out import check_writable
+from ..._threads import parallel_sum
 
 __all__ = ["AxisError", "MAX_AXES", "check_norm", "swap_norm", "check_n", "normalize_axis", "cook_1d", "cook_nd",
            "check_no_axes", "stages", "stage_shape", "computation_dtype", "result_dtype", "scale", "check_out",
@@ -267,15 +268,15 @@ def ufunc_name(fft_type, direction, last_length):
     return "ifft" if direction == 1 else "fft"
 
 
-def check_floating_point(x, result, name):
+def check_floating_point(x, result, name, threads=1):
     """NumPy's floating-point error reports for a transform of ``x`` into ``result`` (NumPy arrays): "overflow
     encountered in NAME" when ``result`` holds an infinity that ``x`` did not, then "invalid value encountered in
     NAME" when it holds a NaN that ``x`` did not (what the processor's flags tell NumPy's gufunc; scipy.fft does not
     look at them). Handled as :func:`numpy.seterr` / :class:`numpy.errstate` say: a RuntimeWarning by default.
 
-    The common case costs one sum of the result: a finite sum means a finite result."""
+    The common case costs one sum of the result (on ``threads`` threads): a finite sum means a finite result."""
     with np.errstate(all="ignore"):  # the sum of a finite result may overflow: that is not the transform's
-        if np.isfinite(np.add.reduce(result, axis=None)):
+        if np.isfinite(parallel_sum(result, threads)):
             return
     if np.isinf(result).any() and not np.isinf(x).any():
         _floating_point_error("over", "overflow", name)

@@ -9,8 +9,8 @@ array([4.+0.j, 0.+0.j, 0.+0.j, 0.+0.j])
 
 Functions mathpy has (fft, ifft, rfft, irfft, hfft, ihfft and their 2-D / N-D forms) run through mathpy when their
 arguments have a mathpy equivalent: ``overwrite_x`` is ignored and, for a host array, ``workers`` becomes
-``ExecutionCPU(num_threads=workers)`` with SciPy's rules (None: ``scipy.fft.get_workers()``, 1 unless a
-``scipy.fft.set_workers`` block says otherwise; negative counts from ``os.cpu_count()``; SciPy's ValueErrors for 0
+``ExecutionCPU(num_threads=workers, fft_library="pocketfft")`` (SciPy's own library) with SciPy's rules (None:
+``scipy.fft.get_workers()``, 1 unless a ``scipy.fft.set_workers`` block says otherwise; negative counts from ``os.cpu_count()``; SciPy's ValueErrors for 0
 and for counts below ``-os.cpu_count()``). For anything else (dct, dst, hfftn, a ``plan`` other than None, another
 keyword) ``NotImplemented`` lets SciPy try the next backend; so does a TypeError of mathpy (e.g. a dtype it does not
 take) in the 1-D functions and the rfft*/irfft* ones.
@@ -56,7 +56,8 @@ def __ua_function__(method, args, kwargs):
     workers = _workers(workers)
     from ... import _operands
     if _operands.wrap_operand(args[0]).on_host:
-        kwargs["execution"] = ExecutionCPU(num_threads=workers)
+        # SciPy's own library: the backend gives scipy.fft's numbers (whatever faster library is installed)
+        kwargs["execution"] = ExecutionCPU(num_threads=workers, fft_library="pocketfft")
     if name.endswith("n"):  # SciPy's s without axes means the last len(s) axes, without NumPy 2's deprecation
         positional = dict(zip(("s", "axes", "norm"), args[1:]))
         if set(positional) & set(kwargs):

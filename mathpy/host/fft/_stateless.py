@@ -30,6 +30,7 @@ from ._plan import plan_cache
 __all__ = ["reuse", "remember", "forget", "remembered", "MISSED"]
 
 MISSED = object()
+_NUMPY = _packages.get("numpy")
 _calls = {}  # key -> _Remembered
 _CALLS_MAX = 256
 
@@ -70,12 +71,15 @@ def reuse(name, params, a, out, prolog, epilog, options, execution, stream):
     torch view), unhashable arguments)."""
     if out is not None or type(options) is dict:
         return None, None
-    package = _packages.interface_of(a)
-    if package is None:
-        return None, None
-    facts, pointer = package.facts(a)
-    if facts is None:  # a lazy view (a torch conjugate / negative bit): its address holds other values
-        return None, None
+    if type(a) is np.ndarray:  # the CPU's calls read the array, not an address: no need to ask for it
+        package, facts, pointer = _NUMPY, (a.shape, a.strides, a.dtype, None), None
+    else:
+        package = _packages.interface_of(a)
+        if package is None:
+            return None, None
+        facts, pointer = package.facts(a)
+        if facts is None:  # a lazy view (a torch conjugate / negative bit): its address holds other values
+            return None, None
     pro = None if prolog is None else _callback_facts(prolog)
     epi = None if epilog is None else _callback_facts(epilog)
     if pro is MISSED or epi is MISSED:
@@ -92,13 +96,13 @@ def reuse(name, params, a, out, prolog, epilog, options, execution, stream):
             _calls.pop(key, None)
             return None, key
     call = found.call
-    if call.problem.direct and call.locked:  # one engine call, under the engine's lock: no borrow needed
-        engine = plan_cache.touch(call.cache_key)
-        if engine is None:  # evicted: plan again
-            _calls.pop(key, None)
+    host = call.host_direct and type(a) is np.ndarray  # the CPU engine: its free() leaves it runnable
+    if host or (call.problem.direct and call.locked):  # one engine call (GPU: under its lock): no borrow needed
+        call = _touched(found, key)
+        if call is None:  # evicted: plan again
             return None, key
-        if engine is not call.engine:  # planned again since (by another call): bind to the cached engine
-            call = found.call = FFTCall(call.problem, engine, call.callbacks, call.cache_key)
+        if host:
+            return call.execute_host(a, found.direction, found.scale), None
         try:
             return call.execute_direct(pointer, found.direction, stream if stream is None else stream_handle(stream),
                                        found.scale), None
@@ -121,6 +125,19 @@ def reuse(name, params, a, out, prolog, epilog, options, execution, stream):
         return call.execute(_operands.wrap_operand(a), found.direction, handle, found.scale), None
     finally:
         plan_cache.release(entry)
+
+
+def _touched(found, key):
+    """``found``'s call, bound to the engine the plan cache holds for it (touched: a hit), or None (and ``key``
+    forgotten) when the cache evicted it."""
+    call = found.call
+    engine = plan_cache.touch(call.cache_key)
+    if engine is None:
+        _calls.pop(key, None)
+        return None
+    if engine is not call.engine:  # planned again since (by another call): bind to the cached engine
+        call = found.call = FFTCall(call.problem, engine, call.callbacks, call.cache_key)
+    return call
 
 
 def remember(key, call, direction, scale):

@@ -179,8 +179,17 @@ class MatmulCall:
         for name, layout, shape, order, zero in self._outputs:
             outputs[name] = tensor = queue.empty(shape, layout.dtype, order, zero)
             out_args[name] = self._argument(name, layout, _operands.wrap_operand(tensor))
-        args = {"a": values["a"], "b": values["b"], "c": values.get("c"),
-                "d": values["c"] if self.inplace else self._argument("d", self.problem.d, _operands.wrap_operand(d)),
+        if self.inplace:
+            d_argument = values["c"]
+        else:
+            d_argument = None
+            if type(d) is np.ndarray:  # the CPU engine's (batch, M, N) view of the D just allocated (batches dense)
+                d_argument = d.reshape(self.problem.batch, self.problem.m, self.problem.n)
+                if d_argument.base is not (d if d.base is None else d.base):  # a copy: view the memory itself
+                    d_argument = None
+            if d_argument is None:
+                d_argument = self._argument("d", self.problem.d, _operands.wrap_operand(d))
+        args = {"a": values["a"], "b": values["b"], "c": values.get("c"), "d": d_argument,
                 "epilog_inputs": {name: values[name] for name in self._inputs}, "epilog_outputs": out_args,
                 "alpha": self.alpha, "beta": self.beta}
         return args, (d, outputs, list(brought.values()))

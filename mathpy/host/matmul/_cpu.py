@@ -18,10 +18,12 @@ import time
 import ml_dtypes
 import numpy as np
 
+from ... import _threads
+from ._cpu_epilog import epilog_pass
 from ._epilog import gelu, gelu_grad, pack_bits, unpack_bits
 from ._options import BF16, F16, FLOAT8_DTYPES
 
-__all__ = ["CPUEngine", "CPUAlgorithm"]
+__all__ = ["CPUEngine", "CPUAlgorithm", "HostCall"]
 
 
 class CPUAlgorithm:
@@ -88,6 +90,31 @@ def _scalar(dtype, value):
     return value if dtype.kind == "O" else dtype.type(value)
 
 
+_NATIVE_COMPUTE = ("32F", "64F", "NATIVE")
+_gemm = np.matmul  # the BLAS product of a native problem (a seam: the tests watch the BLAS's threads inside it)
+
+
+def _native_product(problem, compute):
+    """Whether the product is numpy.matmul of the operands as they are, in D's dtype: no conversion, no rounding of
+    the inputs, no float8 scales."""
+    p = problem
+    dtypes = {p.a.dtype, p.b.dtype, p.d.dtype} | ({p.c.dtype} if p.c is not None else set())
+    return (p.compute_type in _NATIVE_COMPUTE and dtypes == {compute} and compute.kind in "fciu"
+            and p.a_scale is None and p.b_scale is None and p.d_scale is None and not p.inplace)
+
+
+def _native_epilog(problem):
+    """Whether the epilog pass does what the epilog asks: RELU / GELU, a bias, their bitmask or aux in D's dtype."""
+    spec = problem.spec
+    if problem.epilog is None:
+        return True
+    outputs = dict(problem.epilog_outputs)
+    return (spec.activation in (None, "relu", "gelu") and spec.bgrad is None and problem.d.dtype.kind == "f"
+            and (problem.d.is_col_major or not (spec.bias or spec.aux_out))  # per-row operands run along Q
+            and set(outputs) <= {"relu_aux", "gelu_aux"} and problem.aux_scale is None
+            and ("gelu_aux" not in outputs or outputs["gelu_aux"].dtype == problem.d.dtype))
+
+
 class CPUEngine:
     """Executes a :class:`~._problem.MatmulProblem` with NumPy; see the module docstring for the argument forms."""
 
@@ -99,6 +126,11 @@ class CPUEngine:
         self.algorithms = [self.algorithm]
         self.workspace_bytes = 0
         self._compute = _problem_compute_dtype(problem)
+        self.threads = _threads.threads_for(execution)
+        self._blas_limit = getattr(execution, "num_threads", None)
+        self._work = problem.m * problem.n * problem.k * problem.batch
+        #: the product is numpy.matmul's, computed into D itself (and what cuBLASLt adds after it, in one pass)
+        self.native = _native_product(problem, self._compute) and _native_epilog(problem)
 
     def autotune(self, operands, stream=None, iterations=3):
         """Time the (single) algorithm; returns ``[(algorithm, seconds)]``."""
@@ -121,6 +153,62 @@ class CPUEngine:
         return x, A, B
 
     def execute(self, a, b, c, d, epilog_inputs, epilog_outputs, alpha, beta, stream=None):
+        if self.native:
+            self._execute_native(a, b, c, d, epilog_inputs, epilog_outputs, alpha, beta)
+            return
+        with _threads.blas_threads(self._blas_limit, self._work):
+            self._execute_numpy(a, b, c, d, epilog_inputs, epilog_outputs, alpha, beta)
+
+    def product_into(self, a, b, d):
+        """``d[...] = a @ b`` by the BLAS, into D's own memory, on the threads the execution space allows."""
+        with _threads.blas_threads(self._blas_limit, self._work):
+            _gemm(a, b, out=d)
+
+    def _execute_native(self, a, b, c, d, epilog_inputs, epilog_outputs, alpha, beta):
+        """numpy.matmul into D, then one pass for alpha, beta * C, the bias, the activation and its aux output."""
+        self.product_into(a, b, d)
+        self.after_product(d, c, epilog_inputs.get("bias"), epilog_outputs, alpha, beta)
+
+    def after_product(self, d, c, bias, epilog_outputs, alpha, beta):
+        """The pass over D (``(batch, M, N)`` views, as ``execute`` takes them) that a native product needs after
+        ``A @ B``: alpha, beta * C, the bias, the activation and its aux outputs; nothing when none of them is asked."""
+        p = self.problem
+        c = c if c is not None and beta != 0 else None
+        if alpha == 1 and c is None and p.epilog is None:
+            return
+        # the pass walks D in memory order: a column-major D (every per-row epilog) as its transpose
+        swap = (lambda x: x.swapaxes(1, 2)) if p.d.is_col_major else (lambda x: x)
+        outputs = {name: swap(view) for name, view in epilog_outputs.items()}  # with their padding: the pass zeroes it
+        epilog_pass(swap(d), self.threads, alpha=None if alpha == 1 else alpha, c=None if c is None else swap(c),
+                    beta=beta, bias=bias, activation=p.spec.activation, relu_aux=outputs.get("relu_aux"),
+                    gelu_aux=outputs.get("gelu_aux"))
+
+    def host_call(self, call, a, b, epilog_inputs):
+        """A :class:`HostCall` running ``call`` (this engine's :class:`~._call.MatmulCall`) on later NumPy operands of
+        the facts of ``a``, ``b`` and ``epilog_inputs``, or None when the call needs more than the product and its
+        pass on the caller's arrays: copies, C, epilog outputs, a bias other than ``(M,)``, a 1-D operand with more
+        than the product."""
+        p, f = self.problem, call.finish
+        if not self.native or call.inplace or p.c is not None or p.epilog_outputs or f.cast is not None or \
+                f.like is not None or any(s.mode is not None or s.move for s in call.staged.values()) or \
+                (p.fused is not None and p.fused.check_bounds):  # a checked epilog runs its own diagnostic loop
+            return None
+        names = set(epilog_inputs or ())
+        if p.fused is not None:  # a Python epilog reads its operands where they lie
+            if names - {name for name, _ in p.fused.operands}:
+                return None
+        else:
+            bias = (epilog_inputs or {}).get("bias")
+            if names - {"bias"} or (bias is not None and (type(bias) is not np.ndarray or bias.shape != (p.m,))):
+                return None
+        plain = call.alpha == 1 and p.epilog is None and p.fused is None
+        if not plain and (a.ndim < 2 or b.ndim < 2):
+            return None
+        shape = (*p.batch_shape, *(() if f.vector_a else (p.m,)), *(() if f.vector_b else (p.n,)))  # numpy.matmul's
+        return HostCall(self, call.alpha, call.beta, shape, p.d.is_col_major and a.ndim >= 2 and b.ndim >= 2, plain)
+
+    def _execute_numpy(self, a, b, c, d, epilog_inputs, epilog_outputs, alpha, beta):
+        """Every other product, in NumPy operations on the compute dtype (cuBLASLt's numerics)."""
         p, ct = self.problem, self._compute
         spec = p.spec
         a_scale, b_scale, d_scale, aux_scale = (
@@ -169,3 +257,38 @@ class CPUEngine:
 
     def free(self):
         """Nothing to release (the engine protocol's free())."""
+
+
+class HostCall:
+    """The stateless matmul's prepared call on the CPU for NumPy operands read where they lie
+    (:meth:`CPUEngine.host_call`): ``call(a, b, inputs)`` allocates D in the plan's layout, runs the BLAS product into
+    it with numpy.matmul's shapes (batch broadcasting, 1-D operands) and the engine's pass over it, and returns it.
+    The same product and pass as :meth:`CPUEngine.execute`, without the plan's views."""
+
+    __slots__ = ("engine", "alpha", "beta", "shape", "plain", "_storage", "_swap", "_dtype")
+
+    def __init__(self, engine, alpha, beta, shape, col_major, plain):
+        self.engine, self.alpha, self.beta, self.shape, self.plain = engine, alpha, beta, shape, plain
+        self._dtype = engine.problem.d.dtype
+        self._swap = col_major and len(shape) >= 2
+        self._storage = shape[:-2] + shape[:-3:-1] if self._swap else shape  # allocated; D is its transpose
+
+    def __call__(self, a, b, inputs):
+        engine = self.engine
+        if not self.shape:  # 1-D @ 1-D: a NumPy scalar, as numpy.matmul gives it
+            with _threads.blas_threads(engine._blas_limit, engine._work):
+                return np.matmul(a, b)
+        d = np.empty(self._storage, self._dtype)
+        if self._swap:
+            d = d.swapaxes(-1, -2)
+        engine.product_into(a, b, d)
+        if self.plain:
+            return d
+        d3 = d.reshape(-1, *self.shape[-2:])
+        if engine.problem.fused is None:
+            bias = inputs.get("bias") if inputs else None
+            engine.after_product(d3, None, None if bias is None else bias[None], {}, self.alpha, self.beta)
+        else:
+            engine.after_product(d3, None, None, {}, self.alpha, self.beta)
+            engine.run_epilog(d3, inputs or {})
+        return d

@@ -62,8 +62,10 @@ ValueError
 :class:`~mathpy.NoDeviceError`
     GPU execution was asked for on a machine without a usable GPU.""",
     "notes": """\
-The CPU computes with NumPy (its BLAS for floating point; float16, bfloat16 and float8 in float32, rounded once,
-as cuBLASLt's 32F compute type does; integers, bool, long double and object arrays exactly as NumPy does). A GPU
+The CPU computes with NumPy (its BLAS for floating point, straight into the result, then alpha, ``beta * c``, the
+bias, RELU / GELU or a Python epilog in one pass over it on every thread; float16, bfloat16 and float8 in float32,
+rounded once, as cuBLASLt's 32F compute type does; integers, bool, long double and object arrays exactly as NumPy
+does; ``ExecutionCPU(num_threads=...)`` limits the BLAS's threads for the call). A GPU
 runs cuBLASLt: int8 (and bool, as int8) on its integer kernels with int32 sums; other integers, long double and
 object arrays are CPU only. Both execution spaces give the same numbers and formats, epilog outputs included.
 

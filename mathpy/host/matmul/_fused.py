@@ -26,9 +26,12 @@ import types
 
 import numpy as np
 
+from ... import _threads
 from ..._strides import c_strides
 from ...jit import _matmul_epilog as E
+from ...jit._cpu_passes import matmul_epilog_pass
 from ._cpu import CPUEngine, _store
+from ._cpu_epilog import python_epilog_pass
 from ._options import BF16
 
 __all__ = ["FusedEpilog", "DataLayout", "fused_epilog", "check_fused_problem", "stage_data", "FusedCPUEngine",
@@ -167,14 +170,39 @@ def gpu_route(fused, operands, m, n, k, batch, a, b, c, d_dtype, compute_type, d
 
 class FusedCPUEngine(CPUEngine):
     """The CPU engine: :class:`~._cpu.CPUEngine`'s product (NumPy's BLAS with cuBLASLt's numerics), then the epilog
-    compiled by numba, then one rounding to the result's dtype. Arguments of :meth:`execute` as for ``CPUEngine``
-    (NumPy views), with ``epilog_inputs`` the operand arrays (any strides) by name."""
+    compiled by numba in one pass over the result, a block of rows per thread, then (16-bit results) one rounding to
+    the result's dtype. Arguments of :meth:`execute` as for ``CPUEngine`` (NumPy views), with ``epilog_inputs`` the
+    operand arrays (any strides) by name."""
 
     algorithm = "numpy+numba"
 
+    def __init__(self, problem, **kwargs):
+        super().__init__(problem, **kwargs)
+        self._epilog = None  # compiled at the first execution
+
     def execute(self, a, b, c, d, epilog_inputs, epilog_outputs, alpha, beta, stream=None):
         p = self.problem
-        x = self._product(a, b, c, alpha, beta)[0]
-        x = np.ascontiguousarray(np.broadcast_to(x, (p.batch, p.m, p.n)))
-        operands = [epilog_inputs.get(name) for name, _ in p.fused.operands]
-        _store(E.apply_cpu(p.fused.epilog, x, operands, p.fused.check_bounds), d)
+        if p.fused.check_bounds:  # a diagnostic: one element at a time, the first bad index named
+            with _threads.blas_threads(self._blas_limit, self._work):
+                x = self._product(a, b, c, alpha, beta)[0]
+            x = np.ascontiguousarray(np.broadcast_to(x, (p.batch, p.m, p.n)))
+            operands = [epilog_inputs.get(name) for name, _ in p.fused.operands]
+            _store(E.apply_cpu(p.fused.epilog, x, operands, True), d)
+            return
+        if self.native:  # float32 / float64 / complex64: the product in D itself, the epilog in place
+            self._execute_native(a, b, c, d, {}, {}, alpha, beta)
+            self.run_epilog(d, epilog_inputs)
+            return
+        with _threads.blas_threads(self._blas_limit, self._work):
+            x = self._product(a, b, c, alpha, beta)[0]
+        x = np.require(np.broadcast_to(x, (p.batch, p.m, p.n)), requirements=("C", "W"))  # the pass writes it
+        self.run_epilog(x, epilog_inputs)
+        _store(x, d)
+
+    def run_epilog(self, x, epilog_inputs):
+        """The Python epilog in place on ``x`` (``(batch, M, N)``, C-contiguous, the compute dtype), on every
+        thread; ``epilog_inputs``: its operand arrays by name."""
+        operands = tuple(E.read_only(epilog_inputs.get(name)) for name, _ in self.problem.fused.operands)
+        if self._epilog is None:
+            self._epilog = matmul_epilog_pass(self.problem.fused.epilog, len(operands))
+        python_epilog_pass(self._epilog, x, operands, self.threads)

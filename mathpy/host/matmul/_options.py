@@ -372,6 +372,9 @@ def resolve_types(a_dtype, b_dtype, c_dtype, options, on_gpu=False):
     if result not in results:
         raise TypeError(f"result_type {result.name} is not supported for {operand.name} operands; allowed are "
                         f"{[d.name for d in results]}")
+    if float8 and result == E5M2 and a_dtype == b_dtype == E4M3:  # cuBLASLt has no such kernel (H200, 13.1)
+        raise TypeError("result_type float8_e5m2 needs an e5m2 operand: cuBLASLt has no e4m3 x e4m3 product with an "
+                        "e5m2 result (its float8 results are e4m3 there; float16, bfloat16 and float32 work too)")
     if on_gpu:
         _check_gpu(operand)
     if c_dtype is not None:

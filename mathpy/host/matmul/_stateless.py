@@ -26,6 +26,7 @@ from ._matmul import Matmul, matmul_plan_cache
 __all__ = ["matmul", "forget", "remembered"]
 
 _calls = {}  # key -> MatmulCall
+_host_calls = {}  # key -> (plan cache key, HostCall): NumPy operands on the CPU
 _CALLS_MAX = 128
 
 
@@ -108,26 +109,30 @@ def matmul(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None,
     if out is not None:
         return _into(out, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution, stream,
                      quantization_scales)
+    host_key = None
+    if type(a) is np.ndarray and type(b) is np.ndarray and c is None and quantization_scales is None:
+        found, host_key = _lookup(_host_calls, _host_key(a, b, alpha, beta, epilog, epilog_inputs, options,
+                                                         preferences, execution))
+        if found is not None:
+            if matmul_plan_cache.touch(found[0]) is found[1].engine and _current(found[1].engine.problem):
+                return found[1](a, b, epilog_inputs)  # (CPU engines hold nothing to free)
+            _host_calls.pop(host_key, None)  # evicted, planned again, or its epilog changed: plan again
     key, addresses = (None, None) if quantization_scales is not None else \
         _call_key(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution)
-    if key is not None:
-        try:
-            call = _calls.get(key)
-        except TypeError:  # an unhashable argument: Matmul judges it
-            call = key = None
-        if call is not None and call.problem.fused is not None and not call.problem.fused.epilog.current():
-            _calls.pop(key, None)  # the Python epilog reads a global or closure that changed: compile and plan again
-            call = None
-        if call is not None:
-            entry = matmul_plan_cache.acquire(call.cache_key)
-            if entry is not None:
-                try:
-                    if entry.plan is not call.engine:  # planned again since: bind to the cached engine
-                        call = _calls[key] = call.rebind(entry.plan, call.cache_key)
-                    return call.execute_pointers(*addresses, stream if stream is None else stream_handle(stream))
-                finally:
-                    matmul_plan_cache.release(entry)
-            _calls.pop(key, None)  # evicted: plan again
+    call, key = _lookup(_calls, key)
+    if call is not None and not _current(call.problem):
+        _calls.pop(key, None)  # the Python epilog reads a global or closure that changed: compile and plan again
+        call = None
+    if call is not None:
+        entry = matmul_plan_cache.acquire(call.cache_key)
+        if entry is not None:
+            try:
+                if entry.plan is not call.engine:  # planned again since: bind to the cached engine
+                    call = _calls[key] = call.rebind(entry.plan, call.cache_key)
+                return call.execute_pointers(*addresses, stream if stream is None else stream_handle(stream))
+            finally:
+                matmul_plan_cache.release(entry)
+        _calls.pop(key, None)  # evicted: plan again
     mm = Matmul.for_cache(matmul_plan_cache, a, b, c, alpha=alpha, beta=beta, options=options, execution=execution,
                           quantization_scales=quantization_scales)
     try:
@@ -137,9 +142,31 @@ def matmul(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None,
             if len(_calls) >= _CALLS_MAX:
                 _calls.clear()
             _calls[key] = call.detached()
+        elif host_key is not None and not call.on_gpu:
+            host = getattr(call.engine, "host_call", None)
+            host = host and host(call, a, b, epilog_inputs)
+            if host is not None:
+                if len(_host_calls) >= _CALLS_MAX:
+                    _host_calls.clear()
+                _host_calls[host_key] = (call.cache_key, host)
         return mm.execute(stream=stream)
     finally:
         mm.free()
+
+
+def _current(problem):
+    """False when the problem's Python epilog reads a global or closure that changed since it was compiled."""
+    return problem.fused is None or problem.fused.epilog.current()
+
+
+def _lookup(memo, key):
+    """``(memo[key] or None, key)``; ``(None, None)`` for an unhashable key (an argument Matmul then judges)."""
+    if key is None:
+        return None, None
+    try:
+        return memo.get(key), key
+    except TypeError:
+        return None, None
 
 
 def _into(out, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution, stream,
@@ -203,12 +230,35 @@ def check_out_shape(shape, batch_shape, core):
 
 def remembered():
     """How many prepared calls are remembered."""
-    return len(_calls)
+    return len(_calls) + len(_host_calls)
 
 
 def forget():
     """Drop every remembered call (they hold no GPU memory: engines stay in the plan cache)."""
     _calls.clear()
+    _host_calls.clear()
+
+
+def _host_key(a, b, alpha, beta, epilog, epilog_inputs, options, preferences, execution):
+    """The key of a CPU call on NumPy operands (their shapes, strides and dtypes, and every other argument), or None
+    when an epilog input is not a NumPy array."""
+    inputs = None
+    if epilog_inputs:
+        if type(epilog_inputs) is not dict:
+            return None
+        inputs = []
+        for name in sorted(epilog_inputs):
+            value = epilog_inputs[name]
+            if type(value) is not np.ndarray:
+                return None
+            inputs.append((name, value.shape, value.strides, value.dtype))
+        inputs = tuple(inputs)
+    if type(options) is dict:
+        options = tuple(sorted(options.items()))
+    if type(preferences) is dict:
+        preferences = tuple(sorted(preferences.items()))
+    return (a.shape, a.strides, a.dtype, b.shape, b.strides, b.dtype, inputs, type(alpha), alpha, type(beta), beta,
+            epilog, options, preferences, execution, _execution.scoped_execution())
 
 
 _NO_INPUTS = types.MappingProxyType({})

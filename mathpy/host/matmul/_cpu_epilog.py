@@ -1,0 +1,150 @@
+"""The CPU engine's pass over a product's result: what cuBLASLt does after ``A @ B`` (alpha, ``beta * C``, the bias,
+RELU or GELU, the RELU bitmask and the GELU aux), in one numba pass over D, a block of rows per thread
+(:func:`mathpy._threads.run_chunks`; GELU's tanh in NumPy's vectorised ufuncs on each piece of rows right after, while
+it is in cache), and a Python epilog (:mod:`mathpy.jit._cpu_passes`) likewise.
+
+The pass walks D in memory order: its arrays are views ``(batch, P, Q)`` with Q the contiguous axis (for a row-major
+D, P = M rows and Q = N columns; for a column-major D, the transposed view: P = N, Q = M). A bias and the aux outputs
+exist only with a column-major D (the result layout convention of :mod:`._problem`), so they run along Q: the bias
+``(batches, M)`` and the bitmask bytes and GELU aux of one column are contiguous, as cuBLASLt lays them out.
+
+Definitions are :mod:`._epilog`'s: ``relu(x) = max(x, 0)`` (NaN stays NaN), the tanh approximation of GELU, bit ``i``
+of the bitmask set when ``X[i] > 0``, padding bits and rows zero.
+"""
+
+import math
+import threading
+
+import numpy as np
+
+from ... import _threads
+
+__all__ = ["epilog_pass", "python_epilog_pass"]
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_GELU_C = 0.044715
+
+#: Rows of a GELU pass are done in pieces of about this many bytes: the activation's NumPy ufuncs then run on data
+#: in cache, and few enough pieces keep the GIL-held Python between them short.
+SUB_BLOCK_BYTES = 1 << 18
+
+_lock = threading.Lock()
+_kernel = {}
+
+
+def _define():
+    import numba
+
+    @numba.njit(nogil=True, cache=False)
+    def rows(x, c, bias, relu_aux, gelu_aux, alpha, beta, scaled, relu, zero, start, stop):
+        p_count, q_count = x.shape[1], x.shape[2]
+        for r in range(start, stop):
+            b = r // p_count
+            p = r - b * p_count
+            for q in range(q_count):
+                v = x[b, p, q]
+                if scaled:
+                    v = alpha * v
+                if c is not None:
+                    v += beta * c[b if c.shape[0] > 1 else 0, p, q]
+                if bias is not None:
+                    v += bias[b if bias.shape[0] > 1 else 0, q]
+                if gelu_aux is not None:
+                    gelu_aux[b, p, q] = v
+                if relu and v < zero:
+                    v = zero
+                x[b, p, q] = v
+            if gelu_aux is not None:
+                for q in range(q_count, gelu_aux.shape[2]):
+                    gelu_aux[b, p, q] = zero
+            if relu_aux is not None:
+                for byte in range(relu_aux.shape[2]):
+                    bits = 0
+                    for bit in range(8):
+                        q = byte * 8 + bit
+                        if q < q_count and x[b, p, q] > zero:
+                            bits |= 1 << bit
+                    relu_aux[b, p, byte] = bits
+
+    @numba.njit(nogil=True, cache=False)
+    def scale_rows(x, c, alpha, beta, scaled, start, stop):  # any dtype, complex included
+        p_count = x.shape[1]
+        for r in range(start, stop):
+            b = r // p_count
+            p = r - b * p_count
+            for q in range(x.shape[2]):
+                v = x[b, p, q]
+                if scaled:
+                    v = alpha * v
+                if c is not None:
+                    v += beta * c[b if c.shape[0] > 1 else 0, p, q]
+                x[b, p, q] = v
+
+    _kernel.update(rows=rows, scale_rows=scale_rows)
+
+
+def _get(name):
+    if not _kernel:
+        with _lock:
+            if not _kernel:
+                _define()
+    return _kernel[name]
+
+
+def _in_blocks(work, x, threads):
+    """``work(start, stop)`` over the ``batch * P`` rows of ``x``, a block per thread."""
+    count = x.shape[0] * x.shape[1]
+    blocks = _threads.threads_for_bytes(threads, x.nbytes)
+    step = -(-count // blocks)
+    _threads.run_chunks(lambda i: work(i * step, min(count, (i + 1) * step)), -(-count // step), blocks)
+
+
+def epilog_pass(x, threads, *, alpha=None, c=None, beta=None, bias=None, activation=None, relu_aux=None,
+                gelu_aux=None):
+    """In place on ``x`` (``(batch, P, Q)``, Q contiguous): ``x = act(alpha * x + beta * c + bias)``, storing the
+    pre-activation into ``gelu_aux`` and the bitmask of ``x > 0`` into ``relu_aux`` when given (views ``(batch, P,
+    bytes)`` / ``(batch, P, rows)`` with their padding). ``c``: ``(1 or batch, P, Q)``; ``bias``: ``(1 or batch,
+    Q)``; ``activation``: None, "relu", "gelu"."""
+    dtype = x.dtype.type
+    scaled = alpha is not None
+    alpha, beta = dtype(1 if alpha is None else alpha), dtype(0 if beta is None else beta)
+    if x.dtype.kind == "c" or (activation is None and bias is None and relu_aux is None and gelu_aux is None):
+        kernel = _get("scale_rows")
+        _in_blocks(lambda start, stop: kernel(x, c, alpha, beta, scaled, start, stop), x, threads)
+        return
+    kernel, relu, zero = _get("rows"), activation == "relu", dtype(0)
+    gelu = activation == "gelu"
+    sub_rows = max(1, SUB_BLOCK_BYTES // (x.shape[2] * x.itemsize))
+
+    def work(start, stop):
+        for first in range(start, stop, sub_rows if gelu else stop - start):  # GELU: in cache, right after
+            last = min(stop, first + sub_rows) if gelu else stop
+            kernel(x, c, bias, relu_aux, gelu_aux, alpha, beta, scaled, relu, zero, first, last)
+            if gelu:
+                _gelu_rows(x, first, last)
+    _in_blocks(work, x, threads)
+
+
+def _gelu_rows(x, start, stop):
+    """GELU (the tanh approximation) in place on rows ``start..stop`` of ``x`` seen as ``(batch * P, Q)``, in NumPy
+    ufuncs: their tanh is vectorised (numba's calls the C library's scalar one, 4x slower)."""
+    p_count, dtype = x.shape[1], x.dtype.type
+    k0, k0k1 = dtype(_SQRT_2_OVER_PI), dtype(_SQRT_2_OVER_PI * _GELU_C)
+    while start < stop:
+        b, p = divmod(start, p_count)
+        rows = x[b, p:min(p_count, p + stop - start)]
+        t = rows * rows
+        t *= k0k1
+        t += k0
+        t *= rows  # k0 (x + c x^3)
+        np.tanh(t, out=t)
+        t += dtype(1)
+        t *= dtype(0.5)
+        rows *= t
+        start += len(rows)
+
+
+def python_epilog_pass(run, x, data, threads):
+    """A compiled Python epilog (:func:`mathpy.jit._cpu_passes.matmul_epilog_pass`) over ``x`` (``(batch, M, N)``,
+    C-contiguous), in place, a block of rows per thread."""
+    _in_blocks(lambda start, stop: run(x, data, start, stop), x, threads)

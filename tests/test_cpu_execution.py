@@ -1,0 +1,525 @@
+"""The CPU execution space (issue 26): every CPU FFT library gives NumPy's results, the library choice and its
+fallbacks, ``ExecutionCPU(num_threads=...)`` reaching the FFT, the fused passes and the BLAS, fused callbacks and
+epilogs equal to their unfused references, and the stateless matmul's remembered CPU call.
+
+Tolerances come from tests/_tolerance.py (FFT: normwise, u log2(n); matmul: elementwise gamma_k |A||B| bounds)."""
+
+import threading
+import time
+import types
+import warnings
+
+import numpy as np
+import pytest
+
+import mathpy
+import mathpy.fft as mfft
+from mathpy import _engines, _threads
+from mathpy.host.fft import _cpu_libraries as libraries
+from mathpy.host.fft._cpu import CPUEngine
+from mathpy.host.fft._layout import Transform
+from mathpy.host.matmul import _cpu as matmul_cpu
+from mathpy.host.matmul import _stateless as matmul_stateless
+from mathpy.host.matmul._epilog import gelu, pack_bits
+
+from _tolerance import assert_fft_close, assert_within, epilog_bounds, matmul_bound
+
+POCKETFFT = libraries.LIBRARIES["pocketfft"]
+INSTALLED = [name for name, library in libraries.LIBRARIES.items() if library.available()]
+
+
+def operand(shape, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape)
+    if np.dtype(dtype).kind == "c":
+        x = x + 1j * rng.standard_normal(shape)
+    return x.astype(dtype)
+
+
+def reference(name, x, **kwargs):
+    """NumPy's transform computed in double (long double kept), the reference of every library."""
+    wide = x.astype(np.clongdouble if x.dtype in (np.longdouble, np.clongdouble) else
+                    (np.complex128 if x.dtype.kind == "c" else np.float64))
+    return getattr(np.fft, name)(wide, **kwargs)
+
+
+def check(got, expected, dtype, n, what):
+    real = np.dtype(dtype).char.lower() if np.dtype(dtype).kind == "c" else np.dtype(dtype)
+    assert_fft_close(got, expected, np.dtype(real), n, what)
+
+
+# --- every library gives NumPy's results ----------------------------------------------------------------------------
+
+CASES = [  # (function, shape, dtype, keyword arguments, logical length n)
+    ("fft", (6, 97), np.complex64, {}, 97),  # prime
+    ("ifft", (5, 15), np.complex128, {"norm": "ortho"}, 15),  # odd
+    ("fft", (64, 3), np.complex64, {"axis": 0, "norm": "forward"}, 64),
+    ("fftn", (4, 9, 10), np.complex128, {"axes": (0, 1, 2)}, 360),
+    ("ifft2", (3, 8, 12), np.complex64, {}, 96),
+    ("rfft", (7, 33), np.float32, {}, 33),
+    ("irfft", (7, 17), np.complex64, {"n": 33}, 33),  # odd real length
+    ("rfftn", (6, 10, 14), np.float64, {"axes": (1, 2), "norm": "ortho"}, 140),
+    ("irfftn", (5, 6, 8), np.complex128, {"axes": (0, 2), "s": (5, 14)}, 70),
+    ("fft", (3, 40), np.clongdouble, {}, 40),
+]
+
+
+@pytest.mark.parametrize("library", INSTALLED)
+@pytest.mark.parametrize("name, shape, dtype, kwargs, n", CASES, ids=[f"{c[0]}-{c[1]}-{np.dtype(c[2]).name}"
+                                                                      for c in CASES])
+def test_every_library_gives_numpys_results(library, name, shape, dtype, kwargs, n):
+    x = operand(shape, dtype)
+    expected = reference(name, x, **kwargs)
+    execution = mathpy.ExecutionCPU(fft_library=library)
+    for call in ("first (quick plan)", "second (measured plan)", "third"):
+        got = getattr(mfft, name)(x, execution=execution, **kwargs)
+        assert got.dtype == getattr(np.fft, name)(x, **kwargs).dtype and got.shape == expected.shape
+        check(got, expected, dtype, n, f"{library} {name} {shape} {kwargs}, {call} call")
+
+
+@pytest.mark.parametrize("library", INSTALLED)
+def test_strided_and_in_place_operands(library):
+    execution = mathpy.ExecutionCPU(fft_library=library)
+    base = operand((12, 40), np.complex64)
+    x = base[::2, 1:33]  # strides that are not the dense ones
+    for _ in range(2):
+        check(mfft.fft(x, execution=execution), reference("fft", x), np.complex64, 32, f"{library} strided view")
+    raw = np.zeros(12 * 32 * 8 + 8, np.uint8)
+    shift = 8 + (-raw.__array_interface__["data"][0]) % 16  # 8 bytes past a 16-byte boundary: no SIMD alignment
+    odd = raw[shift:shift + 12 * 32 * 8].view(np.complex64).reshape(12, 32)
+    odd[...] = operand((12, 32), np.complex64, seed=4)
+    for _ in range(3):
+        check(mfft.fft(odd, execution=execution), reference("fft", odd), np.complex64, 32, f"{library} misaligned")
+    y = operand((8, 16), np.complex128)
+    plan = mfft.FFT(y, axes=(1,), options={"inplace": True}, execution=execution)
+    plan.plan()
+    for _ in range(3):  # each execution transforms the last one's result again: compare step by step
+        before = y.copy()
+        assert plan.execute() is y
+        check(y, reference("fft", before), np.complex128, 16, f"{library} in place")
+    plan.free()
+
+
+def test_long_double_keeps_its_digits_on_every_library():
+    x = operand((3, 24), np.clongdouble)
+    expected = np.fft.ifft(x)
+    for library in INSTALLED:
+        if not libraries.LIBRARIES[library].supports(Transform("C2C", np.longdouble, (3, 24), (24, 1), (3, 24),
+                                                               (24, 1), (1,))):
+            continue
+        for _ in range(2):
+            got = mfft.ifft(x, execution=mathpy.ExecutionCPU(fft_library=library))
+            assert got.dtype == np.clongdouble
+            assert_fft_close(got, expected, np.dtype(np.longdouble), 24, f"{library} long double", sources=2)
+
+
+# --- the choice of library --------------------------------------------------------------------------------------------
+
+class _Stub(libraries._Library):
+    """A library for the tests: pocketfft's transform, plus a delay, recording the threads it is given."""
+
+    module = "numpy"
+
+    def __init__(self, name, delay=0.0):
+        super().__init__()
+        self.name, self.package, self.delay, self.threads = name, name, delay, []
+
+    def executor(self, t, threads, measure=False, destroy_input=False, limit=None):
+        self.threads.append(threads)
+        run = POCKETFFT.executor(t, threads)
+
+        def slow(x, out, forward, norm):
+            run(x, out, forward, norm)
+            time.sleep(self.delay)
+        return slow
+
+
+class _Missing(libraries._Library):
+    name, package, module = "fftw", "pyFFTW", "mathpy_no_such_module"
+
+
+def test_without_pyfftw_the_default_runs_on_pocketfft_and_naming_fftw_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(libraries.LIBRARIES, "fftw", _Missing())
+    mfft.plan_cache_clear()
+    x = operand((4, 64), np.complex64)
+    for _ in range(3):
+        check(mfft.fft(x, execution=mathpy.ExecutionCPU(num_threads=1)), reference("fft", x), np.complex64, 64,
+              "default without pyFFTW")
+    assert [lib.name for lib in libraries.candidates(None, None)] == \
+        [name for name in INSTALLED if name != "fftw"]
+    with pytest.raises(ImportError, match=r"fft_library='fftw'.* needs pyFFTW, which is not installed.*pip install "
+                                          r"pyFFTW"):
+        mfft.fft(x, execution=mathpy.ExecutionCPU(fft_library="fftw"))
+
+
+def test_a_library_that_cannot_take_the_transform_leaves_it_to_pocketfft():
+    t = Transform("C2C", np.longdouble, (2, 8), (8, 1), (2, 8), (8, 1), (1,))
+    assert [lib.name for lib in libraries.candidates("pocketfft", t)] == ["pocketfft"]
+    mkl = libraries.LIBRARIES["mkl"]
+    if mkl.available():
+        assert [lib.name for lib in libraries.candidates("mkl", t)] == ["pocketfft"]
+
+
+def test_the_fastest_library_is_chosen_at_the_first_call_and_kept():
+    slow, fast = _Stub("slow", delay=0.004), _Stub("fast")
+    t = Transform("C2C", np.float64, (4, 32), (32, 1), (4, 32), (32, 1), (1,))
+    executor = libraries.Executor(t, [slow, fast], threads=1)
+    assert executor.library is None
+    x, out = operand((4, 32), np.complex128), np.empty((4, 32), np.complex128)
+    executor(x, out, True, 0)
+    assert set(executor.timings) == {"slow", "fast"} and executor.library == "fast"
+    assert executor.timings["slow"] > executor.timings["fast"]
+    check(out, reference("fft", x), np.complex128, 32, "the chosen library's result")
+    timings = dict(executor.timings)
+    executor(x, out, True, 0)
+    assert executor.timings == timings and len(slow.threads) == len(fast.threads) == 1  # planned once
+
+
+class _Nudged(_Stub):
+    """pocketfft's result times (1 + 2^-20): right to the tolerance, other bits than pocketfft's."""
+
+    def executor(self, t, threads, destroy_input=False, limit=None):
+        run = super().executor(t, threads)
+
+        def nudged(x, out, forward, norm):
+            run(x, out, forward, norm)
+            out *= 1 + 2.0 ** -20
+        return nudged
+
+
+def test_every_call_and_thread_gets_the_same_bits(monkeypatch):
+    """The library is chosen before any result is returned: repeated and concurrent calls agree bit for bit, even when
+    the libraries' results differ in their last bits."""
+    monkeypatch.setattr(libraries, "LIBRARIES", {"pocketfft": _Stub("pocketfft", delay=0.003), "fftw": _Nudged("fftw")})
+    mfft.plan_cache_clear()
+    x = operand((16, 336), np.complex128)
+    results = []
+
+    def call():
+        results.append(mfft.fft(x, execution=mathpy.ExecutionCPU(num_threads=2)))
+    workers = [threading.Thread(target=call) for _ in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    call()
+    assert len(results) == 5 and all(np.array_equal(r, results[-1]) for r in results)
+    plain = mfft.fft(x, execution=mathpy.ExecutionCPU(num_threads=2, fft_library="pocketfft"))
+    assert not np.array_equal(results[-1], plain)  # the nudged library ran: the test can tell the two apart
+    mfft.plan_cache_clear()
+
+
+def test_execution_cpu_checks_its_fields():
+    with pytest.raises(ValueError, match=r"fft_library must be None or one of \['pocketfft', 'fftw', 'mkl'\], not "
+                                         r"'fftw3'"):
+        mathpy.ExecutionCPU(fft_library="fftw3")
+    with pytest.raises(ValueError, match="num_threads must be None or a positive int, not True"):
+        mathpy.ExecutionCPU(num_threads=True)
+    assert mathpy.ExecutionCPU(fft_library="fftw") != mathpy.ExecutionCPU()  # plans differ by library
+
+
+# --- threads ----------------------------------------------------------------------------------------------------------
+
+def test_num_threads_reaches_the_fft_library(monkeypatch):
+    stub = _Stub("pocketfft")
+    monkeypatch.setitem(libraries.LIBRARIES, "pocketfft", stub)
+    mfft.plan_cache_clear()
+    x = operand((64, 4096), np.complex64)  # 4 MB: large enough for every thread
+    mfft.fft(x, execution=mathpy.ExecutionCPU(num_threads=3, fft_library="pocketfft"))
+    mfft.fft(operand((2, 8), np.complex64), execution=mathpy.ExecutionCPU(num_threads=3, fft_library="pocketfft"))
+    assert stub.threads == [3, 1]  # a small transform runs on fewer threads
+
+
+def test_num_threads_bounds_the_fused_passes(monkeypatch):
+    seen = []
+    original = _threads.run_chunks
+
+    def recording(work, count, threads):
+        seen.append(threads)
+        original(work, count, threads)
+    monkeypatch.setattr(_threads, "run_chunks", recording)
+    x = operand((64, 4096), np.complex64)  # 2 MB: enough work for every thread
+    window = operand((4096,), np.float32, seed=1)
+    for threads in (1, 3):
+        got = mfft.fft(x, prolog=mfft.Callback(window_prolog, window),
+                       execution=mathpy.ExecutionCPU(num_threads=threads, fft_library="pocketfft"))
+        check(got, reference("fft", x * window), np.complex64, 4096, f"prolog on {threads} threads")
+        assert seen and max(seen) == threads
+        seen.clear()
+
+
+def test_num_threads_limits_the_blas_inside_the_call(monkeypatch):
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    seen = []
+
+    def gemm(a, b, out):
+        seen.append({i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"})
+        return np.matmul(a, b, out=out)
+    monkeypatch.setattr(matmul_cpu, "_gemm", gemm)
+    before = {i["filepath"]: i["num_threads"] for i in threadpoolctl.threadpool_info()}
+    a = operand((96, 96), np.float64)
+    mathpy.matmul(a, a, execution=mathpy.ExecutionCPU(num_threads=1))
+    assert seen == [{1}]
+    assert {i["filepath"]: i["num_threads"] for i in threadpoolctl.threadpool_info()} == before  # restored
+    seen.clear()
+    mathpy.matmul(a, a, execution="cpu")  # no count: the BLAS as it is
+    assert seen == [{i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"}]
+
+
+def test_run_chunks_runs_every_chunk_once_and_raises_the_first_error():
+    done, lock = [], threading.Lock()
+
+    def work(i):
+        with lock:
+            done.append(i)
+    _threads.run_chunks(work, 37, threads=4)
+    assert sorted(done) == list(range(37))
+
+    def failing(i):
+        if i == 5:
+            raise ValueError("chunk 5")
+    with pytest.raises(ValueError, match="chunk 5"):
+        _threads.run_chunks(failing, 20, threads=3)
+
+
+# --- fused FFT callbacks equal their unfused references --------------------------------------------------------------
+
+def window_prolog(data_in, offset, user_info, unused):
+    return data_in[offset] * user_info[offset % user_info.size]
+
+
+def filter_epilog(data_out, offset, value, user_info, unused):
+    data_out[offset] = value * user_info[offset % user_info.size]
+
+
+def _strided(values, strides):
+    """``values`` copied into a new buffer laid out with element ``strides``."""
+    span = 1 + sum((n - 1) * s for n, s in zip(values.shape, strides))
+    view = np.lib.stride_tricks.as_strided(np.zeros(span, values.dtype), values.shape,
+                                           tuple(s * values.itemsize for s in strides))
+    view[...] = values
+    return view
+
+
+def _offsets(shape, strides):
+    return sum(np.arange(n).reshape((-1,) + (1,) * (len(shape) - k - 1)) * s
+               for k, (n, s) in enumerate(zip(shape, strides)))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape, in_strides, out_strides, axes", [
+    ((64, 48), (48, 1), (48, 1), (1,)),  # blocked: many transforms per thread
+    ((3, 48), (50, 1), (48, 1), (1,)),  # few transforms: whole-transform passes, a padded input
+    ((48, 20), (20, 1), (1, 48), (0,)),  # the transform axis strided; an output in the other order
+    ((2, 16, 12), (192, 12, 1), (192, 12, 1), (1, 2)),  # 2-D transforms
+    ((1, 16, 12), (192, 12, 1), (192, 12, 1), (1, 2)),  # one 2-D transform: the passes' rows are its first axis
+    ((20, 6, 8), (1, 20, 120), (1, 20, 120), (1,)),  # batch axes that do not fold into one stride
+    ((12, 5, 7), (35, 7, 1), (1, 12, 60), (2,)),  # prime and odd lengths, batches in another order on the way out
+])
+def test_fused_callbacks_equal_the_unfused_expression(threads, shape, in_strides, out_strides, axes):
+    execution = mathpy.ExecutionCPU(num_threads=threads)
+    t = Transform("C2C", np.float64, shape, in_strides, shape, out_strides, axes)
+    span = max(1 + sum((n - 1) * s for n, s in zip(shape, st)) for st in (in_strides, out_strides))
+    weights = operand((span,), np.float64, seed=2)
+    # the engine reads a bound callback's function and user data (one weight per element of the memory span here)
+    engine = CPUEngine(t, execution=execution,
+                       prolog=types.SimpleNamespace(function=window_prolog, user_info=weights, check_bounds=False),
+                       epilog=types.SimpleNamespace(function=filter_epilog, user_info=weights, check_bounds=False))
+    x_values = operand(shape, np.complex128)
+    x = _strided(x_values, in_strides)
+    n = int(np.prod([shape[a] for a in axes]))
+    loaded = x_values * weights[_offsets(shape, in_strides)]
+    unnormalised = reference("fftn", loaded, axes=axes)
+    expected = unnormalised * weights[_offsets(shape, out_strides)] / n  # the epilog sees it, then the scale
+    for strategy in (None,) + engine.strategies:
+        if strategy is not None:
+            engine.strategy = strategy
+        for _ in range(3):  # quick plans, then measured ones (and the faster strategy, unless one is set)
+            out = _strided(np.zeros(shape, np.complex128), out_strides)
+            engine.execute(x, out, -1, scale=1 / n)
+            check(out, expected, np.complex128, n, f"prolog and epilog, {threads} threads, {engine.strategy}")
+            np.testing.assert_array_equal(x, x_values)  # the input is left as it was
+    batch = int(np.prod([e for a, e in enumerate(shape) if a not in axes]))
+    assert engine.strategies == (("passes", "blocks") if batch >= 2 * threads else ("passes",))
+    with pytest.raises(ValueError, match="strategy 'rows' is not one of this plan's"):
+        engine.strategy = "rows"
+
+
+def test_fused_callbacks_through_the_api():
+    x = operand((64, 48), np.complex64)
+    weights = operand((64, 48), np.float32, seed=2)  # one weight per element of the result (C order)
+    for _ in range(2):
+        got = mfft.ifft(x, epilog=mfft.Callback(filter_epilog, weights), norm="ortho",
+                        execution=mathpy.ExecutionCPU(num_threads=2))
+        check(got, reference("ifft", x, norm="forward") * weights / np.sqrt(48), np.complex64, 48, "epilog, ortho")
+
+
+def test_fused_real_transforms_equal_the_unfused_expression():
+    x = operand((40, 30), np.float32)
+    window = operand((30,), np.float32, seed=3)
+    execution = mathpy.ExecutionCPU(num_threads=2)
+    spectrum = mfft.rfft(x, prolog=mfft.Callback(window_prolog, window), execution=execution)
+    check(spectrum, reference("rfft", x * window), np.float32, 30, "R2C prolog")
+    back = mfft.irfft(spectrum, n=30, epilog=mfft.Callback(filter_epilog, window), execution=execution)
+    check(back, reference("irfft", spectrum, n=30) * window, np.float32, 30, "C2R epilog")
+
+
+# --- matmul: the native product and its fused pass -------------------------------------------------------------------
+
+def _bounds(a, b, dtype, epilog, bias, x, d, alpha=1.0):
+    return epilog_bounds(epilog, a, b, dtype, alpha, bias, x, d)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("epilog", ["relu_bias", "gelu_bias", "relu_aux_bias", "gelu_aux", "relu", "bias"])
+def test_epilogs_in_one_pass_equal_their_definitions(dtype, epilog):
+    a, b = operand((3, 37, 19), dtype), operand((3, 19, 29), dtype, seed=1)
+    bias = operand((37,), dtype, seed=2)
+    x = a.astype(np.float64) @ b.astype(np.float64) + (bias[:, None] if "bias" in epilog else 0)
+    d_exact = np.maximum(x, 0) if "relu" in epilog else gelu(x) if "gelu" in epilog else x
+    inputs = {"bias": bias} if "bias" in epilog else None
+    result = mathpy.matmul(a, b, epilog=epilog, epilog_inputs=inputs, execution=mathpy.ExecutionCPU(num_threads=2))
+    d, aux = result if isinstance(result, tuple) else (result, {})
+    x_bound, d_bound = _bounds(a, b, dtype, epilog, bias[:, None] if inputs else None, x, d_exact)
+    assert_within(d, d_exact, d_bound, epilog)
+    if "relu_aux" in aux:  # the bitmask of X > 0, exactly, except where X is within its error of 0
+        mask = np.unpackbits(np.swapaxes(aux["relu_aux"], -1, -2), axis=-1, bitorder="little")[..., :37]
+        certain = np.abs(x) > x_bound
+        assert np.array_equal(np.swapaxes(mask, -1, -2).astype(bool)[certain], (x > 0)[certain])
+        assert not np.swapaxes(mask, -1, -2)[..., 37:, :].any() and aux["relu_aux"].shape == (3, 16, 29)
+    if "gelu_aux" in aux:
+        assert_within(aux["gelu_aux"][:, :37], x, x_bound, "gelu aux")
+        assert not aux["gelu_aux"][:, 37:].any()  # padding rows zero
+
+
+def test_alpha_beta_c_and_complex_in_the_pass():
+    a, b = operand((20, 30), np.complex64), operand((30, 10), np.complex64, seed=1)
+    c = operand((20, 10), np.complex64, seed=2)
+    exact = 2.5 * (a.astype(np.complex128) @ b.astype(np.complex128)) - 0.5 * c
+    got = mathpy.matmul(a, b, c, alpha=2.5, beta=-0.5, execution="cpu")
+    assert_within(got, exact, matmul_bound(a, b, np.complex64, alpha=2.5, exact=exact) + 1e-6 * np.abs(c), "complex")
+
+
+def test_relu_keeps_nan():
+    a = np.array([[np.nan, 1.0], [1.0, 1.0]], np.float32)
+    got = mathpy.matmul(a, np.eye(2, dtype=np.float32), epilog="relu", execution="cpu")
+    assert np.isnan(got[0, 0]) and got[1, 1] == 1
+
+
+def silu_gate(value, row, col, data):
+    return value / (np.float32(1) + np.exp(-value)) * data[row, col]
+
+
+def gate_and_bias(value, row, col, gate, bias):
+    return value * gate[row, col] + bias[col]
+
+
+def test_python_epilog_in_one_threaded_pass():
+    a, b = operand((2, 65, 33), np.float32), operand((2, 33, 40), np.float32, seed=1)
+    gate = operand((65, 40), np.float32, seed=2)
+    x = a.astype(np.float64) @ b.astype(np.float64)
+    exact = x / (1 + np.exp(-x)) * gate
+    got = mathpy.matmul(a, b, epilog=silu_gate, epilog_inputs={"data": gate},
+                        execution=mathpy.ExecutionCPU(num_threads=2))
+    bound = 2 * matmul_bound(a, b, np.float32, exact=x) * (1.1 * np.abs(gate)) + 4e-7 * np.abs(exact)
+    assert_within(got, exact, bound, "silu * gate")
+
+
+# --- the stateless matmul's remembered CPU call ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("a_shape, b_shape, kwargs", [
+    ((64, 64), (64, 64), {}),
+    ((4, 16, 8), (8, 12), {}),  # batch broadcasting
+    ((8,), (8, 5), {}),  # a vector
+    ((7,), (7,), {}),  # a NumPy scalar
+    ((16, 8), (8, 12), {"alpha": 3.0}),
+    ((16, 8), (8, 12), {"epilog": "relu_bias", "epilog_inputs": {"bias": "bias"}}),
+    ((2, 16, 8), (2, 8, 12), {"epilog": silu_gate, "epilog_inputs": {"data": "gate"}}),
+    ((16, 8), (8, 12), {"epilog": gate_and_bias, "epilog_inputs": {"gate": "gate", "bias": "bias_n"}}),  # named
+])
+def test_repeated_stateless_calls_run_the_remembered_call(a_shape, b_shape, kwargs):
+    a, b = operand(a_shape, np.float32), operand(b_shape, np.float32, seed=1)
+    named = {"bias": operand((16,), np.float32, seed=2), "gate": operand((16, 12), np.float32, seed=3),
+             "bias_n": operand((12,), np.float32, seed=4)}
+    kwargs = {k: ({n: named[v] for n, v in v.items()} if k == "epilog_inputs" else v) for k, v in kwargs.items()}
+    matmul_stateless.forget()
+    first = mathpy.matmul(a, b, execution="cpu", **kwargs)
+    remembered = matmul_stateless.remembered()
+    assert remembered == 1, "the call was not remembered"
+    hits = mathpy.matmul_plan_cache.info().hits
+    again = mathpy.matmul(a.copy(), b.copy(), execution="cpu", **kwargs)  # other arrays of the same facts
+    assert mathpy.matmul_plan_cache.info().hits == hits + 1
+    assert type(again) is type(first) and np.shape(again) == np.shape(first)
+    assert np.array_equal(again, first)  # the same product and pass: the same bits
+    if np.ndim(first) >= 2:
+        assert again.strides == first.strides  # the plan's result layout
+    with mathpy.Matmul(a, b, execution="cpu", **{k: v for k, v in kwargs.items() if k == "alpha"}) as plan:
+        plan.plan(**{k: v for k, v in kwargs.items() if k in ("epilog", "epilog_inputs")})
+        assert np.array_equal(plan.execute(), first)
+
+
+def test_calls_the_cpu_memo_does_not_take_go_the_full_way():
+    a = operand((16, 8), np.float32)
+    matmul_stateless.forget()
+    mathpy.matmul(a, a.T, a @ a.T, beta=0.5, execution="cpu")  # C
+    mathpy.matmul(a, a.T, epilog="relu_aux", execution="cpu")  # epilog outputs
+    mathpy.matmul(a.astype(np.float16), a.T.astype(np.float16), execution="cpu")  # a float32 product, rounded
+    assert matmul_stateless.remembered() == 0
+
+
+def test_a_bias_of_the_wrong_shape_is_still_refused_on_a_repeated_call():
+    a = operand((16, 8), np.float32)
+    bias = operand((16,), np.float32)
+    mathpy.matmul(a, a.T, epilog="bias", epilog_inputs={"bias": bias}, execution="cpu")
+    with pytest.raises(ValueError):
+        mathpy.matmul(a, a.T, epilog="bias", epilog_inputs={"bias": bias[:8]}, execution="cpu")
+
+
+def test_engine_seam_still_replaces_the_cpu_matmul():
+    made = []
+
+    class Counting(matmul_cpu.CPUEngine):
+        def __init__(self, problem, **kwargs):
+            made.append(problem)
+            super().__init__(problem, **kwargs)
+    a = operand((5, 5), np.float64)
+    mathpy.matmul_plan_cache.clear()
+    with _engines.use("matmul", "cpu", Counting):
+        np.testing.assert_array_equal(mathpy.matmul(a, a, execution="cpu"), a @ a)
+    assert made
+
+
+def test_cpu_engine_runs_after_free():
+    """The stateless calls touch CPU engines without borrowing them: free() must leave them runnable."""
+    t = Transform("C2C", np.float64, (2, 8), (8, 1), (2, 8), (8, 1), (1,))
+    engine = CPUEngine(t, execution=mathpy.ExecutionCPU())
+    engine.free()
+    x, out = operand((2, 8), np.complex128), np.empty((2, 8), np.complex128)
+    engine.execute(x, out, -1)
+    check(out, reference("fft", x), np.complex128, 8, "after free")
+
+
+def test_scaling_keeps_infinities_real():
+    """A norm scales each part of a complex value, as NumPy does: ``inf+0j`` stays ``inf+0j``, never ``inf+nanj``."""
+    from mathpy.jit import _cpu_passes as passes
+
+    values = np.array([[np.inf + 0j, 2 + 0j, -np.inf + 1j]], np.complex64)
+    span = np.zeros(3, np.complex64)
+    rows, inner = np.zeros(1, np.int64), np.arange(3, dtype=np.int64)
+    passes.storer(None)(span, rows, inner, 1, values, None, np.float32(0.5))
+    np.testing.assert_array_equal(span, [np.inf + 0j, 1 + 0j, -np.inf + 0.5j])
+    out = np.repeat(values, 4096, axis=0)  # large enough for every thread
+    libraries.scale_in_place(out, np.float32(0.5), threads=2)
+    assert not np.isnan(out).any() and np.array_equal(out[:, 0].real, np.full(4096, np.inf, np.float32))
+
+
+def test_numpys_floating_point_reports_on_large_results_checked_on_every_thread():
+    big = np.full((64, 4096), 3e38, np.complex64)  # 4 MB: the result's finiteness is summed in pieces
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mfft.fft(big, execution=mathpy.ExecutionCPU(num_threads=2))
+    assert "overflow encountered in fft" in [str(w.message) for w in caught]  # (and inf - inf: invalid values)
+    values = operand((64, 4096), np.complex64)
+    np.testing.assert_allclose(_threads.parallel_sum(values, 2), np.add.reduce(values, axis=None), rtol=1e-5)
+    values[37, 5] = np.nan
+    assert np.isnan(_threads.parallel_sum(values, 2))
