@@ -33,6 +33,7 @@ import contextlib
 import threading
 from typing import NamedTuple
 
+from . import _memo
 from ._log import logger
 
 __all__ = ["PlanCache", "CacheInfo", "PlanKey"]
@@ -123,6 +124,7 @@ class PlanCache:
 
     def __init__(self, name, max_plans=64, max_bytes=1 << 30):
         self.name = name
+        _memo.register(self, name, "plans")  # (mathpy._memo.clear / info cover it with every memo)
         self._lock = threading.Lock()
         self._entries = collections.OrderedDict()
         self._planning = {}  # key -> threading.Event set when the thread planning it is done
