@@ -7,9 +7,9 @@ GPU (default; needs CuPy and a GPU), on the shapes of ``bench_fft_callbacks.py``
   per call   ms per ``FFT.execute()`` including what the API does after a checked transform (one stream
              synchronisation and a 64-byte copy of the record); the unchecked call is followed by a synchronisation
              too, so both wait for the GPU alike;
-and the fused matmul epilog ``value * data[row, col]`` (4096^3 bfloat16: the Hopper kernel with staged data; 2048^3
-float32: the generic kernel), ms per synchronised ``Matmul.execute()``, checked and unchecked. Every checked result is
-compared with the unchecked one.
+and the matmul epilog ``value * data[row, col]`` on each GPU route that runs it (4096^3 bfloat16: the fused Hopper
+kernel with staged data; 2048^3 float32: cuBLASLt and the elementwise pass, and the generic kernel), ms per
+synchronised ``Matmul.execute()``, checked and unchecked. Every checked result is compared with the unchecked one.
 
 ``--dry-run`` (no GPU): the CPU execution space, the same comparison per call, and the checked LTO-IR of each callback
 compiled for sm_90 (its size against the unchecked one).
@@ -160,15 +160,17 @@ def gpu(with_matmul):
     if with_matmul:
         import ml_dtypes
 
-        for label, size, dtype in (("4096^3 bf16 (Hopper kernel, staged data)", 4096, ml_dtypes.bfloat16),
-                                   ("2048^3 f32 (generic kernel)", 2048, np.float32)):
+        for label, size, dtype, route in (("4096^3 bf16 (fused Hopper kernel, staged data)", 4096, ml_dtypes.bfloat16,
+                                           "fused"),
+                                          ("2048^3 f32 (cuBLASLt + elementwise pass)", 2048, np.float32, "elementwise"),
+                                          ("2048^3 f32 (generic kernel)", 2048, np.float32, "generic")):
             a = cp.asarray(np.random.default_rng(2).standard_normal((size, size)).astype(dtype))
             data = cp.asarray(np.random.default_rng(3).standard_normal((size, size)).astype(dtype))
             calls, results = {}, {}
             for build, check in (("unchecked", False), ("checked", True)):
                 with mathpy.Matmul(a, a, options={"check_bounds": check}) as mm:
                     start = time.perf_counter()
-                    mm.plan(epilog=gate, epilog_inputs={"data": data})
+                    mm.plan(epilog=gate, epilog_inputs={"data": data}, preferences={"epilog_route": route})
                     results[build] = cp.asnumpy(mm.execute()).astype(np.float64)
                     print(f"  matmul {label} {build}: planned and run once in {time.perf_counter() - start:.1f} s")
                     calls[build] = _median_ms(lambda: (mm.execute(), device.synchronize()), 10)

@@ -15,7 +15,14 @@ Targets: mathpy faster than the best unfused peer on every shape; on 8192^3 at l
 GEMM with no epilog (ratio = cuBLASLt time / mathpy time). Every mathpy result is checked against the unfused torch
 result (relative Frobenius error, bf16 tolerance) before it is timed, with the output poisoned first.
 
-Usage: ``PYTHONPATH=. python benchmarks/bench_matmul_epilog.py [--quick] [--variants] [--warm N]``
+``--sweep`` (issue 24) instead times the Python epilogs on 46 products drawn at random (seeded; ``--list`` prints
+them, no GPU needed) in float16, bfloat16, float32, float64 and complex64 with six epilogs, against cuBLAS followed by
+the same epilog as torch operations, on whatever route mathpy chooses (``benchmarks/_epilog_sweep.py`` says how the
+products are drawn and capped): the table, the geometric means per dtype, the route of each product, a plot
+(benchmarks/results/bench_matmul_epilog_sweep.png). About 3 minutes on an H200 the first time (kernel compiles), about
+1 minute after.
+
+Usage: ``PYTHONPATH=. python benchmarks/bench_matmul_epilog.py [--quick] [--variants] [--warm N] [--sweep] [--list]``
 (``--variants`` also times the wgmma kernel without its staged data / tile stores; ``--warm N`` first compiles every
 kernel the run needs in N processes at once into mathpy's disk cache, so that the timed process only loads them;
 ``--compile-only``: stop after that; ``--epilogs silu*gate``: that epilog only). Prints a table; saves
@@ -34,7 +41,13 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import _epilog_sweep  # noqa: E402
 import _report  # noqa: E402
+
+if "--list" in sys.argv:  # the sweep's products, without a GPU
+    for i, case in enumerate(_epilog_sweep.products()):
+        print(i, *case)
+    sys.exit(0)
 
 import mathpy  # noqa: E402
 
@@ -281,7 +294,29 @@ def plot(rows, path):
     fig.savefig(path, dpi=120)
 
 
+def sweep():
+    rows = []
+    cases = _epilog_sweep.products()
+    t0 = time.perf_counter()
+    for i, case in enumerate(cases):
+        row = _epilog_sweep.run_product(case, i, torch, mathpy, gpu_ms, rel_err)
+        rows.append(row)
+        print(f"  {i:2d} {case}: {row['route']}, unfused {row['unfused_ms']:.4f} ms, mathpy {row['mathpy_ms']:.4f} "
+              f"({row['speedup']:.2f}x), planned {row['planned_ms']:.4f} ({row['speedup_planned']:.2f}x), error "
+              f"{row['error']:.1e}{'' if row['correct'] else ' WRONG'} [{time.perf_counter() - t0:.0f} s]", flush=True)
+    print("\n" + _report.environment(torch.cuda.get_device_name()) + "\n")
+    print(_epilog_sweep.sweep_table(rows))
+    os.makedirs(RESULTS, exist_ok=True)
+    with open(os.path.join(RESULTS, "bench_matmul_epilog_sweep.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    _epilog_sweep.sweep_plot(rows, os.path.join(RESULTS, "bench_matmul_epilog_sweep.png"),
+                             f"Python epilogs vs torch.matmul + torch ops, {torch.cuda.get_device_name()}")
+    return 1 if any(not r["correct"] for r in rows) else 0
+
+
 def main():
+    if "--sweep" in sys.argv:
+        return sweep()
     rows, summary = [], []
     print(f"bench_matmul_epilog on {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
     if "--warm" in sys.argv:

@@ -20,6 +20,8 @@ _TABLE = {
     # a Python epilog fused into mathpy's own GEMM kernels (issue 14)
     ("matmul-fused", "cpu"): "mathpy.host.matmul._fused:FusedCPUEngine",
     ("matmul-fused", "cuda"): "mathpy.host.matmul._fused_cuda:FusedCUDAEngine",
+    # the elementwise pass of a Python epilog over a D that cuBLASLt computed (issue 24)
+    ("matmul-epilog-pass", "cuda"): "mathpy.host.matmul._fused_cuda:EpilogPass",
 }
 _resolved = {}
 

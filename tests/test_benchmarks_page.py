@@ -46,6 +46,12 @@ def script_headers(report):
     matmul = report.matmul_tables([row], {"torch.matmul": 1.0})
     epilog = report.epilog_table([{"epilog": "e", "shape": "1x1x1", "mathpy_ms": 1, "tflops": 1, "gemm_ms": 1,
                                    "torch_ms": 1, "cupy_ms": 1, "stateless_ms": 1}])
+    sweep = _script("_epilog_sweep").sweep_table([{"index": 0, "batch": 1, "m": 1, "n": 1, "k": 1, "dtype": "float16",
+                                                   "epilog": "e", "route": "library", "unfused_ms": 1.0,
+                                                   "mathpy_ms": 1.0, "planned_ms": 1.0, "speedup": 1.0,
+                                                   "speedup_planned": 1.0, "error": 0.0, "correct": True}])
+    compile_times = _script("bench_epilog_compile").table([("fused", "cold", dict.fromkeys(
+        ("first", "skeleton", "epilog", "link", "second", "plan", "import"), 1.0))])
     device = report.device_table([("FFT c64", "n=64", 1.0, {"cuFFT (cupy)": 1.0}, 1.0, ">= 0.80", "")])
     autograd = report.autograd_tables(
         [{"tokens": 1, "d": 1, "step_ms": {"mathpy MLP": 1}, "forward_ms": {"mathpy MLP": 1}, "extra_gb": {}}],
@@ -62,17 +68,23 @@ def script_headers(report):
                             [("c", {"NumPy": 1.0, "product": 1.0, "mathpy": 1.0})])
     check_bounds = report.check_bounds_table([{"case": "c", "plain": 1, "kernel": {"unchecked": 1, "checked": 1},
                                                "call": {"unchecked": 1, "checked": 1}}])
-    return [tuple(header) for text in (callbacks, fft, matmul, epilog, device, difference_imaging_tables(),
-                                       sfft_tables(), autograd, fno, compat, check_bounds,
+    return [tuple(header) for text in (callbacks, fft, matmul, epilog, sweep, compile_times, device,
+                                       difference_imaging_tables(), sfft_tables(), autograd, fno, compat, check_bounds,
                                        cpu, cpu)  # the CPU section: two runs (16 cores, 2 cores)
             for header, _ in tables(text)]
 
 
+def _script(name):
+    """A benchmark module loaded without running it (its tables' code)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def sfft_tables():
     """bench_sfft's table for a run with every implementation."""
-    spec = importlib.util.spec_from_file_location("bench_sfft", ROOT / "benchmarks" / "bench_sfft.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _script("bench_sfft")
     entry = {"device": "GPU", "ms_per_pair": 1.0, "solution_error": 0.0, "difference_error": 0.0}
     return bench.tables({"config": {"n": 64, **bench.ROMAN}, "reference": "sfft-cupy-gss", "environment": "",
                          "implementations": {name: entry for name in bench.RUNS}})

@@ -1,11 +1,15 @@
 """No callback or epilog reads or writes past its data unnoticed (CPU; the GPU runs are tests/test_bounds_gpu.py).
 
 - When planning: an index that every call reaches and that the function's source shows (``data_in[offset + 3]``,
-  ``user_info[offset + 1]``, ``data[row, col]`` on a 1 x 1 ``data``) is refused with a ValueError naming the function,
-  the subscript, the array and the size it needs (the crashes and garbage reported in issue 22).
+  ``user_info[offset + 1]``, ``data[row, col]`` on a 1 x 1 ``data``, any named operand of a matmul epilog) is
+  refused with a ValueError naming the function, the subscript, the array and the size it needs (the crashes and
+  garbage reported in issue 22).
 - ``check_bounds`` (options, or ``MATHPY_CHECK_BOUNDS=1``): the indices the plan cannot see raise OutOfBoundsError
   naming the array and the index, on the CPU (numba's bounds check) and in the GPU code, run here on the host
-  (tests/_host_callback.py) and through the FFT API on a stand-in GPU whose engine runs that code.
+  (tests/_host_callback.py: the FFT callbacks' wrappers, the matmul epilog function of the kernels' calling
+  convention) and through the FFT API on a stand-in GPU whose engine runs that code; the matmul kernels' checked
+  builds are linked by nvJitLink here (their record stays visible). The matmul routes on a stand-in GPU are in
+  tests/test_matmul_epilog_routes.py.
 - The analysis itself (:mod:`mathpy.jit._indexing`): the ranges it derives, and that it never refuses a function
   whose index it cannot be sure of.
 """
@@ -25,7 +29,7 @@ from mathpy.jit._indexing import coordinate, index_ranges, unconditional_accesse
 
 from _fake_gpu import host_view, pretend_a_gpu
 from _host_callback import HostCallback, host_engine
-from _tolerance import assert_fft_close, assert_within, matmul_bound
+from _tolerance import assert_fft_close, assert_within, matmul_bound, unit_roundoff
 from test_fft_fake_gpu import FakeCuPy
 
 WINDOW = 8
@@ -501,6 +505,69 @@ def test_matmul_check_bounds_names_the_index_on_the_cpu(monkeypatch):
             mm.execute()
 
 
+def bias_and_gate(value, row, col, bias, gate):
+    return value * gate[row, col] + bias[col]
+
+
+def late_bias(value, row, col, bias, gate):
+    if row > 1:
+        return value * gate[row, col] + bias[col + row]
+    return value * gate[row, col]
+
+
+@pytest.mark.parametrize("check_bounds", [None, True])
+def test_every_named_operand_is_checked_when_planning(check_bounds):
+    gate, bias = np.ones((3, 2), np.float32), np.ones(2, np.float32)
+    for inputs, words in [({"bias": bias[:1], "gate": gate}, ["`bias[col]`", "bias has shape (1,)", "(2,)"]),
+                          ({"bias": bias, "gate": gate[:2]}, ["`gate[row, col]`", "gate has shape (2, 2)",
+                                                              "at least (3, 2)"])]:
+        with pytest.raises(ValueError) as info:
+            mathpy.matmul(A32, B32, epilog=bias_and_gate, epilog_inputs=inputs,
+                          options={"check_bounds": check_bounds})
+        for word in words:
+            assert word in str(info.value), str(info.value)
+    # one operand given as "data": named by its parameter and the key it was given under
+    with pytest.raises(ValueError, match=r"`scale\[col\]`.*but scale \(epilog input 'data'\) has shape \(1,\)"):
+        mathpy.matmul(A32, B32, epilog=lambda value, row, col, scale: value * scale[col],
+                      epilog_inputs={"data": bias[:1]})
+
+
+def test_matmul_check_bounds_names_the_operand_on_the_cpu():
+    gate = np.linspace(1, 2, 6, dtype=np.float32).reshape(3, 2)
+    bias = np.arange(4, dtype=np.float32)
+    got = mathpy.matmul(A32, B32, epilog=late_bias, epilog_inputs={"bias": bias, "gate": gate},
+                        options={"check_bounds": True})  # rows 0-2: bias[col + 2] at most bias[3]
+    exact = A32.astype(np.float64) @ B32
+    ref = exact * gate + np.where(np.arange(3)[:, None] > 1, bias[np.arange(2) + 2], 0)
+    # the product's error and its rounding scaled by gate, the product with gate rounded, then the sum with bias
+    bound = (matmul_bound(A32, B32, np.float32, roundings=2, exact=exact) * gate
+             + unit_roundoff(np.float32) * np.abs(ref))
+    assert_within(got, ref, bound)
+    with pytest.raises(OutOfBoundsError) as info:
+        mathpy.matmul(A32, B32, epilog=late_bias, epilog_inputs={"bias": bias[:3], "gate": gate},
+                      options={"check_bounds": True})
+    assert (info.value.array, info.value.index) == ("bias", (3,)) and "result element (2, 1)" in str(info.value)
+
+
+def test_checked_and_unchecked_matmul_builds_never_share_a_cache_entry():
+    """The CPU's compiled function, and on the GPU the epilog function's and the linked kernel's keys (memory and
+    disk) tell a check_bounds build from the plain one."""
+    from mathpy.device import _epilog_pass as P
+    from mathpy.host.matmul._fused_kernels import Build, cubin_key
+    from mathpy.jit import _epilog_wrapper as W
+    from mathpy.jit import _matmul_epilog as E
+
+    wide = np.ones((3, 3), np.float32)
+    mathpy.matmul(A32, B32, epilog=late_gate, epilog_inputs={"data": wide})  # compiled unchecked first
+    with pytest.raises(OutOfBoundsError):
+        mathpy.matmul(A32, B32, epilog=late_gate, epilog_inputs={"data": wide[:, :2]}, options={"check_bounds": True})
+    epilog, kinds = E.as_matmul_epilog(gate, ("data",)), (("float32", 2),)
+    wrappers = {W.wrapper_key(epilog, kinds, "float32", None, (9, 0), checked) for checked in (False, True)}
+    builds = {Build("pass", P.PassConfig("float32", 1, checked), (9, 0)) for checked in (False, True)}
+    assert len(wrappers) == 2 and len({build.key for build in builds}) == 2
+    assert len({cubin_key(build, epilog, kinds, None) for build in builds}) == 2
+
+
 def _probe(maker):
     def probe(ptr, s0, s1, s2, t0, t1, t2, i, j):
         return maker(ptr, s0, s1, s2, t0, t1, t2)[i, j]
@@ -535,29 +602,123 @@ def test_checked_epilog_data_view_on_the_host():
     assert (error.array, error.index) == ("data", (3, 0)) and "shape (3, 2)" in str(error)
 
 
-@pytest.mark.slow
-def test_checked_generic_kernel_exports_its_record(monkeypatch):
-    """The generic GEMM kernel with a checked ``data`` view, compiled to PTX without a GPU: the record is a visible
-    global of the module (what the engine finds with cuModuleGetGlobal) and one out-of-line function records into it;
-    no local memory."""
-    import re
+def _wrapper_on_the_host(fn, names, kinds, checked):
+    """The epilog function of the kernels' calling convention (mathpy.jit._epilog_wrapper), compiled for the GPU
+    as the kernels link it, run here: ``(engine, call)`` with ``call(value, batch, row, col, *slots)`` -> float (valid
+    while ``engine`` lives), and the record."""
+    from mathpy._compat import patch_numpy_for_numba_cuda
 
-    import numba.cuda.dispatcher as dispatcher
+    patch_numpy_for_numba_cuda()
+    from numba.cuda.compiler import compile_cuda
 
-    from mathpy.device import _gemm_build, _gemm_kernel, matmul
+    from mathpy.device._gemm_build import compiling_for
     from mathpy.jit import _epilog_data
+    from mathpy.jit import _epilog_wrapper as W
     from mathpy.jit import _matmul_epilog as E
 
-    class _Device:  # numba-cuda asks the current device for its compute capability when a kernel calls a function
-        compute_capability = (9, 0)
+    function, signature = W.wrapper_function(E.as_matmul_epilog(fn, names), kinds, "float32", None, checked)
+    with compiling_for((9, 0)):
+        cres = compile_cuda(function, signature.return_type, signature.args, cc=(9, 0), abi="c",
+                            abi_info={"abi_name": "epilog"}, nvvm_options={"opt": 3})
+    engine = host_engine(cres.library.get_llvm_str())
+    slots = [ctypes.c_uint64 if t.name == "uint64" else ctypes.c_int64 for t in signature.args[1:]]
+    call = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_float, *slots)(engine.get_function_address("epilog"))
+    record = None
+    if checked:
+        record = np.frombuffer((ctypes.c_int64 * _bounds.RECORD_WORDS).from_address(
+            engine.get_global_value_address(_epilog_data.RECORD_SYMBOL)), np.int64)
+    return (engine, call), record
 
-    monkeypatch.setattr(dispatcher, "get_current_device", lambda: _Device())
-    config = _gemm_kernel.GenericConfig("float32", "float32", bm=32, bn=32, bk=16, block_size=64, epilog="value",
-                                        has_data=True)
-    description = matmul(32, 32, 16, "float32", block_size=64, a_arrangement="col_major")
-    epilog = E.device_function(E.as_matmul_epilog(gate))
-    ptx, _, _, _ = _gemm_build.generic_ptx(config, description, (9, 0), epilog,
-                                           E.data_view_maker("float32", 2, checked=True))
-    assert re.search(rf"^\.visible \.global \.align 8 \.b8 {_epilog_data.RECORD_SYMBOL}\[64\];", ptx, re.M)
-    assert re.search(r"atom(\.global)?\.cas\.b64", ptx) and re.search(r"call\.uni\s+mathpy_bounds_record,", ptx)
-    assert not re.search(r"\b(ld|st)\.local", ptx)
+
+def two_operands(value, row, col, bias, gate):
+    return value * gate[row, col] + bias[row + col]
+
+
+def test_checked_epilog_function_gets_each_operand_s_shape():
+    """The calling convention of a checked build: each operand's address, strides, then shape; an index outside an
+    operand is skipped (zero) and recorded with the operand's position, which names it."""
+    bias = np.arange(4, dtype=np.float32)
+    gate = np.arange(6, dtype=np.float32).reshape(2, 3) + 1
+
+    def slots(b_shape=(), g_shape=()):  # address, strides in elements (, shape)
+        return (bias.ctypes.data, 1, 0, 0, *b_shape, gate.ctypes.data, 3, 1, 0, *g_shape)
+
+    kinds = (("float32", 1), ("float32", 2))
+    (plain_engine, plain), _ = _wrapper_on_the_host(two_operands, ("bias", "gate"), kinds, False)
+    (checked_engine, checked), record = _wrapper_on_the_host(two_operands, ("bias", "gate"), kinds, True)
+    inside = [(i, j) for i in range(2) for j in range(3)]
+    expected = [2 * gate[i, j] + bias[i + j] for i, j in inside]
+    assert [plain(2, 0, i, j, *slots()) for i, j in inside] == expected
+    assert [checked(2, 0, i, j, *slots((4, 0, 0), (2, 3, 0))) for i, j in inside] == expected
+    assert not record.any()
+    # bias of 3 elements: row 1, col 2 reads bias[3], outside; skipped (0) and recorded as operand 0
+    assert checked(2, 0, 1, 2, *slots((3, 0, 0), (2, 3, 0))) == 2 * gate[1, 2]
+    assert list(record[:4]) == [1, 0, 1, 3]
+    error = _bounds.error_from_record(record, "matmul epilog", "two_operands (x.py:1)",
+                                      (("bias", (3,)), ("gate", (2, 3))))
+    assert (error.array, error.index) == ("bias", (3,)) and "bias (3 elements)" in str(error)
+    record[:] = 0
+    assert checked(2, 0, 2, 0, *slots((4, 0, 0), (2, 3, 0))) == bias[2]  # gate[2, 0]: operand 1
+    assert list(record[:5]) == [1, 1, 2, 2, 0]
+    del plain_engine, checked_engine  # (the functions live as long as their engines)
+
+
+def _kernel_build(kind, checked):
+    """(skeleton LTO-IR, parameter names, staged tile, arch, result, link options) of a small kernel of ``kind``."""
+    from mathpy.device import _epilog_pass as P
+    from mathpy.device import _gemm_build, _gemm_hopper, _gemm_kernel, matmul
+
+    if kind == "pass":
+        skeleton, params, _ = _gemm_build.pass_ltoir(P.PassConfig("float32", 2, checked), (9, 0))
+        return skeleton, params, None, "sm_90", "float32", ()
+    if kind == "generic":
+        description = matmul(32, 32, 16, "float32", block_size=64, a_arrangement="col_major")
+        config = _gemm_kernel.GenericConfig("float32", "float32", bm=32, bn=32, bk=16, block_size=64, epilog=True,
+                                            operands=2, checked=checked)
+        skeleton, params, _ = _gemm_build.generic_ltoir(config, description, (9, 0))
+        return skeleton, params, None, "sm_90", "float32", ()
+    # the fused Hopper kernel as the route rule runs it: whole tiles, gate staged in shared memory, bulk stores
+    config = _gemm_hopper.HopperConfig("bfloat16", "bfloat16", bn=256, stages=_gemm_hopper.max_stages(256, True),
+                                       b_mn_major=True, epilog=True, operands=2, checked=checked, edges=False,
+                                       stage_data=True, store_tile=True)
+    skeleton, params, _ = _gemm_build.hopper_ltoir(config, (9, 0))
+    return skeleton, params, (128, 256), "sm_90a", "bfloat16", ("-Xnvvm=-prec-div=0",)
+
+
+def gate_and_bias(value, row, col, gate, bias):
+    return value * gate[row, col] + bias[row + col]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["pass", "generic", "hopper"])
+def test_checked_kernels_link_with_a_visible_record(kind):
+    """Each kernel that runs the user's function (the elementwise pass, the generic GEMM, the fused Hopper kernel)
+    linked with a checked epilog function by nvJitLink, without a GPU: the record stays a visible global of the linked
+    module (what the engine finds with cuModuleGetGlobal: link-time optimisation internalises globals nothing declares
+    used), one out-of-line function records into it and is the only call, nothing goes through local memory; the
+    unchecked build of the same epilog takes no shapes and calls nothing (the staged gate read from shared memory in
+    both)."""
+    import re
+
+    from mathpy.device._gemm_kernel import EPILOG_SYMBOL
+    from mathpy.jit import _epilog_data
+    from mathpy.jit import _epilog_wrapper as W
+    from mathpy.jit import _link
+    from mathpy.jit import _matmul_epilog as E
+
+    epilog = E.as_matmul_epilog(gate_and_bias, ("gate", "bias"))
+    for checked in (True, False):
+        skeleton, params, staged, arch, result, options = _kernel_build(kind, checked)
+        kinds = (("bfloat16" if staged else "float32", 2), ("float32", 1))
+        wrapper, _ = W.wrapper_ltoir(epilog, kinds, result, staged, (9, 0), checked)
+        _, ptx = _link.link({"kernel": skeleton, "epilog": wrapper}, arch, options, inlined=EPILOG_SYMBOL)
+        assert not re.search(r"\b(ld|st)\.local", ptx)
+        assert ("o1_s2" in params) == checked
+        calls = set(re.findall(r"\bcall(?:\.uni)?\s+(?:\([^)]*\),\s*)?([\w$]+)", ptx))
+        if checked:
+            assert re.search(rf"^\.visible \.global \.align 8 \.b8 {_epilog_data.RECORD_SYMBOL}\[64\];", ptx, re.M)
+            assert re.search(r"atom(\.global)?\.cas\.b64", ptx) and calls == {"mathpy_bounds_record"}
+        else:
+            assert _epilog_data.RECORD_SYMBOL not in ptx and not calls
+        if staged:
+            assert len(re.findall(r"ld\.shared\.u16", ptx)) == 128

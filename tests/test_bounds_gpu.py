@@ -1,6 +1,8 @@
-"""Bounds of callbacks and epilogs on the GPU: cuFFT with the checked LTO-IR of mathpy's callbacks and the fused matmul
-kernels (generic and Hopper) with a checked ``data`` view. The same cases as tests/test_bounds.py, which runs the
-GPU code on the host; here a real GPU runs it, where an unchecked out-of-bounds access reads or writes foreign memory.
+"""Bounds of callbacks and epilogs on the GPU: cuFFT with the checked LTO-IR of mathpy's callbacks, and the checked
+builds of every matmul route that runs a Python epilog (cuBLASLt + the elementwise pass, the generic kernel, the fused
+Hopper kernel), several operands, and a checked execution refused in a CUDA graph capture. The same cases as
+tests/test_bounds.py, which runs the GPU code on the host; here a real GPU runs it, where an unchecked out-of-bounds
+access reads or writes foreign memory.
 
 Run on a GPU machine: ``PYTHONPATH=. python -m pytest -m gpu tests/test_bounds_gpu.py -q``.
 """
@@ -13,7 +15,7 @@ import pytest
 
 import mathpy
 import mathpy.fft as mfft
-from mathpy import OutOfBoundsError
+from mathpy import OutOfBoundsError, StreamCaptureError
 
 from _tolerance import assert_fft_close, assert_within, matmul_bound
 from test_bounds import (X8, epilog_far_store, epilog_late_store, gate, late_gate, prolog_by_value, prolog_full,
@@ -90,27 +92,76 @@ def _matmul_operands(torch, m, n, k, dtype):
     return a, b, data
 
 
-@pytest.mark.parametrize("dtype_name, size", [("float32", (96, 80, 48)), ("bfloat16", (256, 256, 64))])
-def test_fused_matmul_check_bounds(dtype_name, size):
-    """float32: the generic kernel; bfloat16 (on an H200): the Hopper kernel with the data tile staged in shared
-    memory, whose staged reads are checked too."""
+@pytest.mark.parametrize("route, dtype_name, size", [("elementwise", "float32", (96, 80, 48)),
+                                                    ("generic", "float32", (96, 80, 48)),
+                                                    ("fused", "bfloat16", (256, 256, 64))])
+def test_fused_matmul_check_bounds(route, dtype_name, size):
+    """Each route that runs the user's function: the elementwise pass after cuBLASLt, the generic kernel, the Hopper
+    kernel (on an H200; its data tile staged in shared memory, whose staged reads are checked too)."""
     torch = pytest.importorskip("torch")
     dtype = getattr(torch, dtype_name)
     m, n, k = size
     a, b, data = _matmul_operands(torch, m, n, k, dtype)
+    preferences = {"epilog_route": route}
     with pytest.raises(ValueError, match=r"needs a shape of at least \(%d, %d\)" % (m, n)):
-        mathpy.matmul(a, b, epilog=gate, epilog_inputs={"data": data[:1, :1]})
-    with pytest.raises(OutOfBoundsError) as info:  # rows 1.. read column n: which one comes first is the GPU's
-        mathpy.matmul(a, b, epilog=late_gate, epilog_inputs={"data": data}, options={"check_bounds": True})
-    error = info.value
-    assert error.array == "data" and error.index[1] == n and 1 <= error.index[0] < m and "late_gate" in error.callback
-    checked = mathpy.matmul(a, b, epilog=gate, epilog_inputs={"data": data}, options={"check_bounds": True})
-    if dtype_name == "float32":  # (each Hopper kernel takes a minute to compile: the checked one only there)
-        unchecked = mathpy.matmul(a, b, epilog=gate, epilog_inputs={"data": data})
-        assert torch.equal(unchecked, checked)
+        mathpy.matmul(a, b, epilog=gate, epilog_inputs={"data": data[:1, :1]}, preferences=preferences)
+    for _ in range(2):  # the record is cleared after each error: the next execution reports again
+        with pytest.raises(OutOfBoundsError) as info:  # rows 1.. read column n: which one comes first is the GPU's
+            mathpy.matmul(a, b, epilog=late_gate, epilog_inputs={"data": data}, options={"check_bounds": True},
+                          preferences=preferences)
+        error = info.value
+        assert error.array == "data" and error.index[1] == n and 1 <= error.index[0] < m
+        assert "late_gate" in error.callback
+    checked = mathpy.matmul(a, b, epilog=gate, epilog_inputs={"data": data}, options={"check_bounds": True},
+                            preferences=preferences)
+    unchecked = mathpy.matmul(a, b, epilog=gate, epilog_inputs={"data": data}, preferences=preferences)
+    assert torch.equal(unchecked, checked)
+    _assert_gated(checked, a, b, data, np.float32 if dtype_name == "float32" else ml_dtypes.bfloat16)
+
+
+def _assert_gated(result, a, b, data, out):
+    """``result`` is ``(a @ b) * data`` within the bound: the float32 product's error and its rounding (to float32
+    in the elementwise pass's D, or in registers) scaled by |data|, then the product with data rounded to ``out``."""
     a64, b64, d64 = (t.double().cpu().numpy() for t in (a, b, data))
     exact = a64 @ b64
-    # the float32 product's error scaled by |data|, the product with data rounded, then the result's rounding
-    out = np.float32 if dtype_name == "float32" else ml_dtypes.bfloat16
     bound = matmul_bound(a64, b64, out, roundings=2, exact=exact) * np.abs(d64)
-    assert_within(checked.double().cpu().numpy(), exact * d64, bound)
+    assert_within(result.double().cpu().numpy(), exact * d64, bound)
+
+
+def _late_second(value, row, col, bias, gate):
+    if row > 0:
+        return value * gate[row, col] + bias[col + 1]
+    return value * gate[row, col]
+
+
+@pytest.mark.parametrize("route", ["elementwise", "generic"])
+def test_check_bounds_names_the_operand(route):
+    """Several operands: the record says which one was read outside (its position among the operands)."""
+    torch = pytest.importorskip("torch")
+    a, b, gate = _matmul_operands(torch, 64, 48, 32, torch.float32)
+    bias = torch.ones(48, device="cuda")
+    with pytest.raises(OutOfBoundsError) as info:
+        mathpy.matmul(a, b, epilog=_late_second, epilog_inputs={"bias": bias, "gate": gate},
+                      options={"check_bounds": True}, preferences={"epilog_route": route})
+    assert info.value.array == "bias" and info.value.index == (48,) and "bias (48 elements)" in str(info.value)
+
+
+def test_checked_matmul_is_refused_in_a_cuda_graph_capture():
+    """A checked execution waits on the host for its record: inside a capture it raises StreamCaptureError before
+    anything is queued, and the capture goes on to record the unchecked plan."""
+    torch = pytest.importorskip("torch")
+    a, b, data = _matmul_operands(torch, 64, 64, 32, torch.float32)
+    with mathpy.Matmul(a, b, options={"check_bounds": True}) as checked, mathpy.Matmul(a, b) as plain:
+        for mm in (checked, plain):
+            mm.plan(epilog=gate, epilog_inputs={"data": data})
+            mm.execute()
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            with pytest.raises(StreamCaptureError, match="check_bounds"):
+                checked.execute()
+            out = plain.execute()
+        out.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+    _assert_gated(out, a, b, data, np.float32)

@@ -410,6 +410,10 @@ def silu_gate(value, row, col, data):
     return value / (np.float32(1) + np.exp(-value)) * data[row, col]
 
 
+def gate_and_bias(value, row, col, gate, bias):
+    return value * gate[row, col] + bias[col]
+
+
 def test_python_epilog_in_one_threaded_pass():
     a, b = operand((2, 65, 33), np.float32), operand((2, 33, 40), np.float32, seed=1)
     gate = operand((65, 40), np.float32, seed=2)
@@ -431,10 +435,12 @@ def test_python_epilog_in_one_threaded_pass():
     ((16, 8), (8, 12), {"alpha": 3.0}),
     ((16, 8), (8, 12), {"epilog": "relu_bias", "epilog_inputs": {"bias": "bias"}}),
     ((2, 16, 8), (2, 8, 12), {"epilog": silu_gate, "epilog_inputs": {"data": "gate"}}),
+    ((16, 8), (8, 12), {"epilog": gate_and_bias, "epilog_inputs": {"gate": "gate", "bias": "bias_n"}}),  # named
 ])
 def test_repeated_stateless_calls_run_the_remembered_call(a_shape, b_shape, kwargs):
     a, b = operand(a_shape, np.float32), operand(b_shape, np.float32, seed=1)
-    named = {"bias": operand((16,), np.float32, seed=2), "gate": operand((16, 12), np.float32, seed=3)}
+    named = {"bias": operand((16,), np.float32, seed=2), "gate": operand((16, 12), np.float32, seed=3),
+             "bias_n": operand((12,), np.float32, seed=4)}
     kwargs = {k: ({n: named[v] for n, v in v.items()} if k == "epilog_inputs" else v) for k, v in kwargs.items()}
     matmul_stateless.forget()
     first = mathpy.matmul(a, b, execution="cpu", **kwargs)

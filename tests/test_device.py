@@ -228,8 +228,14 @@ def test_matmul_tensor_core_ptx(sm90, precision, ptx_type, m, n, k, arrangement)
     assert len(mma) >= fragments and len(mma) % fragments == 0
     assert "ld.shared" in ptx
     if arrangement == "row_major":
-        assert "ld.shared.u32" in ptx  # A fragment registers: one 32-bit load each
+        assert "ld.shared.u32" in ptx  # A fragment registers on the unaligned path: one 32-bit load each
     assert re.search(r"\bld(\.global)?\.u64", ptx) and "st.shared.u64" in ptx  # 8-byte operand copies
+    # the aligned path: one ldmatrix.x4 per A fragment (.trans when A is stored k-major), one .x4.trans per two B
+    # fragments (.x2.trans for an odd last one)
+    loads = re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x(\d)(\.trans)?\.shared\.b16", ptx)
+    a_loads = [x for x in loads if x == ("4", "" if arrangement == "row_major" else ".trans")]
+    b_loads = [x for x in loads if x[1] == ".trans"]
+    assert len(a_loads) >= G.warp_tile_m // 16 and len(b_loads) >= (G.warp_tile_n // 8 + 1) // 2, loads
 
 
 @pytest.mark.slow
@@ -436,16 +442,53 @@ class _WarpMMA:
         return tuple(np.float32(v) for v in (D[g, 2 * t], D[g, 2 * t + 1], D[g + 8, 2 * t], D[g + 8, 2 * t + 1]))
 
 
-@pytest.mark.parametrize("m, n, k, precision, arrangement, block_size", [
-    (32, 16, 32, np.float16, "row_major", 64),
-    (48, 40, 16, "bfloat16", "col_major", 96),
-    (64, 64, 32, np.float16, "col_major", 256),
-    (16, 16, 16, "bfloat16", "row_major", 32),
+class _WarpLdmatrix:
+    """``ldmatrix.sync.aligned.m8n8.x{count}[.trans].shared.b16`` as the PTX ISA defines it: lanes 8 j .. 8 j + 7
+    give the addresses of the 8 rows of matrix j (16-byte aligned: an index that is a multiple of 8 values); lane l
+    receives, in register j, row l // 4, values 2 (l % 4) and 2 (l % 4) + 1 of matrix j (``.trans``: of its
+    transpose). Also checks that the 8 rows of each matrix fall in 8 different 16-byte bank groups (conflict-free)."""
+
+    def __init__(self, warps, count, trans):
+        import threading
+
+        self.count, self.trans = count, trans
+        self.barriers = [threading.Barrier(32, timeout=30) for _ in range(warps)]
+        self.slots = [[None] * 32 for _ in range(warps)]
+        self.conflicts = 0
+
+    def __call__(self, lane_id, arr, index):
+        warp, lane = divmod(lane_id, 32)
+        slots, barrier = self.slots[warp], self.barriers[warp]
+        slots[lane] = int(index)
+        barrier.wait()
+        regs = []
+        for j in range(self.count):
+            rows = slots[8 * j:8 * j + 8]
+            assert all(r % 8 == 0 for r in rows), f"ldmatrix rows must be 16-byte aligned: {rows}"
+            if len({(2 * r // 16) % 8 for r in rows}) < 8:
+                self.conflicts += 1
+            mat = np.array([[arr[r + c] for c in range(8)] for r in rows])
+            if self.trans:
+                mat = mat.T
+            g, t = divmod(lane, 4)
+            regs.append(int(mat[g, 2 * t]) | (int(mat[g, 2 * t + 1]) << 16))
+        barrier.wait()
+        return tuple(regs)
+
+
+@pytest.mark.parametrize("m, n, k, precision, arrangement, block_size, ldmatrix", [
+    (32, 16, 32, np.float16, "row_major", 64, True),
+    (48, 40, 16, "bfloat16", "col_major", 96, True),
+    (64, 64, 32, np.float16, "col_major", 256, True),
+    (16, 16, 16, "bfloat16", "row_major", 32, True),
+    (64, 48, 32, np.float16, "row_major", 128, False),   # arrays not 16-byte aligned: scalar fragment loads
+    (32, 32, 16, "bfloat16", "col_major", 64, False),
 ])
-def test_matmul_tensor_core_fragments_emulated(m, n, k, precision, arrangement, block_size):
+def test_matmul_tensor_core_fragments_emulated(m, n, k, precision, arrangement, block_size, ldmatrix):
     """Runs the generated GPU source of mma() + store_accumulator() (the inline-PTX path, not the simulator's scalar
-    stand-in) with one Python thread per lane and the PTX ISA's mma.sync semantics: checks the fragment indexing,
-    the warp grid and the accumulator ownership against A @ B."""
+    stand-in) with one Python thread per lane and the PTX ISA's ldmatrix and mma.sync semantics: checks the fragment
+    indexing (ldmatrix's lane addresses, or the scalar loads when the shared arrays are not 16-byte aligned), the warp
+    grid and the accumulator ownership against A @ B, and that every ldmatrix is free of bank conflicts."""
     import threading
     import types as pytypes
 
@@ -454,7 +497,7 @@ def test_matmul_tensor_core_fragments_emulated(m, n, k, precision, arrangement, 
     G = md.matmul(m, n, k, precision, a_arrangement=arrangement, block_size=block_size)
     assert G.tensor_cores and G.block_size == block_size
     G.mma  # generates G.source (the GPU variant: this process does not run the simulator)
-    assert "MMA(" in G.source and "PACK(" in G.source
+    assert "MMA(" in G.source and "PACK(" in G.source and "LDSM4" in G.source
     bf16 = G.precision == "bfloat16"
     rng = np.random.default_rng(3)
     a = rng.standard_normal((m, k))
@@ -481,6 +524,8 @@ def test_matmul_tensor_core_fragments_emulated(m, n, k, precision, arrangement, 
 
     local = threading.local()
     warp_mma = _WarpMMA(block_size // 32, to_float)
+    loads = {name: _WarpLdmatrix(block_size // 32, count, trans)
+             for name, count, trans in (("LDSM4", 4, False), ("LDSM4T", 4, True), ("LDSM2T", 2, True))}
     fake_cuda = pytypes.SimpleNamespace()
 
     class _Idx:
@@ -495,6 +540,8 @@ def test_matmul_tensor_core_fragments_emulated(m, n, k, precision, arrangement, 
         "PAIR": lambda arr, i: int(arr[i]) | (int(arr[i + 1]) << 16),
         "PACK": lambda arr, i, j: int(arr[i]) | (int(arr[j]) << 16),
         "MMA": lambda *regs: warp_mma(local.tid, *regs),
+        "ALIGNED16": lambda arr: ldmatrix,
+        **{name: (lambda w: lambda arr, i: w(local.tid, arr, i))(w) for name, w in loads.items()},
     }
     exec(compile(G.source, "<tensor-core source>", "exec"), ns)
     out = np.zeros(m * n, np.float64)
@@ -508,7 +555,7 @@ def test_matmul_tensor_core_fragments_emulated(m, n, k, precision, arrangement, 
             ns["store_accumulator"](1.0, acc, 0.0, out)
         except Exception as e:  # pragma: no cover - reported below
             errors.append(e)
-            for barrier in warp_mma.barriers:
+            for barrier in warp_mma.barriers + [b for w in loads.values() for b in w.barriers]:
                 barrier.abort()
 
     threads = [threading.Thread(target=lane, args=(tid,)) for tid in range(block_size)]
@@ -518,3 +565,5 @@ def test_matmul_tensor_core_fragments_emulated(m, n, k, precision, arrangement, 
         th.join()
     assert not errors, errors[0]
     np.testing.assert_allclose(out.reshape(m, n), a @ b, rtol=1e-5, atol=1e-4)
+    assert all(w.conflicts == 0 for w in loads.values())
+    assert ("LDSM4" in G.source) and (sum(w.slots[0][0] is not None for w in loads.values()) > 0) == ldmatrix

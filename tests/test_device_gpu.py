@@ -128,6 +128,11 @@ MATMUL_CASES = [
     (128, 128, 16, "float64", 128, "multistage", {"stages": 6}),
     (64, 64, 16, "bfloat16", 160, "multistage", {"stages": 3}),
     (32, 32, 16, "float16", 80, "multistage", {"misaligned": True, "stages": 4}),
+    # the persistent kernel: the ring of k-slices runs on across batch entries (2 blocks over 5 entries)
+    (128, 128, 32, "float16", 128, "persistent", {"stages": 4}),
+    (64, 64, 32, "bfloat16", 64, "persistent", {"stages": 4}),
+    (64, 64, 16, "float64", 64, "persistent", {"stages": 4}),
+    (64, 64, 16, "float32", 64, "persistent", {"stages": 4}),
 ]
 
 

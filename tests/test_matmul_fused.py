@@ -125,7 +125,7 @@ def test_named_epilogs_still_go_to_the_library_engines():
     np.testing.assert_array_equal(mathpy.matmul(a - 3, a.T, epilog="relu"), np.maximum((a - 3) @ a.T, 0))
 
 
-def _three(value, row, col):
+def _two(value, row):
     return value
 
 
@@ -151,9 +151,9 @@ def _bad_index(value, row, col, data):
 
 
 @pytest.mark.parametrize("fn, error, words", [
-    (_three, TypeError, ["_three", "test_matmul_fused.py", "4 or 5 positional parameters"]),
-    (_six, TypeError, ["_six", "4 or 5 positional parameters"]),
-    (_star, TypeError, ["_star", "4 or 5 positional parameters"]),
+    (_two, TypeError, ["_two", "test_matmul_fused.py", "f(value, row, col, *operands)", "(value, row)"]),
+    (_six, TypeError, ["_six", "f(value, batch, row, col, *operands)", "1 operand(s) ['data']"]),
+    (_star, TypeError, ["_star", "positional parameters only"]),
     (_nothing, TypeError, ["_nothing", "returns nothing", "return value"]),
     (_sometimes, TypeError, ["_sometimes", "returns nothing on some path"]),
     (3.5, ValueError, ["epilog 3.5", "allowed"]),
@@ -172,17 +172,19 @@ def test_bad_epilogs_are_refused_before_any_work(monkeypatch, fn, error, words):
 
 
 @pytest.mark.parametrize("operands, kwargs, error, words", [
-    ("f32", {"epilog_inputs": {"data": np.ones((3, 3), np.complex64)}}, ValueError,
-     ["'data'", "complex64", "may be", "bfloat16"]),
+    ("f32", {"epilog_inputs": {"data": np.ones((3, 3), np.complex128)}}, ValueError,
+     ["'data'", "complex128", "may be", "bfloat16", "complex64"]),
     ("f32", {"epilog_inputs": {"data": np.ones((1, 1, 3, 3), np.float32)}}, ValueError, ["at most 3 dimensions"]),
-    ("f32", {"epilog_inputs": {"bias": np.ones(3, np.float32)}}, ValueError, ["['bias']", "'data'"]),
-    ("c64", {}, ValueError, ["complex64", "float16, bfloat16, float32 or float64"]),
-    ("f32", {"options": {"compute_type": "32F_FAST_TF32"}}, ValueError, ["32F_FAST_TF32", "allowed: 32F"]),
+    ("f32", {"epilog_inputs": {"bias": np.ones(3, np.float32)}}, TypeError,
+     ["['bias']", "not parameters", "(value, row, col, data)"]),
+    ("c128", {}, ValueError, ["complex128", "float16, bfloat16, float32, float64 or complex64"]),
+    ("f16", {"options": {"compute_type": "16F"}}, ValueError, ["compute type 16F", "allowed: 32F"]),
     ("f32", {"epilog_inputs": {"data": "torch"}}, ValueError, ["package and device", "torch"]),
 ])
 def test_bad_epilog_inputs_and_operands(monkeypatch, operands, kwargs, error, words):
     monkeypatch.setattr(_fused, "python_epilog_pass", lambda *a, **k: pytest.fail("the epilog ran"))
-    a = np.ones((3, 2), np.complex64 if operands == "c64" else np.float32)
+    monkeypatch.setattr(_fused.E, "apply_cpu", lambda *a, **k: pytest.fail("the epilog ran"))
+    a = np.ones((3, 2), {"c128": np.complex128, "f16": np.float16}.get(operands, np.float32))
     if isinstance(kwargs.get("epilog_inputs", {}).get("data"), str):  # a torch tensor, made here
         torch = pytest.importorskip("torch")
         kwargs = {"epilog_inputs": {"data": torch.ones(3, 3)}}
@@ -204,10 +206,12 @@ def test_errors_inside_the_epilog_name_its_file_and_line():
 # ---------------------------------------------------------------- GPU code without a GPU
 
 
-def test_generic_kernel_matches_numpy_in_the_simulator():
-    """The generic GPU kernel (tiling, bounds, strides, batches, C, the epilog's coordinates and data) runs under
-    numba's CUDA simulator in a subprocess (it must be switched on before numba is imported)."""
-    from mathpy.device._gemm_sim import SIM_FUSED_CASES, TOLERANCE
+def test_generic_kernel_and_elementwise_pass_match_numpy_in_the_simulator():
+    """The generic GPU kernel (tiling, bounds, strides, batches, C, the epilog's coordinates and data) and the
+    elementwise pass (vector and element paths, aligned and unaligned rows, several operands of float, bfloat16, bool
+    and int32 dtypes, complex values) run under numba's CUDA simulator in a subprocess (it must be switched on before
+    numba is imported)."""
+    from mathpy.device._gemm_sim import SIM_FUSED_CASES, SIM_PASS_CASES, TOLERANCE
 
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
@@ -215,32 +219,118 @@ def test_generic_kernel_matches_numpy_in_the_simulator():
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert len(results) == len(SIM_FUSED_CASES)
+    assert len(results) == len(SIM_FUSED_CASES) + len(SIM_PASS_CASES)
     for r in results:
-        assert r["error"] < TOLERANCE[r["case"][4]], r
-
-
-@pytest.fixture
-def sm90(monkeypatch):
-    """numba-cuda asks the current device for its compute capability when a kernel calls a device function."""
-    import numba.cuda.dispatcher as dispatcher
-
-    class _Device:
-        compute_capability = (9, 0)
-
-    monkeypatch.setattr(dispatcher, "get_current_device", lambda: _Device())
+        dtype = r["case"][4] if r["kind"] == "run_fused_case" else r["case"][3]
+        assert r["error"] < TOLERANCE[dtype], r
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", ["float32", "float64", "bfloat16"])
-def test_generic_kernel_ptx(sm90, precision):
+def test_generic_kernel_ptx(precision):
+    """The generic kernel compiled without the epilog and linked with it: the epilog's read of its operand is one
+    ld.global.nc, nothing goes through local memory, the product runs on the engine of the precision."""
     from mathpy.device import _gemm_build, _gemm_kernel, matmul
+    from mathpy.jit import _epilog_wrapper as W
+    from mathpy.jit import _link
     from mathpy.jit import _matmul_epilog as E
 
-    config = _gemm_kernel.GenericConfig(precision, precision, has_c=True, epilog="value", has_data=True)
+    config = _gemm_kernel.GenericConfig(precision, precision, has_c=True, epilog=True, operands=1)
     description = matmul(64, 64, 32, precision, block_size=256, a_arrangement="col_major")
-    epilog = E.device_function(E.as_matmul_epilog(gate))
-    ptx, _, params, _ = _gemm_build.generic_ptx(config, description, (9, 0), epilog, E.data_view_maker("float32", 2))
+    skeleton, params, _ = _gemm_build.generic_ltoir(config, description, (9, 0))
+    wrapper, _ = W.wrapper_ltoir(E.as_matmul_epilog(gate, ("data",)), (("float32", 2),), precision, None, (9, 0))
+    _, ptx = _link.link({"kernel": skeleton, "epilog": wrapper}, "sm_90", inlined=_gemm_kernel.EPILOG_SYMBOL)
     assert not re.search(r"\b(ld|st)\.local", ptx) and "ld.global.nc.f32" in ptx
     kind = {"float32": "fma.rn.f32", "float64": "mma.sync.aligned.m8n8k4", "bfloat16": "mma.sync.aligned.m16n8k16"}
-    assert kind[precision] in ptx
+    assert kind[precision] in ptx and params[-4:] == ["o0_ptr", "o0_t0", "o0_t1", "o0_t2"]
+
+# ---------------------------------------------------------------- the epilogs users write (tests/_epilog_cases.py)
+
+from _epilog_cases import CASES, bound, product, random  # noqa: E402
+from _tolerance import assert_within  # noqa: E402
+
+
+def _case_params():
+    return [pytest.param(case, dtype, id=f"{case.name}-{dtype}") for case in CASES for dtype in case.dtypes]
+
+
+@pytest.mark.parametrize("case, dtype", _case_params())
+def test_every_epilog_and_dtype_on_the_cpu(case, dtype):
+    """Each function (several operands, math functions, branches, int / bool operands, module constants) in each
+    dtype it applies to, against the float64 reference within the derived bound."""
+    rng = np.random.default_rng(11)
+    m, n, k, batch = 6, 10, 7, (3 if case.batched_only else 1)
+    dt = BF16 if dtype == "bfloat16" else np.dtype(dtype)
+    a, b = random((batch, m, k), dt, rng, 1 / math.sqrt(k)), random((batch, k, n), dt, rng)
+    operands = case.make(m, n, batch, rng, dt)
+    out = mathpy.matmul(a, b, epilog=case.function, epilog_inputs=operands)
+    assert out.dtype == dt and out.shape == (batch, m, n)
+    x, magnitude = product(a, b)
+    ref = case.reference(x, operands)
+    assert_within(np.asarray(out).astype(ref.dtype), ref, bound(case, dt, x, magnitude, ref, k), case.name)
+
+
+def test_operands_are_the_last_parameters_named_as_given():
+    a = np.ones((2, 3), np.float32)
+    b = np.ones((3, 4), np.float32)
+    g = np.arange(8, dtype=np.float32).reshape(2, 4)
+    bias = np.arange(4, dtype=np.float32)
+
+    def two(value, row, col, gate, bias):
+        return value * gate[row, col] + bias[col]
+
+    ref = 3 * g + bias
+    np.testing.assert_array_equal(mathpy.matmul(a, b, epilog=two, epilog_inputs={"bias": bias, "gate": g}), ref)
+    with pytest.raises(TypeError, match=r"must be its last parameters"):
+        mathpy.matmul(a, b, epilog=lambda value, gate, row, col: value, epilog_inputs={"gate": g})
+    with pytest.raises(TypeError, match=r"\['scale'\] are not parameters"):
+        mathpy.matmul(a, b, epilog=two, epilog_inputs={"gate": g, "scale": bias})
+
+    def none(value, row, col):
+        return value + np.float32(1)
+
+    np.testing.assert_array_equal(mathpy.matmul(a, b, epilog=none), np.full((2, 4), 4, np.float32))
+
+
+def _scaled(value, row, col, data):
+    return value * SCALE_OF_TEST
+
+
+SCALE_OF_TEST = np.float32(2)
+
+
+def test_a_rebound_global_or_changed_closure_never_runs_stale_code():
+    """numba freezes the globals a function reads: a rebound global must compile again, on the stateless path (its
+    memo of prepared calls) and the stateful one."""
+    global SCALE_OF_TEST
+    a, b = np.ones((2, 3), np.float32), np.ones((3, 2), np.float32)
+    try:
+        first = mathpy.matmul(a, b, epilog=_scaled)
+        SCALE_OF_TEST = np.float32(5)
+        second = mathpy.matmul(a, b, epilog=_scaled)
+    finally:
+        SCALE_OF_TEST = np.float32(2)
+    np.testing.assert_array_equal(first, np.full((2, 2), 6, np.float32))
+    np.testing.assert_array_equal(second, np.full((2, 2), 15, np.float32))
+    offset = [np.float32(1)]
+
+    def make():
+        shift = offset[0]
+
+        def shifted(value, row, col, data):
+            return value + shift
+        return shifted
+
+    f = make()
+    np.testing.assert_array_equal(mathpy.matmul(a, b, epilog=f), np.full((2, 2), 4, np.float32))
+    f.__closure__[0].cell_contents = np.float32(10)
+    np.testing.assert_array_equal(mathpy.matmul(a, b, epilog=f), np.full((2, 2), 13, np.float32))
+
+
+def test_too_many_operands_are_refused():
+    names = [f"x{i}" for i in range(9)]
+    namespace = {}
+    exec(f"def many(value, row, col, {', '.join(names)}):\n    return value\n", namespace)
+    a = np.ones((2, 2), np.float32)
+    with pytest.raises(TypeError, match="at most 8 operands"):
+        mathpy.matmul(a, a, epilog=namespace["many"], epilog_inputs={n: a for n in names})

@@ -1,8 +1,11 @@
-"""Python epilogs fused into matmul on the GPU (TMA + wgmma kernel on sm_90, the generic block-GEMM kernel elsewhere)
-against a float64 reference computed from the same (rounded) operands. Outputs are poisoned (NaN) before each
-run so an element the kernel does not write fails the comparison.
+"""Python matmul epilogs on the GPU, every route, against a float64 reference computed from the same (rounded)
+operands: every dtype (float16, bfloat16, float32, float64, complex64) x epilog of tests/_epilog_cases.py on the route
+the plan chooses and on each other route that can run it, within the bound derived there; then the fused TMA +
+wgmma kernel (sm_90) and the generic block-GEMM kernel on their own cases (forced routes). Outputs are poisoned (NaN)
+before each run so an element a kernel does not write fails the comparison.
 
-Run on a GPU machine: ``PYTHONPATH=. python -m pytest -m gpu tests/test_matmul_fused_gpu.py -q``.
+Run on a GPU machine: ``PYTHONPATH=. python -m pytest -m gpu tests/test_matmul_fused_gpu.py -q`` (the first run
+compiles each kernel configuration once, about 10 s each on the H200's host, and keeps them in mathpy's disk cache).
 """
 
 import math
@@ -17,6 +20,13 @@ if not torch.cuda.is_available():  # pragma: no cover - CPU machines
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
 import mathpy  # noqa: E402
+from _epilog_cases import BF16, CASES, bound, product  # noqa: E402
+from _tolerance import assert_within  # noqa: E402
+
+FUSED = {"epilog_route": "fused"}
+GENERIC = {"epilog_route": "generic"}
+_TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64,
+          "complex64": torch.complex64}
 
 
 def silu_gate(value, row, col, data):
@@ -78,10 +88,12 @@ def _poisoned_run(mm):
     (70, 50, 33, torch.float64, True, False),         # generic kernel, double
 ])
 def test_silu_gate(m, n, k, dtype, b_t, a_t):
+    """The fused kernel (16-bit) and the generic one (float32, float64) on their own: tiles, tails, layouts."""
     a, b = _operands(m, n, k, dtype, b_transposed=b_t, a_transposed=a_t)
     gate = torch.randn(m, n, device="cuda").to(dtype)
     with mathpy.Matmul(a, b) as mm:
-        mm.plan(epilog=silu_gate, epilog_inputs={"data": gate})
+        mm.plan(epilog=silu_gate, epilog_inputs={"data": gate},
+                preferences=FUSED if dtype in (torch.float16, torch.bfloat16) else GENERIC)
         out = _poisoned_run(mm)
     assert out.dtype == dtype and out.shape == (m, n)
     x = a.double().cpu().numpy() @ b.double().cpu().numpy()
@@ -105,7 +117,8 @@ def test_batched_with_c_and_batch_index():
     a, b = _operands(m, n, k, torch.float16, batch=(batch,), seed=5)
     c = torch.randn(batch, m, n, device="cuda", dtype=torch.float16)
     data = torch.randn(batch, m, n, device="cuda", dtype=torch.float32)
-    out = mathpy.matmul(a, b, c, alpha=0.5, beta=-1.5, epilog=batch_mix, epilog_inputs={"data": data})
+    out = mathpy.matmul(a, b, c, alpha=0.5, beta=-1.5, epilog=batch_mix, epilog_inputs={"data": data},
+                        preferences=FUSED)
     x = 0.5 * (a.double().cpu().numpy() @ b.double().cpu().numpy()) - 1.5 * c.double().cpu().numpy()
     ref = x * data.double().cpu().numpy() + np.arange(batch)[:, None, None] - 0.001 * np.arange(n)
     _check(out, ref, torch.float16, k)
@@ -123,7 +136,7 @@ def test_staged_batched_data_over_more_tiles_than_sms():
     a, b = _operands(m, n, k, torch.bfloat16, batch=(batch,), seed=11)
     data = torch.randn(batch, m, n, device="cuda").to(torch.bfloat16)
     with mathpy.Matmul(a, b) as mm:
-        mm.plan(epilog=gate_and_neighbour, epilog_inputs={"data": data})
+        mm.plan(epilog=gate_and_neighbour, epilog_inputs={"data": data}, preferences=FUSED)
         out = _poisoned_run(mm)
     x = a.double().cpu().numpy() @ b.double().cpu().numpy()
     d = data.double().cpu().numpy()
@@ -141,7 +154,7 @@ def test_unaligned_data_runs_the_variant_without_staging():
     aligned = shifted.clone()
     x = a.double().cpu().numpy() @ b.double().cpu().numpy()
     for gate in (shifted, aligned):
-        out = mathpy.matmul(a, b, epilog=silu_gate, epilog_inputs={"data": gate})
+        out = mathpy.matmul(a, b, epilog=silu_gate, epilog_inputs={"data": gate}, preferences=FUSED)
         _check(out, _ref_silu(x, gate.double().cpu().numpy()), torch.bfloat16, k)
 
 
@@ -152,3 +165,66 @@ def test_cpu_and_gpu_agree():
     cpu = mathpy.matmul(a.cpu().numpy(), b.cpu().numpy(), epilog=silu_gate,
                         epilog_inputs={"data": gate.cpu().numpy()})
     np.testing.assert_allclose(gpu.cpu().numpy(), cpu, rtol=2e-5, atol=2e-5)
+
+
+# ---------------------------------------------------------------- every dtype x epilog x route
+
+def _to_torch(x):
+    x = np.asarray(x)
+    if x.dtype == BF16:
+        return torch.from_numpy(x.view(np.int16)).view(torch.bfloat16).cuda()
+    return torch.from_numpy(x).cuda()
+
+
+def _to_numpy(t):
+    t = t.cpu()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(BF16)
+    return t.numpy()
+
+
+def _grid():
+    for case in CASES:
+        for dtype in case.dtypes:
+            routes = ["auto", "elementwise"]
+            if dtype in ("float16", "bfloat16"):
+                routes.append("fused")
+            if case.name in ("bias_col", "bias_row", "residual", "relu_bias", "gelu_tanh") and dtype != "complex64":
+                routes.append("library")
+            if case.name == "residual" and dtype == "complex64":
+                routes.append("library")
+            for route in routes:
+                yield pytest.param(case, dtype, route, id=f"{case.name}-{dtype}-{route}")
+
+
+@pytest.mark.parametrize("case, dtype, route", list(_grid()))
+def test_every_dtype_epilog_and_route(case, dtype, route):
+    """512 x 384 x 192 (whole tiles of the fused kernel; batch 2 for the per-batch scale), operands drawn in the
+    dtype (bfloat16 via float32), the epilog's operands from its case; the result within the case's bound, one more
+    rounding of the product where the route rounds it to a 16-bit D before the epilog (elementwise)."""
+    rng = np.random.default_rng(17)
+    m, n, k, batch = 512, 384, 192, (2 if case.batched_only else 1)
+    dt = BF16 if dtype == "bfloat16" else np.dtype(dtype)
+    scale = 1 / math.sqrt(k)
+    a = (rng.standard_normal((batch, m, k)) * scale).astype(np.float32)
+    b = rng.standard_normal((batch, k, n)).astype(np.float32)
+    if dt.kind == "c":
+        a = a + 1j * (rng.standard_normal((batch, m, k)) * scale)
+        b = b + 1j * rng.standard_normal((batch, k, n))
+    a, b = a.astype(dt), b.astype(dt)
+    operands = case.make(m, n, batch, rng, dt)
+    if case.name == "residual":
+        operands = {"residual": operands["residual"]}
+    preferences = None if route == "auto" else {"epilog_route": route}
+    with mathpy.Matmul(_to_torch(a), _to_torch(b)) as mm:
+        mm.plan(epilog=case.function, epilog_inputs={k_: _to_torch(v) for k_, v in operands.items()},
+                preferences=preferences)
+        chosen = mm.prepared_call.problem.fused.route.name
+        out = _poisoned_run(mm)
+    assert out.dtype == _TORCH[dtype] and tuple(out.shape) == (batch, m, n)
+    x, magnitude = product(a, b)
+    ref = case.reference(x, operands)
+    limit = bound(case, dt, x, magnitude, ref, k, product_rounded=chosen == "elementwise" and dt.itemsize == 2)
+    got = _to_numpy(out).astype(ref.dtype)
+    assert np.isfinite(got).all(), f"unwritten (poisoned) or non-finite results ({chosen})"
+    assert_within(got, ref, limit, f"{case.name} {dtype} {route} -> {chosen}")

@@ -98,8 +98,8 @@ def test_stage_counts_fit_shared_memory():
     for bn, buffer, expected in ((256, False, 4), (256, True, 3), (128, False, 6), (128, True, 6)):
         stages = HK.max_stages(bn, buffer)
         assert stages == expected
-        config = HK.HopperConfig("bfloat16", "bfloat16", bn=bn, stages=stages, has_data=buffer, stage_data=buffer,
-                                 epilog="value")
+        config = HK.HopperConfig("bfloat16", "bfloat16", bn=bn, stages=stages, operands=1, stage_data=buffer,
+                                 epilog=True)
         assert config.shared_memory_size <= HK.MAX_SHARED_MEMORY
     with pytest.raises(ValueError, match="at most 3"):
         HK.HopperConfig("bfloat16", "bfloat16", bn=256, stages=4, store_tile=True)
@@ -118,7 +118,7 @@ def _problem(m, n, k, batch=1, out="bfloat16", ldd=None):
     ldd = n if ldd is None else ldd
     return types.SimpleNamespace(
         m=m, n=n, k=k, batch=batch, c=None, a=_layout(m, k, k, 1, batch, m * k), b=_layout(k, n, n, 1, batch, k * n),
-        d=_layout(m, n, ldd, 1, batch, m * ldd, out))
+        d=_layout(m, n, ldd, 1, batch, m * ldd, out), fused=types.SimpleNamespace(operands=(("data", None),)))
 
 
 def test_engine_stages_full_size_16_bit_data_and_stores_16_bit_results_in_tiles():
@@ -127,7 +127,7 @@ def test_engine_stages_full_size_16_bit_data_and_stores_16_bit_results_in_tiles(
     p = _problem(512, 1024, 256)
     gate = DataLayout((512, 1024), (1024, 1), "bfloat16")
     assert _fused_cuda._stage_data_ok(gate, p) and _fused_cuda._store_tile_ok(p)
-    config = _fused_cuda.hopper_config(p, gate, "bfloat16", "bfloat16", "value", True, True)
+    config = _fused_cuda.hopper_config(p, gate, True, True)
     assert (config.bn, config.stages, config.stage_data, config.store_tile) == (256, 3, True, True)
     specs = HK.tensor_map_specs(config, 512, 1024, 256, 1, (0, 256, 0), (0, 1024, 0), (4096, 1024, 0), (8192, 1024, 0))
     assert [s[1] for s in specs] == [[256, 512], [1024, 256], [1024, 512], [1024, 512]]
@@ -143,19 +143,8 @@ def test_engine_stages_full_size_16_bit_data_and_stores_16_bit_results_in_tiles(
     # results: float32, rows 2 bytes apart from a 16-byte multiple
     assert not _fused_cuda._store_tile_ok(_problem(512, 1024, 256, out="float32"))
     assert not _fused_cuda._store_tile_ok(_problem(512, 1027, 256, ldd=1027))
-    no_buffer = _fused_cuda.hopper_config(p, None, "bfloat16", "float32", "value", False, False)
+    no_buffer = _fused_cuda.hopper_config(_problem(512, 1024, 256, out="float32"), None, False, False)
     assert (no_buffer.stages, no_buffer.tile_buffer) == (4, False)
-
-
-@pytest.fixture
-def sm90(monkeypatch):
-    """numba-cuda asks the current device for its compute capability when a kernel calls a device function."""
-    import numba.cuda.dispatcher as dispatcher
-
-    class _Device:
-        compute_capability = (9, 0)
-
-    monkeypatch.setattr(dispatcher, "get_current_device", lambda: _Device())
 
 
 def silu_gate(value, row, col, data):
@@ -168,32 +157,42 @@ def scale_clamp(value, row, col, data):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", ["staged", "direct"])
-def test_hopper_kernel_ptx(sm90, variant):
-    """The sm_90a kernel: TMA copies on mbarriers, four wgmma per k-slice, setmaxnreg, no local memory. Staged: the
-    gate is read from shared memory only (the view's range checks fold away: no device-memory load is left), D
-    leaves in bulk tensor stores after a barrier among the consumers. Direct (128-wide tiles, B K-major): the data is
-    read through the read-only cache, D stored in 32-bit pairs."""
+def test_hopper_kernel_ptx(variant):
+    """The sm_90a kernel, compiled once without the epilog and linked with it (nvJitLink, LTO): TMA copies on
+    mbarriers, four wgmma per k-slice, setmaxnreg, no local memory, no call left. Staged (whole tiles): the gate is
+    read from shared memory only (the view's range checks fold away after the link inlines the epilog: no
+    device-memory load is left), D leaves in bulk tensor stores after a barrier among the consumers, float32 divisions
+    are div.full, and ptxas spills nothing (the tile offsets are not hoisted out of the tile loop). Direct (128-wide
+    tiles with edge tiles, B K-major): the per-row scale is read through the read-only cache, D stored in 32-bit
+    pairs."""
     from mathpy.device import _gemm_build
+    from mathpy.device._gemm_kernel import EPILOG_SYMBOL
+    from mathpy.jit import _epilog_wrapper as W
+    from mathpy.jit import _link
     from mathpy.jit import _matmul_epilog as E
 
     staged = variant == "staged"
     bn = 256 if staged else 128
     config = HK.HopperConfig("bfloat16", "bfloat16", bn=bn, stages=HK.max_stages(bn, staged), b_mn_major=staged,
-                             epilog="value", has_data=True, stage_data=staged, store_tile=staged)
-    epilog = E.device_function(E.as_matmul_epilog(silu_gate if staged else scale_clamp))
-    maker = E.data_view_maker("bfloat16" if staged else "float32", 2 if staged else 1, (128, bn) if staged else None)
-    ptx, name, params, _ = _gemm_build.hopper_ptx(config, (9, 0), epilog, maker)
+                             epilog=True, operands=1, edges=not staged, stage_data=staged, store_tile=staged)
+    epilog = E.as_matmul_epilog(silu_gate if staged else scale_clamp, ("data",))
+    kinds = (("bfloat16", 2),) if staged else (("float32", 1),)
+    skeleton, params, _ = _gemm_build.hopper_ltoir(config, (9, 0))
+    wrapper, _ = W.wrapper_ltoir(epilog, kinds, "bfloat16", (128, bn) if staged else None, (9, 0))
+    _, ptx = _link.link({"kernel": skeleton, "epilog": wrapper}, "sm_90a", ("-Xnvvm=-prec-div=0",),
+                        inlined=EPILOG_SYMBOL)
     assert re.search(r"^\.target sm_90a", ptx, re.M) and ".maxntid 384, 1, 1" in ptx
     assert len(re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n{bn}k16\.f32\.bf16\.bf16", ptx)) == 4
     loads = len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global", ptx))
     stores = len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.global\.shared::cta", ptx))
     assert "mbarrier.try_wait.parity" in ptx and "setmaxnreg.inc.sync.aligned.u32 232" in ptx
-    assert not re.search(r"\b(ld|st)\.local", ptx)
-    assert params[:4] == ["tmap_a", "tmap_b", "tmap_data", "tmap_d"] and params[-1] == "data_t2"
+    assert not re.search(r"\b(ld|st)\.local", ptx) and not re.search(r"\bcall", ptx)
+    assert params[:4] == ["tmap_a", "tmap_b", "tmap_data", "tmap_d"] and params[-1] == "o0_t2"
     if staged:
         assert loads == 1 + bn // 64 + bn // 64 and stores == 2 * (bn // 64)  # A, B boxes, data boxes; 2 store sites
-        # one shared load per value of the thread (bn / 2), in the whole-tile and the edge-tile epilogs
-        assert "ld.global.nc" not in ptx and len(re.findall(r"ld\.shared\.u16", ptx)) == 2 * (bn // 2)
+        # whole tiles (the shapes the route rule sends this kernel): the gate is read from shared memory only, one
+        # ld.shared per value of the thread (bn / 2), no device-memory fallback left
+        assert "ld.global.nc" not in ptx and len(re.findall(r"ld\.shared\.u16", ptx)) == bn // 2
         assert "bar.sync 1, 256" in ptx and "cp.async.bulk.wait_group.read 0" in ptx
         assert len(re.findall(r"st\.shared\.u32", ptx)) == bn // 4 and "cvt.rn.bf16x2.f32" in ptx
         # bf16 result: the epilog's divisions are div.full.f32 (no branch to a slow path per division)

@@ -248,6 +248,63 @@ def matmul_multistage_kernel(GEMM, k_total, stages):
 
 
 @functools.lru_cache(maxsize=None)
+def matmul_persistent_kernel(GEMM, k_total, stages):
+    """As :func:`matmul_multistage_kernel`, persistent: a grid of fewer blocks than batch entries (a few per SM),
+    each walking the entries ``blockIdx.x, blockIdx.x + gridDim.x, ...`` as one stream of k-slices through its ring of
+    ``stages`` buffers, so the copies of the next entry's first slices are in flight while the current entry's last
+    slices are multiplied and its results stored (a one-block-per-entry kernel starts every entry with an empty
+    pipeline and ends it with an idle one). For batches of small products, which are limited by how many bytes are
+    in flight, not by the tensor cores."""
+    if k_total % GEMM.k:
+        raise ValueError(f"k_total={k_total} must be a multiple of the description's k={GEMM.k}")
+    if not 2 <= stages <= 9:
+        raise ValueError(f"stages={stages} must be 2..9 (cp.async keeps at most 7 groups waiting)")
+    storage = numba.from_dtype(GEMM.storage_dtype)
+    compute = numba.from_dtype(GEMM.compute_dtype)
+    sa, sb, acc_size, kb = GEMM.a_size, GEMM.b_size, GEMM.accumulator_size, GEMM.k
+    size = sa + sb
+    n_slices = k_total // kb
+    ahead = stages - 1
+
+    @_gemm_jit(GEMM)
+    def kernel(a, b, c, alpha, beta):
+        smem = cuda.shared.array(0, storage)
+        acc = cuda.local.array(acc_size, compute)
+        first, step = cuda.blockIdx.x, cuda.gridDim.x
+        entries = (c.shape[0] - first + step - 1) // step
+        total = entries * n_slices  # this block's (entry, slice) items, in order
+        GEMM.clear(acc)
+        for t in range(ahead):
+            if t < total:
+                r = t * size
+                GEMM.load_ab_async(a, b, first + (t // n_slices) * step, (t % n_slices) * kb, smem[r:r + sa],
+                                   smem[r + sa:r + size])
+            GEMM.commit_loads()
+        for t in range(total):
+            GEMM.wait_pending_loads(ahead - 1)  # item t has landed (for this thread's copies)
+            cuda.syncthreads()  # ... for every thread's, and the buffer refilled next is no longer read
+            nxt = t + ahead
+            if nxt < total:
+                r = (nxt % stages) * size
+                GEMM.load_ab_async(a, b, first + (nxt // n_slices) * step, (nxt % n_slices) * kb, smem[r:r + sa],
+                                   smem[r + sa:r + size])
+            GEMM.commit_loads()
+            cur = (t % stages) * size
+            GEMM.mma(smem[cur:cur + sa], smem[cur + sa:cur + size], acc)
+            if t % n_slices == n_slices - 1:  # the entry's last slice: its results, then a fresh accumulator
+                GEMM.store_accumulator_batched(alpha, acc, beta, c, first + (t // n_slices) * step)
+                GEMM.clear(acc)
+
+    return kernel
+
+
+def persistent_grid(GEMM, stages, batch, sms):
+    """Blocks of a persistent launch: as many per SM as the shared memory (227 KiB) and the launch bounds allow."""
+    per_sm = max(1, min(232448 // (stages * GEMM.shared_memory_size_ab), GEMM.launch_bounds[1]))
+    return min(batch, per_sm * sms)
+
+
+@functools.lru_cache(maxsize=None)
 def matmul_shared_kernel(GEMM):
     """A batched kernel doing the whole GEMM with A, B and C in shared memory (``execute``)."""
     storage = numba.from_dtype(GEMM.storage_dtype)
@@ -283,7 +340,8 @@ def run_matmul_case(m, n, k, precision, k_total=None, mode="registers", batch=2,
                     misaligned=False, stages=3, **kw):
     """Run one block GEMM case; returns the max error relative to the largest reference value. mode: "registers"
     (mma over K slices), "pipelined" (two buffers, the next slice copied during the mma), "multistage" (``stages``
-    buffers in a ring) or "shared" (execute with C in shared memory, k_total == k). ``misaligned``: A and B are
+    buffers in a ring), "persistent" (the ring across batch entries, 2 blocks) or "shared" (execute with C in
+    shared memory, k_total == k). ``misaligned``: A and B are
     views one element into wider arrays (odd strides, unaligned data), so copies take the element-wise path."""
     from . import matmul
 
@@ -303,13 +361,15 @@ def run_matmul_case(m, n, k, precision, k_total=None, mode="registers", batch=2,
     elif mode == "pipelined":
         matmul_pipelined_kernel(GEMM, k_total)[batch, GEMM.block_dim, 0, 2 * GEMM.shared_memory_size_ab](
             d_a, d_b, d_c, alpha, beta)
-    elif mode == "multistage":
+    elif mode in ("multistage", "persistent"):
         from ._launch import allow_shared_memory
 
-        kernel = matmul_multistage_kernel(GEMM, k_total, stages)
+        persistent = mode == "persistent"
+        kernel = (matmul_persistent_kernel if persistent else matmul_multistage_kernel)(GEMM, k_total, stages)
         shared = stages * GEMM.shared_memory_size_ab
         allow_shared_memory(kernel, shared, d_a, d_b, d_c, alpha, beta)
-        kernel[batch, GEMM.block_dim, 0, shared](d_a, d_b, d_c, alpha, beta)
+        grid = min(2, batch) if persistent else batch  # persistent: blocks walk several entries
+        kernel[grid, GEMM.block_dim, 0, shared](d_a, d_b, d_c, alpha, beta)
     else:
         matmul_shared_kernel(GEMM)[batch, GEMM.block_dim, 0, GEMM.shared_memory_size](d_a, d_b, d_c, alpha, beta)
     out = _from_storage(GEMM, d_c.copy_to_host())
@@ -371,6 +431,8 @@ SIM_MATMUL_CASES = [
     (16, 16, 8, "float32", 24, "pipelined", {}),
     (16, 16, 8, "float32", 40, "multistage", {}),  # 5 slices through a ring of 3 buffers
     (32, 16, 16, "float16", 80, "multistage", {"block_size": 64, "stages": 4}),
+    (16, 16, 8, "float32", 24, "persistent", {}),  # 2 blocks over 2 entries of 3 slices, a ring of 3
+    (32, 16, 16, "float16", 32, "persistent", {"block_size": 64, "stages": 4, "batch": 5}),  # 3 + 2 entries
 ]
 
 

@@ -1,15 +1,22 @@
-"""Compiling the whole-GEMM kernels of :mod:`._gemm_hopper` and :mod:`._gemm_kernel` to PTX (no GPU needed: the
-compute capability is given).
+"""Compiling the kernels of :mod:`._gemm_hopper`, :mod:`._gemm_kernel` and :mod:`._epilog_pass` to LTO-IR (no GPU
+needed: the compute capability is given), without the user's epilog: each calls the external epilog function
+(:data:`~._gemm_kernel.EPILOG_SYMBOL`) that the host links in with nvJitLink (:mod:`mathpy.jit._link`).
 
-numba-cuda compiles a kernel for ``compute_XY`` and its PTX says ``.target sm_XY``; ``wgmma`` and ``setmaxnreg`` need
-the architecture-specific ``sm_90a``, and ``setmaxnreg`` needs a register cap at kernel entry. Both are added to the
-PTX text here (``.target sm_90a``, ``.maxntid 384, 1, 1``, ``.minnctapersm 1``); the driver then compiles the PTX
-for the GPU at load time.
+numba-cuda compiles a kernel for ``compute_XY``; ``wgmma`` and ``setmaxnreg`` need the architecture-specific
+``sm_90a``, which the link asks for (``-arch=sm_90a``), and ``setmaxnreg`` needs a register cap at kernel entry:
+``launch_bounds=(384, 1)`` (``.maxntid 384, 1, 1`` and ``.minnctapersm 1``).
+
+Compiling calls of numba device functions asks numba-cuda for the current device's compute capability; on a machine
+without a GPU :func:`compiling_for` answers with the target's, so every kernel here can be built on a CPU-only
+machine (the tests do).
 """
 
-import linecache
+import contextlib
 import itertools
+import linecache
 import re
+import threading
+import types as pytypes
 
 import numpy as np
 
@@ -17,9 +24,11 @@ from .._compat import patch_numpy_for_numba_cuda
 from . import _gemm_hopper as HK
 from . import _gemm_kernel as K
 
-__all__ = ["hopper_ptx", "generic_ptx", "generic_simulator_kernel", "kernel_signature", "patch_ptx"]
+__all__ = ["hopper_ltoir", "generic_ltoir", "pass_ltoir", "generic_simulator_kernel", "kernel_signature",
+           "compiling_for", "hopper_constants"]
 
 _counter = itertools.count()
+_target_lock = threading.RLock()
 
 
 def _exec(source, namespace, tag):
@@ -28,6 +37,26 @@ def _exec(source, namespace, tag):
     glb = dict(namespace)
     exec(compile(source, filename, "exec"), glb)
     return glb["kernel"]
+
+
+@contextlib.contextmanager
+def compiling_for(cc):
+    """Compile for compute capability ``cc``: on a machine without a GPU, numba-cuda's question "which device is
+    current" (asked when a kernel calls a device function) is answered with ``cc`` for the duration."""
+    from .. import _cuda
+
+    with _target_lock:
+        if _cuda.is_available():
+            yield
+            return
+        import numba.cuda.dispatcher as dispatcher
+
+        saved = dispatcher.get_current_device
+        dispatcher.get_current_device = lambda: pytypes.SimpleNamespace(compute_capability=tuple(cc))
+        try:
+            yield
+        finally:
+            dispatcher.get_current_device = saved
 
 
 def kernel_signature(params, compute):
@@ -46,44 +75,16 @@ def kernel_signature(params, compute):
     return tuple(out)
 
 
-def patch_ptx(ptx, arch_specific=False, max_threads=None, blocks_per_sm=1):
-    """The PTX with ``.target sm_XYa`` (``arch_specific``) and ``.maxntid`` / ``.minnctapersm`` on its kernels."""
-    if arch_specific:
-        ptx, count = re.subn(r"^\.target sm_(\d+)\b(?!a)", r".target sm_\1a", ptx, count=1, flags=re.M)
-        if count != 1:
-            raise RuntimeError("no .target line found in the PTX numba-cuda produced")
-    if max_threads:
-        directives = rf"\1\n.maxntid {max_threads}, 1, 1\n.minnctapersm {blocks_per_sm}"
-        ptx, count = re.subn(r"(\.entry\s+[\w$]+\s*\([^)]*\))", directives, ptx, flags=re.S)
-        if count < 1:
-            raise RuntimeError("no .entry found in the PTX numba-cuda produced")
-    return ptx
+def _ltoir(kernel, params, compute, cc, launch_bounds=None):
+    from numba import cuda
+
+    with compiling_for(cc):
+        ltoir, _ = cuda.compile(kernel, kernel_signature(params, compute), device=False, abi="numba",
+                                output="ltoir", cc=tuple(cc), opt=True, launch_bounds=launch_bounds)
+    return ltoir
 
 
-def full_range_division(ptx):
-    """The PTX with its IEEE float32 divisions (``div.rn.f32``) made ``div.full.f32`` (full range, at most 2 ulp).
-    ptxas expands each ``div.rn.f32`` into a fast path and a branch to a slow path for rare operands; those branches
-    split the epilog into one scheduling region per division, so the elements' dependent chains (exp, reciprocal,
-    fix-ups) run one after another. Applied to kernels with a 16-bit result, where 2 float32 ulp (2^-22) are far
-    below the result's rounding (2^-9 for bf16, 2^-11 for fp16)."""
-    return re.sub(r"\bdiv\.rn\.f32\b", "div.full.f32", ptx)
-
-
-def entry_name(ptx):
-    found = re.search(r"\.entry\s+([\w$]+)\s*\(", ptx)
-    if not found:
-        raise RuntimeError("no .entry found in the PTX numba-cuda produced")
-    return found.group(1)
-
-
-def _epilog_namespace(ns, epilog_fn, make_data):
-    if epilog_fn is not None:
-        ns["EPI"] = epilog_fn
-    if make_data is not None:
-        ns["MAKE_DATA"] = make_data
-
-
-def hopper_namespace(config, epilog_fn=None, make_data=None):
+def hopper_namespace(config):
     patch_numpy_for_numba_cuda()
     from numba import cuda
 
@@ -102,8 +103,9 @@ def hopper_namespace(config, epilog_fn=None, make_data=None):
         "TMA2": H.tma_load_2d, "TMA3": H.tma_load_3d, "WGMMA_FENCE": H.wgmma_fence,
         "WGMMA_COMMIT": H.wgmma_commit, "WGMMA_WAIT0": H.wgmma_wait0, "WGMMA_WAIT1": H.wgmma_wait1,
         "WGMMA": H.wgmma(config.bn, ab, config.a_mn_major, config.b_mn_major),
-        "LOAD_C": H.load_element(config.out), "STORE_ONE": H.store_element(config.out),
-        "STORE_PAIR": H.store_pair(config.out), "ZEROS": H.zeros(n_acc),
+        "AXPBY": H.axpby_element(config.out), "STORE_ONE": H.store_element(config.out),
+        "STORE_PAIR": H.store_pair(config.out), "STORE_EDGE": H.store_pair_edge(config.out), "ZEROS": H.zeros(n_acc),
+        "SCALE": H.scale_tuple(n_acc),
         "TMA_STORE2": H.tma_store_2d, "TMA_STORE3": H.tma_store_3d, "BULK_COMMIT": H.bulk_commit,
         "BULK_WAIT_READ": H.bulk_wait_read, "BULK_WAIT": H.bulk_wait, "CONSUMERS_SYNC": H.named_barrier(1, 256),
         "SYNCWARP": H.syncwarp, "ST_SHARED": H.st_shared_u32, "OPAQUE": H.opaque_u32,
@@ -111,7 +113,8 @@ def hopper_namespace(config, epilog_fn=None, make_data=None):
     })
     if config.store_tile:
         ns["PACK"] = H.pack_pair(config.out)
-    _epilog_namespace(ns, epilog_fn, make_data)
+    if config.epilog:
+        ns["EPI"] = K.epilog_declaration("float32", config.operands, config.stage_data, config.checked)
     return ns
 
 
@@ -129,68 +132,23 @@ def hopper_constants(config):
             "GROUP_M": config.group_m, "BM": config.bm, "BN": config.bn}
 
 
-def hopper_ptx(config, cc=(9, 0), epilog_fn=None, make_data=None):
-    """(PTX for sm_90a, entry name, parameter names) of the Hopper kernel for ``config``."""
+def hopper_params(config):
+    return list(HK.HOPPER_PARAMS) + (K.operand_params(config.operands, config.checked) if config.epilog else [])
+
+
+def hopper_ltoir(config, cc=(9, 0)):
+    """(LTO-IR, parameter names, source) of the Hopper kernel for ``config``; link it for ``sm_90a``."""
     if tuple(cc) != (9, 0):
         raise ValueError(f"the wgmma kernel needs compute capability 9.0 (sm_90a), not {cc}")
-    from numba import cuda
-
     source = HK.hopper_source(config)
-    kernel = _exec(source, hopper_namespace(config, epilog_fn, make_data), "hopper")
-    params = list(HK.HOPPER_PARAMS) + (list(K.DATA_PARAMS) if config.has_data else [])
-    ptx, _ = cuda.compile_ptx(kernel, kernel_signature(params, "float32"), cc=tuple(cc))
-    ptx = patch_ptx(ptx, arch_specific=True, max_threads=config.threads, blocks_per_sm=1)
-    if config.out in ("bfloat16", "float16"):
-        ptx = full_range_division(ptx)
-    return ptx, entry_name(ptx), params, source
+    kernel = _exec(source, hopper_namespace(config), "hopper")
+    params = hopper_params(config)
+    return _ltoir(kernel, params, "float32", cc, launch_bounds=(config.threads, 1)), params, source
 
 
-def generic_ptx(config, description, cc, epilog_fn=None, make_data=None):
-    """(PTX, entry name, parameter names) of the generic kernel for ``config`` built on the block GEMM
-    ``description`` (a :class:`~._matmul.MatmulDescription` of ``bm x bn x bk``)."""
-    patch_numpy_for_numba_cuda()
+def _generic_namespace(config, description, simulator=False):
     from numba import cuda, from_dtype
 
-    from . import _hopper as H
-    from ._matmul import _owners
-
-    header, owners = _owners(description)
-    compute = "float64" if config.out == "float64" or config.precision == "float64" else "float32"
-    ct = np.float64 if compute == "float64" else np.float32
-    storage = description.storage_dtype
-    a_row_major = description.a_arrangement == "row_major"
-    lda = description.lda
-
-    def a_index(i, p):
-        return i * lda + p if a_row_major else p * lda + i
-
-    a_index = cuda.jit(device=True, forceinline=True)(a_index)
-    ns = {"np": np, "cuda": cuda, "U32": np.uint32, "U64": np.uint64, "INT64": np.int64, "GEMM": description,
-          "STORAGE": from_dtype(storage), "COMPUTE": from_dtype(np.dtype(ct)), "ZERO": ct(0),
-          "ZERO_S": storage.type(0), "A_SIZE": description.a_size, "B_SIZE": description.b_size,
-          "ACC_SIZE": description.accumulator_size, "LDB": description.ldb, "A_INDEX": a_index,
-          "ASIZE": storage.itemsize, "DSIZE": np.dtype(config.out).itemsize,
-          "LOAD_S": _raw_load(storage), "LOAD_C": H.load_element(config.out), "STORE_ONE": H.store_element(config.out)}
-    _epilog_namespace(ns, epilog_fn, make_data)
-    source = K.generic_source(config, owners, header, description.accumulator_size)
-    kernel = _exec(source, ns, "generic")
-    params = list(K.GENERIC_PARAMS) + (list(K.DATA_PARAMS) if config.has_data else [])
-    ptx, _ = cuda.compile_ptx(kernel, kernel_signature(params, compute), cc=tuple(cc))
-    return ptx, entry_name(ptx), params, source
-
-
-def generic_simulator_kernel(config, description, epilog_fn, data_kind=None):
-    """The generic kernel for ``config`` as a simulator kernel (numba's CUDA simulator must be on): the same source,
-    with the address intrinsics implemented on host memory (:mod:`._gemm_sim`)."""
-    from numba import cuda, from_dtype
-
-    from ._codegen import simulator_enabled
-    from ._gemm_sim import simulator_namespace
-    from ._matmul import _owners
-
-    if not simulator_enabled():
-        raise RuntimeError("generic_simulator_kernel needs numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1)")
-    header, owners = _owners(description)
     compute = np.float64 if config.out == "float64" or config.precision == "float64" else np.float32
     storage = description.storage_dtype
     a_row_major = description.a_arrangement == "row_major"
@@ -199,13 +157,62 @@ def generic_simulator_kernel(config, description, epilog_fn, data_kind=None):
     def a_index(i, p):
         return i * lda + p if a_row_major else p * lda + i
 
-    ns = {"np": np, "cuda": cuda, "U32": np.uint32, "U64": np.uint64, "INT64": np.int64, "GEMM": description,
-          "STORAGE": from_dtype(storage), "COMPUTE": from_dtype(np.dtype(compute)), "ZERO": compute(0),
-          "ZERO_S": storage.type(0), "A_SIZE": description.a_size, "B_SIZE": description.b_size,
-          "ACC_SIZE": description.accumulator_size, "LDB": description.ldb, "A_INDEX": cuda.jit(device=True)(a_index),
-          "ASIZE": storage.itemsize, "DSIZE": np.dtype(config.out).itemsize,
-          "EPI": cuda.jit(device=True)(epilog_fn)}
-    ns.update(simulator_namespace(config.precision, config.out, data_kind))
+    jit = cuda.jit(device=True) if simulator else cuda.jit(device=True, forceinline=True)
+    return {"np": np, "cuda": cuda, "U32": np.uint32, "U64": np.uint64, "INT64": np.int64, "GEMM": description,
+            "STORAGE": from_dtype(storage), "COMPUTE": from_dtype(np.dtype(compute)), "ZERO": compute(0),
+            "ZERO_S": storage.type(0), "A_SIZE": description.a_size, "B_SIZE": description.b_size,
+            "ACC_SIZE": description.accumulator_size, "LDB": description.ldb, "A_INDEX": jit(a_index),
+            "ASIZE": storage.itemsize, "DSIZE": np.dtype(config.out).itemsize}
+
+
+def generic_ltoir(config, description, cc):
+    """(LTO-IR, parameter names, source) of the generic kernel for ``config`` built on the block GEMM
+    ``description`` (a :class:`~._matmul.MatmulDescription` of ``bm x bn x bk``)."""
+    patch_numpy_for_numba_cuda()
+    from . import _hopper as H
+    from ._matmul import _owners
+
+    header, owners = _owners(description)
+    compute = "float64" if config.out == "float64" or config.precision == "float64" else "float32"
+    with compiling_for(cc):
+        ns = _generic_namespace(config, description)
+        ns.update(LOAD_S=_raw_load(description.storage_dtype), LOAD_C=H.load_element(config.out),
+                  STORE_ONE=H.store_element(config.out))
+        if config.epilog:
+            ns["EPI"] = K.epilog_declaration(compute, config.operands, checked=config.checked)
+        source = K.generic_source(config, owners, header, description.accumulator_size)
+        kernel = _exec(source, ns, "generic")
+        params = list(K.GENERIC_PARAMS) + (K.operand_params(config.operands, config.checked) if config.epilog else [])
+        return _ltoir(kernel, params, compute, cc), params, source
+
+
+def pass_ltoir(config, cc):
+    """(LTO-IR, parameter names, source) of the elementwise pass (:mod:`._epilog_pass`) for ``config``."""
+    from . import _epilog_pass as P
+
+    patch_numpy_for_numba_cuda()
+    source = P.pass_source(config)
+    kernel = _exec(source, P.pass_namespace(config), "pass")
+    params = list(P.PASS_PARAMS) + K.operand_params(config.operands, config.checked)
+    bounds = (config.threads, P.MIN_BLOCKS)
+    return _ltoir(kernel, params, K.COMPUTE_OF[config.out], cc, launch_bounds=bounds), params, source
+
+
+def generic_simulator_kernel(config, description, epilog_fn, extra=None):
+    """The generic kernel for ``config`` as a simulator kernel (numba's CUDA simulator must be on): the same source,
+    with the address intrinsics implemented on host memory (:mod:`._gemm_sim`) and ``epilog_fn`` the epilog function
+    of the calling convention (:func:`mathpy.jit._epilog_wrapper.simulator_function`)."""
+    from numba import cuda
+
+    from ._codegen import simulator_enabled
+    from ._matmul import _owners
+
+    if not simulator_enabled():
+        raise RuntimeError("generic_simulator_kernel needs numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1)")
+    header, owners = _owners(description)
+    ns = _generic_namespace(config, description, simulator=True)
+    ns["EPI"] = epilog_fn
+    ns.update(extra or {})
     source = K.generic_source(config, owners, header, description.accumulator_size)
     return cuda.jit(_exec(source, ns, "generic-sim"))
 

@@ -16,8 +16,9 @@ reused from L2). 384 threads in three warpgroups:
   and "done" (the consumer warps are finished with it).
 - warpgroups 1 and 2 (the *consumers*): rows 0-63 and 64-127 of the tile; per 64-wide k-slice four
   ``wgmma.mma_async.m64n{BN}k16`` with operands read from shared memory through descriptors and fp32 accumulators in
-  registers (BN / 2 per thread), one group kept in flight. Then the epilog on the accumulators: the user's function
-  with its ``data`` view reading the staged tile from shared memory. With ``store_tile`` every thread first computes
+  registers (BN / 2 per thread), one group kept in flight. Then the epilog on the accumulators: a call of the
+  external epilog function (:data:`~._gemm_kernel.EPILOG_SYMBOL`, inlined by the link) per value, whose operand 0
+  reads the staged tile from shared memory. With ``store_tile`` every thread first computes
   all its values (rounded and packed in pairs), then (after a barrier among the consumers when the buffer still holds
   data they read) writes them into the buffer and hands it to the tile thread: D leaves in 16 KiB bulk stores, off the
   consumers' path, and they go on with the next tile's product. Without it they store D directly.
@@ -29,7 +30,14 @@ reused from L2). 384 threads in three warpgroups:
 Shared memory: 1 KiB of alignment slack, the ring, the epilog buffer (``BM x BN`` 16-bit values as boxes of 64 columns
 by BM rows of 128 bytes, 16-byte chunks swizzled by ``row % 8``: :func:`tile_offset`), then the mbarriers; at most
 227 KiB (:func:`max_stages`). Kernel parameters are scalars only (pointers and tensor-map addresses as uint64):
-:data:`HOPPER_PARAMS`, then :data:`~._gemm_kernel.DATA_PARAMS` when the epilog reads ``data``.
+:data:`HOPPER_PARAMS`, then the operands' (:func:`~._gemm_kernel.operand_params`) when the kernel calls an epilog.
+
+Source size is compile time: numba's front end (typing, SSA, liveness) grows faster than linearly with the number of
+blocks and statements, and the first version (every value's epilog unrolled four times: whole tiles with and without
+C, edge tiles with a bounds test per element) took about 170 s to compile on a 2-core CI machine. Now the whole-tile
+epilog is written once (C, when the kernel has it, is added by an intrinsic that tests beta inside), and edge tiles
+run the same straight-line code on coordinates clamped into the result (stores: the bulk store clips, or an
+intrinsic with the bounds tests inside).
 
 Why this shape (H200, docs/benchmarks.md): a first, non-persistent version whose consumers read the epilog's data
 from device memory one element at a time waited on memory latency (``silu(x) * gate[row, col]`` on 16384 x 16384 x
@@ -40,7 +48,7 @@ compiling the epilog's divisions as ``div.full.f32`` for 16-bit results (``_gemm
 
 import dataclasses
 
-from ._gemm_kernel import DATA_PARAMS, epilog_lines
+from ._gemm_kernel import epilog_lines, operand_params
 
 __all__ = ["HopperConfig", "hopper_source", "HOPPER_PARAMS", "max_stages", "tile_offset", "tensor_map_specs",
            "MAX_SHARED_MEMORY"]
@@ -58,11 +66,12 @@ class HopperConfig:
     """One Hopper kernel: ``ab`` "bfloat16" or "float16"; ``out`` the dtype of D (and C); ``bn`` 128 or 256 (BM is
     128); ``stages`` ring buffers (:func:`max_stages`); ``a_mn_major`` / ``b_mn_major``: A is M-contiguous
     (column-major) / B is N-contiguous (row-major) in global memory; ``batched_a`` / ``batched_b``: 3-D tensor maps
-    (batch coordinate); ``has_c``; ``epilog``: "none", "value" (f(value, row, col, data)) or "batch" (f(value, batch,
-    row, col, data)); ``has_data``: the epilog reads a data array; ``stage_data``: a 16-bit ``data`` of the result's
-    shape is copied tile by tile into shared memory (``batched_data``: with a batch axis); ``store_tile``: D (16-bit)
-    leaves through shared memory with bulk tensor stores (``batched_d``: 3-D map); ``group_m``: tile rows per
-    rasterisation group. One block per SM: two would cap registers at 80 per thread, and an m64n128 wgmma alone
+    (batch coordinate); ``has_c``; ``epilog``: the kernel calls the epilog function, which reads ``operands``
+    operands (``checked``: a check_bounds build, which passes it their shapes too); ``edges``: some tiles cross the
+    result's last row or column (False: the edge-tile epilog is left out, half the code for ptxas to compile);
+    ``stage_data``: operand 0 of the epilog, 16-bit of the result's shape, is copied tile by tile into shared memory
+    (``batched_data``: with a batch axis); ``store_tile``: D (16-bit) leaves through shared memory with bulk tensor
+    stores (``batched_d``: 3-D map); ``group_m``: tile rows per rasterisation group. One block per SM: two would cap registers at 80 per thread, and an m64n128 wgmma alone
     needs 90."""
 
     ab: str
@@ -74,8 +83,10 @@ class HopperConfig:
     batched_a: bool = False
     batched_b: bool = False
     has_c: bool = False
-    epilog: str = "none"
-    has_data: bool = False
+    epilog: bool = False
+    operands: int = 0
+    checked: bool = False
+    edges: bool = True
     stage_data: bool = False
     batched_data: bool = False
     store_tile: bool = False
@@ -92,8 +103,8 @@ class HopperConfig:
     def __post_init__(self):
         if self.store_tile and self.out not in ("bfloat16", "float16"):
             raise ValueError(f"store_tile needs a 16-bit result, not {self.out}")
-        if self.stage_data and not self.has_data:
-            raise ValueError("stage_data needs an epilog that reads data")
+        if self.stage_data and not self.epilog:
+            raise ValueError("stage_data needs an epilog (that reads the staged operand)")
         if self.shared_memory_size > MAX_SHARED_MEMORY:
             raise ValueError(f"{self.stages} stages need {self.shared_memory_size} bytes of shared memory, more than "
                              f"{MAX_SHARED_MEMORY}; at most {max_stages(self.bn, self.tile_buffer)}")
@@ -199,10 +210,10 @@ def _wait(pad, barrier, parity):
 
 
 def hopper_source(config):
-    """Python source of ``kernel(*HOPPER_PARAMS[, *DATA_PARAMS])`` for :class:`HopperConfig` ``config``."""
+    """Python source of ``kernel(*HOPPER_PARAMS[, *operand_params])`` for :class:`HopperConfig` ``config``."""
     c = config
     S = c.stages
-    params = list(HOPPER_PARAMS) + (list(DATA_PARAMS) if c.has_data else [])
+    params = list(HOPPER_PARAMS) + (operand_params(c.operands, c.checked) if c.epilog else [])
     L = [f"def kernel({', '.join(params)}):",
          "    smem = cuda.shared.array(0, BYTE)",
          "    base = (SMEM_ADDRESS(smem) + U32(1023)) & U32(0xFFFFFC00)",
@@ -243,8 +254,6 @@ def hopper_source(config):
           "        lc0 = (lane & 3) << 1",
           "        al = COMPUTE(alpha)",
           "        be = COMPUTE(beta)"]
-    if c.has_data and not c.stage_data:
-        L.append("        DATA = MAKE_DATA(data_ptr, data_s0, data_s1, data_s2, data_t0, data_t1, data_t2)")
     L += ["        s = 0",
           "        phase = 0",
           "        prev = 0",
@@ -362,90 +371,67 @@ def _tile_thread(c):
     return L
 
 
-def _value(c, i, col, with_c):
-    return f"al * acc[{i}]" + (f" + be * LOAD_C(crow, {col})" if with_c else "")
+def _value(c, i, col):
+    """Accumulator ``i`` scaled by alpha (the kernel scaled the whole tuple when it has no C) plus beta C."""
+    return f"AXPBY(acc[{i}], al, be, crow, {col})" if c.has_c else f"acc[{i}]"
 
 
-def _row_lines(c, pad, half, with_c):
-    out = [f"{pad}row = m0 + (lr0 | {8 * half})", f"{pad}drow = d_ptr + U64((tb * d_batch + row * ldd) * DSIZE)"]
-    if with_c:
-        out.append(f"{pad}crow = c_ptr + U64((tb * c_batch + row * ldc) * DSIZE)")
+def _column(j, q, edge=False):
+    """The thread's column ``8 j + q`` of its 8-column chunks (clamped into the result on edge tiles), computed where
+    it is used: named once per tile, the 64 columns would all stay live through the epilog and spill registers."""
+    col = f"n0 + (lct | {8 * j + q})"
+    return f"min({col}, n - 1)" if edge else col
+
+
+def _row_lines(c, pad, half, edge):
+    """Lines setting ``row`` (and ``erow``: the row the epilog and C see, clamped into the result on edge tiles),
+    ``drow`` (D's row address) and ``crow`` (C's)."""
+    out = [f"{pad}row = m0 + (lrt | {8 * half})"]
+    erow = "erow" if edge else "row"
+    if edge:
+        out.append(f"{pad}erow = min(row, m - 1)")
+    out.append(f"{pad}drow = d_ptr + U64((tb * d_batch + row * ldd) * DSIZE)")
+    if c.has_c:
+        out.append(f"{pad}crow = c_ptr + U64((tb * c_batch + {erow} * ldc) * DSIZE)")
     return out
 
 
-def _packed_whole(c, indent, with_c):
-    """A whole tile, store_tile: every value of the thread, packed in pairs p{j}_{half}."""
+def _call(c, indent, i, col, edge, out_var):
+    """The epilog of accumulator ``i`` at column ``col`` (already clamped on edge tiles)."""
+    staged = "tile, m0, n0" if c.stage_data else None
+    return epilog_lines(indent, _value(c, i, col), "tb", "erow" if edge else "row", col, c, out_var, staged)
+
+
+def _packed(c, indent, edge):
+    """store_tile: every value of the thread, packed in pairs p{j}_{half} (on edge tiles the values outside D are
+    computed at clamped coordinates and dropped by the bulk store, which clips to the tensor map's extent)."""
     pad = " " * indent
     out = []
     for half in range(2):
-        out += _row_lines(c, pad, half, with_c)
+        out += _row_lines(c, pad, half, edge)
         for j in range(c.bn // 8):
             for q in range(2):
-                col = f"n0 + (lc0 | {8 * j + q})"
-                out += epilog_lines(indent, _value(c, 4 * j + 2 * half + q, col, with_c), "tb", "row", col, c,
-                                    f"v{q}")
+                out += _call(c, indent, 4 * j + 2 * half + q, _column(j, q, edge), edge, f"v{q}")
             out.append(f"{pad}p{j}_{half} = PACK(v0, v1)")
     return out
 
 
-def _packed_edge(c, indent):
-    """An edge tile, store_tile: values outside D are zeros (the bulk store skips them) and the epilog is not
-    called there."""
+def _direct(c, indent, edge, group=4):
+    """Stored straight from registers: ``group`` 8-column chunks of values, then their stores (on edge tiles, stores
+    with the bounds tests inside)."""
     pad = " " * indent
     out = []
     for half in range(2):
-        out += _row_lines(c, pad, half, c.has_c)
-        for j in range(c.bn // 8):
-            for q in range(2):
-                out += [f"{pad}col = n0 + (lc0 | {8 * j + q})", f"{pad}v{q} = ZERO", f"{pad}if row < m and col < n:",
-                        f"{pad}    v{q} = al * acc[{4 * j + 2 * half + q}]"]
-                if c.has_c:
-                    out += [f"{pad}    if be != ZERO:", f"{pad}        v{q} = v{q} + be * LOAD_C(crow, col)"]
-                out += epilog_lines(indent + 4, f"v{q}", "tb", "row", "col", c, f"v{q}")
-            out.append(f"{pad}p{j}_{half} = PACK(v0, v1)")
-    return out
-
-
-def _direct_whole(c, indent, with_c, group=4):
-    """A whole tile stored straight from registers: ``group`` 8-column chunks of values, then their stores."""
-    pad = " " * indent
-    out = []
-    for half in range(2):
-        out += _row_lines(c, pad, half, with_c)
+        out += _row_lines(c, pad, half, edge)
+        if edge:
+            out.append(f"{pad}row_ok = row < m")
         for first in range(0, c.bn // 8, group):
             for j in range(first, first + group):
                 for q in range(2):
-                    col = f"n0 + (lc0 | {8 * j + q})"
-                    out += epilog_lines(indent, _value(c, 4 * j + 2 * half + q, col, with_c), "tb", "row", col, c,
-                                        f"v{j}_{q}")
+                    out += _call(c, indent, 4 * j + 2 * half + q, _column(j, q, edge), edge, f"v{j}_{q}")
             for j in range(first, first + group):
-                out.append(f"{pad}STORE_PAIR(drow, n0 + (lc0 | {8 * j}), v{j}_0, v{j}_1)")
-    return out
-
-
-def _direct_edge(c, indent):
-    pad = " " * indent
-    out = []
-    for half in range(2):
-        out += [f"{pad}row = m0 + (lr0 | {8 * half})", f"{pad}if row < m:"]
-        inner = pad + "    "
-        out.append(f"{inner}drow = d_ptr + U64((tb * d_batch + row * ldd) * DSIZE)")
-        if c.has_c:
-            out.append(f"{inner}crow = c_ptr + U64((tb * c_batch + row * ldc) * DSIZE)")
-        for j in range(c.bn // 8):
-            out += [f"{inner}col = n0 + (lc0 | {8 * j})", f"{inner}col1 = n0 + (lc0 | {8 * j + 1})",
-                    f"{inner}if col < n:"]
-            for q in range(2):
-                vpad = inner + ("    " if q == 0 else "        ")
-                if q == 1:
-                    out += [f"{inner}    v1 = ZERO", f"{inner}    if col1 < n:"]
-                cexpr = "col1" if q else "col"
-                out.append(f"{vpad}v{q} = al * acc[{4 * j + 2 * half + q}]")
-                if c.has_c:
-                    out += [f"{vpad}if be != ZERO:", f"{vpad}    v{q} = v{q} + be * LOAD_C(crow, {cexpr})"]
-                out += epilog_lines(len(vpad), f"v{q}", "tb", "row", cexpr, c, f"v{q}")
-            out += [f"{inner}    if col1 < n:", f"{inner}        STORE_PAIR(drow, col, v0, v1)",
-                    f"{inner}    else:", f"{inner}        STORE_ONE(drow, col, v0)"]
+                out.append(f"{pad}STORE_EDGE(drow, {_column(j, 0)}, v{j}_0, v{j}_1, n, row_ok)" if edge else
+                           f"{pad}STORE_PAIR(drow, {_column(j, 0)}, v{j}_0, v{j}_1)")
     return out
 
 
@@ -456,16 +442,18 @@ def _epilog(c):
     if c.tile_buffer:
         L += _wait(pad, "ready", "t & 1")
         L.append(f"{pad}tile = OPAQUE(tbuf)")  # the buffer's addresses are recomputed per tile, not kept live
-    if c.stage_data:
-        L.append(f"{pad}DATA = MAKE_DATA(data_ptr, data_s0, data_s1, data_s2, data_t0, data_t1, data_t2, "
-                 "tile, tb, m0, n0)")
-    L += [f"{pad}if m0 + {c.bm} <= m and n0 + {c.bn} <= n:"]
-    whole, edge = (_packed_whole, _packed_edge) if c.store_tile else (_direct_whole, _direct_edge)
-    if c.has_c:
-        L += [f"{pad}    if be != ZERO:"] + whole(c, 20, True) + [f"{pad}    else:"] + whole(c, 20, False)
+    # the thread's first row and column within the tile, through an asm per tile (with their known bits masked back
+    # in): the link's optimiser would otherwise hoist the 128 tile offsets of the values out of the tile loop and
+    # keep them live through the product (spills); the masks keep the staged operand's range checks folding
+    L += [f"{pad}lrt = INT64(OPAQUE(lr0)) & 127", f"{pad}lct = INT64(OPAQUE(lc0)) & 6"]
+    body = _packed if c.store_tile else _direct
+    if not c.has_c:
+        L.append(f"{pad}acc = SCALE(acc, al)")
+    if c.edges:
+        L += [f"{pad}if m0 + {c.bm} <= m and n0 + {c.bn} <= n:"] + body(c, 16, False)
+        L += [f"{pad}else:"] + body(c, 16, True)
     else:
-        L += whole(c, 16, False)
-    L += [f"{pad}else:"] + edge(c, 16)
+        L += body(c, 12, False)
     if c.store_tile:
         if c.stage_data:  # the results overwrite the data the other warps may still be reading
             L.append(f"{pad}CONSUMERS_SYNC()")

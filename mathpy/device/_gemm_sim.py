@@ -1,16 +1,19 @@
-"""The generic fused-epilog GEMM kernel of :mod:`._gemm_kernel` under numba's CUDA simulator, against NumPy.
+"""The generic fused-epilog GEMM kernel of :mod:`._gemm_kernel` and the elementwise epilog pass of
+:mod:`._epilog_pass` under numba's CUDA simulator, against NumPy.
 
-The kernel takes raw addresses (uint64) and reads / writes elements through intrinsics; here those intrinsics are
-Python functions on host memory (``ctypes``), so the simulator runs the very same generated kernel source: tiling,
-bounds checks, strides, batch indexing, alpha/beta with C, the epilog's coordinates and data indexing, rounding to
-the result's dtype. (The Hopper kernel's TMA / wgmma / mbarrier instructions have no simulator; its PTX is checked
-statically by the tests and its results on the GPU.)
+The kernels take raw addresses (uint64) and read / write elements through intrinsics; here those intrinsics are
+Python functions on host memory (``ctypes``), and the external epilog function is
+:func:`mathpy.jit._epilog_wrapper.simulator_function` (the user's function behind the same calling convention), so the
+simulator runs the very same generated kernel sources: tiling, bounds checks, strides, batch indexing, alpha/beta
+with C, the epilog's coordinates and operand indexing, the pass's vector and element paths, rounding to the result's
+dtype. (The Hopper kernel runs under :mod:`._hopper_sim`.)
 
 Run: ``NUMBA_ENABLE_CUDASIM=1 python -m mathpy.device._gemm_sim`` prints one JSON line per case of
-:data:`SIM_FUSED_CASES` (tests/test_matmul_fused.py does this in a subprocess).
+:data:`SIM_FUSED_CASES` and :data:`SIM_PASS_CASES` (tests/test_matmul_fused.py does this in a subprocess).
 """
 
 import ctypes
+import math
 import json
 import sys
 import time
@@ -21,11 +24,13 @@ from .._compat import patch_numpy_for_numba_cuda
 
 patch_numpy_for_numba_cuda()
 
-__all__ = ["simulator_namespace", "run_fused_case", "SIM_FUSED_CASES", "bf16_round"]
+__all__ = ["simulator_namespace", "run_fused_case", "run_pass_case", "SIM_FUSED_CASES", "SIM_PASS_CASES",
+           "bf16_round", "data_views"]
 
 _NP = {"bfloat16": np.dtype(np.uint16), "float16": np.dtype(np.float16), "float32": np.dtype(np.float32),
        "float64": np.dtype(np.float64), "int32": np.dtype(np.int32), "int64": np.dtype(np.int64),
-       "int8": np.dtype(np.int8), "int16": np.dtype(np.int16), "uint8": np.dtype(np.uint8), "bool": np.dtype(bool)}
+       "int8": np.dtype(np.int8), "int16": np.dtype(np.int16), "uint8": np.dtype(np.uint8), "bool": np.dtype(bool),
+       "complex64": np.dtype(np.complex64)}
 
 
 def _read(address, dtype):
@@ -64,8 +69,13 @@ class _DataView:
         return _widen(_read(self.ptr + offset * self.dtype.itemsize, self.dtype), self.kind)
 
 
-def simulator_namespace(storage_kind, out_kind, data_kind=None):
-    """Python implementations of the generic kernel's address intrinsics (LOAD_S, LOAD_C, STORE_ONE, MAKE_DATA)."""
+def data_views(i, kind, ptr, strides, *staged):
+    """The operand views of :func:`mathpy.jit._epilog_wrapper.simulator_function` on host memory."""
+    return _DataView(kind[0], ptr, strides)
+
+
+def simulator_namespace(storage_kind, out_kind):
+    """Python implementations of the generic kernel's address intrinsics (LOAD_S, LOAD_C, STORE_ONE)."""
     storage, out = _NP[storage_kind], _NP[out_kind]
 
     def load_s(address):
@@ -81,10 +91,7 @@ def simulator_namespace(storage_kind, out_kind, data_kind=None):
         else:
             _write(address, out, out.type(value))
 
-    def make_data(ptr, s0, s1, s2, t0, t1, t2):
-        return _DataView(data_kind, ptr, (t0, t1, t2))
-
-    return {"LOAD_S": load_s, "LOAD_C": load_c, "STORE_ONE": store_one, "MAKE_DATA": make_data}
+    return {"LOAD_S": load_s, "LOAD_C": load_c, "STORE_ONE": store_one}
 
 
 def _to_storage(x, kind):
@@ -120,6 +127,36 @@ _EPILOGS = {"value": (_epilog_value, 2), "row": (_epilog_row, 1), "batch": (_epi
             "none": (_epilog_none, None)}
 
 
+def _epilog_function(fn, *operands):
+    """``fn`` behind the epilog calling convention, its operands (NumPy arrays or None) read from host memory."""
+    from ..jit._epilog_wrapper import simulator_function
+    from ..jit._matmul_epilog import as_matmul_epilog
+
+    import inspect
+
+    names = list(inspect.signature(fn).parameters)[-len(operands):] if operands else []
+    given = [n for n, o in zip(names, operands) if o is not None]
+    epilog = as_matmul_epilog(fn, given or None)
+    kinds = tuple(None if o is None else (_kind(o), o.ndim) for o in operands)
+    return simulator_function(epilog, kinds, data_views)
+
+
+def _kind(array):
+    return "bfloat16" if array.dtype == np.uint16 else array.dtype.name
+
+
+def _operand_values(*operands):
+    values = {}
+    for i, x in enumerate(operands):
+        if x is None:
+            continue
+        strides = tuple(t // x.itemsize for t in x.strides) + (0,) * (3 - x.ndim)
+        values[f"o{i}_ptr"] = x.ctypes.data
+        for j in range(3):
+            values[f"o{i}_t{j}"] = strides[j]
+    return values
+
+
 def run_fused_case(m, n, k, precision, out, batch, epilog, layout, with_c, seed=0):
     """One generic-kernel case under the simulator; returns the max error relative to the largest reference value.
     ``layout``: "nn" (row-major A and B), "tn" (A column-major), "nt" (B column-major), "bcast" (one B for every
@@ -149,10 +186,11 @@ def run_fused_case(m, n, k, precision, out, batch, epilog, layout, with_c, seed=
     elif data_ndim == 3:
         data = rng.standard_normal((batch, m, n)).astype(np.float32)
     d = np.full((batch, m, n), np.nan if out != "bfloat16" else 0xFFFF, _NP[out])
-    config = K.GenericConfig(precision, out, bm=32, bn=32, bk=16, block_size=64, has_c=with_c,
-                             epilog="batch" if epilog == "batch" else "value", has_data=data is not None)
+    config = K.GenericConfig(precision, out, bm=32, bn=32, bk=16, block_size=64, has_c=with_c, epilog=True,
+                             operands=1)
     description = block_matmul(32, 32, 16, precision, block_size=64, a_arrangement="col_major")
-    kernel = _gemm_build.generic_simulator_kernel(config, description, fn, "float32" if data is not None else None)
+    epi = _epilog_function(fn, data)
+    kernel = _gemm_build.generic_simulator_kernel(config, description, epi, simulator_namespace(precision, out))
     item = _NP[precision].itemsize
     tiles_m, tiles_n = -(-m // 32), -(-n // 32)
     values = {
@@ -164,14 +202,10 @@ def run_fused_case(m, n, k, precision, out, batch, epilog, layout, with_c, seed=
         "ldd": n, "ldc": n, "c_cs": 1, "d_batch": m * n, "c_batch": m * n if with_c else 0,
         "alpha": alpha, "beta": beta, "tiles_m": tiles_m, "tiles_n": tiles_n,
     }
-    if data is not None:
-        strides = tuple(s // 4 for s in data.strides) + (0,) * (3 - data.ndim)
-        shape = data.shape + (1,) * (3 - data.ndim)
-        values.update(data_ptr=data.ctypes.data, data_s0=shape[0], data_s1=shape[1], data_s2=shape[2],
-                      data_t0=strides[0], data_t1=strides[1], data_t2=strides[2])
-    params = list(K.GENERIC_PARAMS) + (list(K.DATA_PARAMS) if data is not None else [])
+    values.update(_operand_values(data))
+    params = list(K.GENERIC_PARAMS) + K.operand_params(1)
     kernel[(tiles_m * tiles_n, batch, 1), (64, 1, 1), 0, description.shared_memory_size_ab](
-        *[values[p] for p in params])
+        *[values.get(p, 0) for p in params])
     # reference: the same rounded operands in float64, the epilog on every element
     x = alpha * (_from_storage(sa, precision) @ _from_storage(sb, precision))
     if with_c:
@@ -186,6 +220,119 @@ def run_fused_case(m, n, k, precision, out, batch, epilog, layout, with_c, seed=
     return float(np.abs(got - ref).max() / np.abs(ref).max())
 
 
+def _pass_namespace(out, vector):
+    """Python implementations of the pass's access intrinsics on host memory."""
+    dtype = _NP["float32"] if out == "complex64" else _NP[out]
+    per = 2 if out == "complex64" else 1
+    size = dtype.itemsize * per
+
+    def load1(base, col):
+        address = int(base) + int(col) * size
+        if out == "complex64":
+            return np.complex64(complex(_read(address, dtype), _read(address + 4, dtype)))
+        return _widen(_read(address, dtype), out)
+
+    def store1(base, col, value):
+        address = int(base) + int(col) * size
+        if out == "complex64":
+            _write(address, dtype, np.float32(value.real))
+            _write(address + 4, dtype, np.float32(value.imag))
+        elif out == "bfloat16":
+            _write(address, dtype, bf16_round(value))
+        else:
+            _write(address, dtype, dtype.type(value))
+
+    def loadv(base, col):
+        assert int(base) % 16 == 0 and (int(col) * size) % 16 == 0
+        return tuple(load1(base, int(col) + q) for q in range(vector))
+
+    def storev(base, col, *values):
+        assert len(values) == vector
+        for q, v in enumerate(values):
+            store1(base, int(col) + q, v)
+
+    return {"ALIGNED16": lambda address: int(address) % 16 == 0, "LOADV": loadv, "STOREV": storev,
+            "LOAD1": load1, "STORE1": store1, "U64": np.uint64, "INT64": np.int64,
+            "DSIZE": size}
+
+
+def _pass_gated(value, row, col, bias, gate):
+    x = value + bias[col]
+    return x / (np.float32(1) + math.exp(-x)) * gate[row, col]
+
+
+def _pass_masked(value, batch, row, col, mask, shift):
+    return value if mask[row, col] else value * np.float32(0.5) + np.float32(shift[batch])
+
+
+def _pass_complex(value, row, col, scale):
+    return value * scale[row] if row > 0 else value
+
+
+_PASS_EPILOGS = {"gated": _pass_gated, "masked": _pass_masked, "complex": _pass_complex}
+
+
+def _pass_operands(epilog, m, n, batch, rng):
+    if epilog == "gated":
+        return (rng.standard_normal(n).astype(np.float32), _to_storage(rng.standard_normal((m, n)), "bfloat16"))
+    if epilog == "masked":
+        return (rng.random((m, n)) > 0.5, rng.integers(-3, 4, batch).astype(np.int32))
+    return (rng.standard_normal(m).astype(np.float32),)
+
+
+def run_pass_case(m, n, batch, out, epilog, aligned, seed=0):
+    """One elementwise-pass case under the simulator (D in place, rows 16-byte aligned or not); returns the max
+    error relative to the largest reference value."""
+    from numba import cuda
+
+    from . import _epilog_pass as P
+    from ._gemm_build import _exec
+    from ._gemm_kernel import operand_params
+
+    rng = np.random.default_rng(seed)
+    config = P.PassConfig(out, {"gated": 2, "masked": 2, "complex": 1}[epilog])
+    fn = _PASS_EPILOGS[epilog]
+    operands = _pass_operands(epilog, m, n, batch, rng)
+    x = rng.standard_normal((batch, m, n))
+    if out == "complex64":
+        x = x + 1j * rng.standard_normal((batch, m, n))
+    pad = 0 if aligned else 1  # one element before the first row, and rows one element longer: unaligned rows
+    ldd = n if aligned and (n * P.PASS_KINDS[out]) % 16 == 0 else n + 1
+    storage = np.zeros(batch * m * ldd + pad + 16, _NP["float32"] if out == "complex64" else _NP[out])
+    if out == "complex64":
+        storage = np.zeros(batch * m * ldd + pad + 16, np.complex64)
+    offset = (-storage.ctypes.data % 16) // storage.itemsize + pad
+    d = storage[offset:offset + batch * m * ldd].reshape(batch, m, ldd)[:, :, :n]
+    d[...] = _to_storage(x, out) if out != "complex64" else x.astype(np.complex64)
+    before = _from_storage(d, out) if out != "complex64" else d.astype(np.complex128)
+    ns = _pass_namespace(out, config.vector)
+    ns["cuda"] = cuda
+    ns["EPI"] = _epilog_function(fn, *operands)
+    kernel = cuda.jit(_exec(P.pass_source(config), ns, "pass-sim"))
+    grid, shift = P.launch_shape(m, n, batch, config.vector)
+    values = {"d_ptr": d.ctypes.data, "m": m, "n": n, "ldd": ldd, "d_batch": m * ldd, "batches": batch,
+              "row_shift": shift, **_operand_values(*operands)}
+    kernel[grid, (config.threads, 1, 1)](*[values.get(p, 0) for p in (*P.PASS_PARAMS,
+                                                                       *operand_params(config.operands))])
+    views = [o if o.dtype != np.uint16 else _from_storage(o, "bfloat16").astype(np.float32) for o in operands]
+    ref = np.empty_like(before)
+    with_batch = epilog == "masked"
+    for b, i, j in np.ndindex(*before.shape):
+        v = np.complex64(before[b, i, j]) if out == "complex64" else (
+            before[b, i, j] if out == "float64" else np.float32(before[b, i, j]))
+        ref[b, i, j] = fn(v, b, i, j, *views) if with_batch else fn(v, i, j, *views)
+    got = _from_storage(d, out) if out != "complex64" else d.astype(np.complex128)
+    return float(np.abs(got - ref).max() / np.abs(ref).max())
+
+
+# (m, n, batch, result dtype, epilog, rows 16-byte aligned)
+SIM_PASS_CASES = [
+    (3, 20, 2, "bfloat16", "gated", True),     # vector path, the row's tail element by element, two operands
+    (4, 9, 1, "float32", "gated", False),      # unaligned rows: coalesced elements
+    (3, 6, 3, "float64", "masked", True),      # bool and int32 operands, batch index, narrow rows
+    (2, 5, 2, "complex64", "complex", False),  # complex values, a branch on the row
+]
+
 # (m, n, k, precision, result dtype, batch, epilog, layout, with C)
 SIM_FUSED_CASES = [
     (40, 36, 20, "float32", "float32", 2, "value", "nn", True),   # tails in M, N and K; C with beta
@@ -194,14 +341,16 @@ SIM_FUSED_CASES = [
     (32, 40, 32, "float16", "float32", 3, "none", "bcast", True),  # fp16 in, fp32 out, one B for all batches
 ]
 
-TOLERANCE = {"float32": 2e-5, "float64": 1e-12, "float16": 2e-3, "bfloat16": 2e-2}
+TOLERANCE = {"float32": 2e-5, "float64": 1e-12, "float16": 2e-3, "bfloat16": 2e-2, "complex64": 2e-6}
 
 
 def _main():
-    for case in SIM_FUSED_CASES:
-        t0 = time.perf_counter()
-        err = run_fused_case(*case)
-        print(json.dumps({"case": list(case), "error": err, "seconds": time.perf_counter() - t0}), flush=True)
+    for run, cases in ((run_fused_case, SIM_FUSED_CASES), (run_pass_case, SIM_PASS_CASES)):
+        for case in cases:
+            t0 = time.perf_counter()
+            err = run(*case)
+            print(json.dumps({"kind": run.__name__, "case": list(case), "error": err,
+                              "seconds": time.perf_counter() - t0}), flush=True)
     return 0
 
 

@@ -361,73 +361,143 @@ def _cvt_text(kind):
     return {"bfloat16": "bf16", "float16": "f16"}[kind]
 
 
-def store_element(kind):
-    """``f(row_address, col, value)``: store a compute-precision value, rounded (to nearest even) to ``kind``."""
-    key = ("store", kind)
+def _emit_store(context, builder, t, args, kind):
+    """Store ``args[2]`` (a compute value) rounded to ``kind`` at element ``args[1]`` of the row at ``args[0]``."""
+    elem, size = _KINDS[kind]
+    ptr = _address(context, builder, args[0], t[0], args[1], t[1], size, ir.IntType(8).as_pointer())
+    if kind in ("bfloat16", "float16"):
+        # a pure asm for the rounding and a plain store: an asm store with a memory clobber is a barrier the compiler
+        # cannot move the next elements' data loads across
+        v = _as(context, builder, args[2], t[2], types.float32)
+        fnty = ir.FunctionType(ir.IntType(16), [_F32])
+        bits = builder.call(ir.InlineAsm(fnty, f"cvt.rn.{_cvt_text(kind)}.f32 $0, $1;", "=h,f"), [v])
+        builder.store(bits, builder.bitcast(ptr, ir.IntType(16).as_pointer(1)), align=2)
+    else:
+        target = types.float64 if kind == "float64" else types.float32
+        v = _as(context, builder, args[2], t[2], target)
+        builder.store(v, builder.bitcast(ptr, elem.as_pointer(1)), align=size)
+
+
+def _store_intrinsic(name, kind, values, emit):
+    """An intrinsic ``f(row_address, col, v0, ..)`` (``values`` compute values) whose code is ``emit(context, builder,
+    argument types, arguments, kind)``, made once per (name, kind)."""
+    key = (name, kind)
     if key in _access_cache:
         return _access_cache[key]
-    elem, size = _KINDS[kind]
 
-    @intrinsic
-    def store(typingctx, row_address, col, value):
-        if not (_ints(row_address, col) and isinstance(value, (types.Float, types.Integer))):
+    def typing(typingctx, args):
+        if not (_ints(*args[:2]) and all(isinstance(v, (types.Float, types.Integer)) for v in args[2:])):
             return None
-        sig = types.void(row_address, col, value)
 
-        def codegen(context, builder, signature, args):
-            t = signature.args
-            ptr = _address(context, builder, args[0], t[0], args[1], t[1], size, ir.IntType(8).as_pointer())
-            if kind in ("bfloat16", "float16"):
-                # a pure asm for the rounding and a plain store: an asm store with a memory clobber is a barrier
-                # the compiler cannot move the next elements' data loads across
-                v = _as(context, builder, args[2], t[2], types.float32)
-                fnty = ir.FunctionType(ir.IntType(16), [_F32])
-                bits = builder.call(ir.InlineAsm(fnty, f"cvt.rn.{_cvt_text(kind)}.f32 $0, $1;", "=h,f"), [v])
-                builder.store(bits, builder.bitcast(ptr, ir.IntType(16).as_pointer(1)), align=2)
-            else:
-                target = types.float64 if kind == "float64" else types.float32
-                v = _as(context, builder, args[2], t[2], target)
-                builder.store(v, builder.bitcast(ptr, elem.as_pointer(1)), align=size)
+        def codegen(context, builder, signature, arguments):
+            emit(context, builder, signature.args, arguments, kind)
             return context.get_dummy_value()
 
-        return sig, codegen
+        return types.void(*args), codegen
 
-    _access_cache[key] = store
-    return store
+    names = ", ".join(f"v{i}" for i in range(values))
+    scope = {"typing": typing}
+    exec(f"def typer(typingctx, row_address, col, {names}):\n"
+         f"    return typing(typingctx, (row_address, col, {names}))", scope)
+    found = _access_cache[key] = intrinsic(scope["typer"])
+    return found
+
+
+def store_element(kind):
+    """``f(row_address, col, value)``: store a compute-precision value, rounded (to nearest even) to ``kind``."""
+    return _store_intrinsic("store", kind, 1, _emit_store)
+
+
+def _emit_pair(context, builder, t, args, kind):
+    """Store ``args[2]``, ``args[3]`` at elements ``args[1]``, ``args[1] + 1`` of the row at ``args[0]`` (one
+    access)."""
+    elem, size = _KINDS[kind]
+    ptr = _address(context, builder, args[0], t[0], args[1], t[1], size, ir.IntType(8).as_pointer())
+    if kind in ("bfloat16", "float16"):
+        lo = _as(context, builder, args[2], t[2], types.float32)
+        hi = _as(context, builder, args[3], t[3], types.float32)
+        fnty = ir.FunctionType(_I32, [_F32, _F32])
+        bits = builder.call(ir.InlineAsm(fnty, f"cvt.rn.{_cvt_text(kind)}x2.f32 $0, $2, $1;", "=r,f,f"), [lo, hi])
+        builder.store(bits, builder.bitcast(ptr, _I32.as_pointer(1)), align=4)
+    else:
+        target = types.float64 if kind == "float64" else types.float32
+        vec = ir.VectorType(elem, 2)
+        value = ir.Constant(vec, ir.Undefined)
+        for q in range(2):
+            v = _as(context, builder, args[2 + q], t[2 + q], target)
+            value = builder.insert_element(value, v, ir.Constant(_I32, q))
+        builder.store(value, builder.bitcast(ptr, vec.as_pointer(1)), align=2 * size)
 
 
 def store_pair(kind):
     """``f(row_address, col, v0, v1)``: store two consecutive elements (``col`` even, the row aligned to two
     elements) as one access: 16-bit kinds through one ``cvt.rn.{bf16,f16}x2.f32`` and a 32-bit store."""
-    key = ("pair", kind)
+    return _store_intrinsic("pair", kind, 2, _emit_pair)
+
+
+def axpby_element(kind):
+    """``f(x, alpha, beta, row_address, col) -> alpha * x + beta * C[row, col]``, C (``kind``) read only when
+    ``beta != 0`` (cuBLAS's rule: C is not read when beta is 0, so a NaN there does not show). The test is a branch
+    inside the intrinsic, so one kernel source serves both cases without numba analysing a block per element."""
+    key = ("axpby", kind)
     if key in _access_cache:
         return _access_cache[key]
     elem, size = _KINDS[kind]
+    compute = types.float64 if kind == "float64" else types.float32
 
     @intrinsic
-    def store(typingctx, row_address, col, v0, v1):
-        if not (_ints(row_address, col) and all(isinstance(v, (types.Float, types.Integer)) for v in (v0, v1))):
+    def axpby(typingctx, x, alpha, beta, row_address, col):
+        if not (_ints(row_address, col) and all(isinstance(v, types.Float) for v in (x, alpha, beta))):
             return None
-        sig = types.void(row_address, col, v0, v1)
+        sig = compute(x, alpha, beta, row_address, col)
 
         def codegen(context, builder, signature, args):
             t = signature.args
-            ptr = _address(context, builder, args[0], t[0], args[1], t[1], size, ir.IntType(8).as_pointer())
-            if kind in ("bfloat16", "float16"):
-                lo = _as(context, builder, args[2], t[2], types.float32)
-                hi = _as(context, builder, args[3], t[3], types.float32)
-                fnty = ir.FunctionType(_I32, [_F32, _F32])
-                bits = builder.call(ir.InlineAsm(fnty, f"cvt.rn.{_cvt_text(kind)}x2.f32 $0, $2, $1;", "=r,f,f"),
-                                    [lo, hi])
-                builder.store(bits, builder.bitcast(ptr, _I32.as_pointer(1)), align=4)
-            else:
-                target = types.float64 if kind == "float64" else types.float32
-                vec = ir.VectorType(elem, 2)
-                value = ir.Constant(vec, ir.Undefined)
-                for q in range(2):
-                    v = _as(context, builder, args[2 + q], t[2 + q], target)
-                    value = builder.insert_element(value, v, ir.Constant(_I32, q))
-                builder.store(value, builder.bitcast(ptr, vec.as_pointer(1)), align=2 * size)
+            x_, al, be = (_as(context, builder, args[i], t[i], compute) for i in range(3))
+            scaled = builder.fmul(al, x_)
+            entry = builder.block
+            with builder.if_then(builder.fcmp_unordered("!=", be, ir.Constant(scaled.type, 0.0)), likely=False):
+                ptr = _address(context, builder, args[3], t[3], args[4], t[4], size, elem.as_pointer())
+                c = _to_compute(builder, builder.load(ptr, align=size), kind)
+                with_c = builder.fadd(scaled, builder.fmul(be, c))
+                then_end = builder.block
+            result = builder.phi(scaled.type)
+            result.add_incoming(with_c, then_end)
+            result.add_incoming(scaled, entry)
+            return result
+
+        return sig, codegen
+
+    _access_cache[key] = axpby
+    return axpby
+
+
+def store_pair_edge(kind):
+    """``f(row_address, col, v0, v1, n, row_ok)``: store elements ``col`` and ``col + 1`` of a row where they lie
+    inside the result (``col < n``, ``col + 1 < n``) and ``row_ok`` is true; one paired store when both do (``col``
+    even, the row aligned to two elements). The edge tiles' store: the bounds are branches inside the intrinsic, not
+    blocks numba has to analyse."""
+    key = ("pair_edge", kind)
+    if key in _access_cache:
+        return _access_cache[key]
+
+    @intrinsic
+    def store(typingctx, row_address, col, v0, v1, n, row_ok):
+        if not (_ints(row_address, col, n) and isinstance(row_ok, types.Boolean)
+                and all(isinstance(v, (types.Float, types.Integer)) for v in (v0, v1))):
+            return None
+        sig = types.void(row_address, col, v0, v1, n, row_ok)
+
+        def codegen(context, builder, signature, args):
+            t = signature.args
+            col_, n_ = (_as(context, builder, args[i], t[i], types.int64) for i in (1, 4))
+            second = builder.icmp_signed("<", builder.add(col_, ir.Constant(_I64, 1)), n_)
+            with builder.if_then(builder.and_(args[5], builder.icmp_signed("<", col_, n_)), likely=True):
+                with builder.if_else(second, likely=True) as (both, only_first):
+                    with both:
+                        _emit_pair(context, builder, t[:4], args[:4], kind)
+                    with only_first:
+                        _emit_store(context, builder, t[:3], args[:3], kind)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -463,6 +533,30 @@ def pack_pair(kind):
 
 
 _zeros_cache = {}
+
+
+def scale_tuple(count):
+    """``f(acc, alpha) -> acc * alpha``: every float32 of a UniTuple of ``count`` scaled (one call where the kernel
+    would otherwise multiply at each of its ``count`` uses)."""
+    key = ("scale", count)
+    if key in _zeros_cache:
+        return _zeros_cache[key]
+
+    @intrinsic
+    def scale(typingctx, acc, alpha):
+        tup = types.UniTuple(types.float32, count)
+        if acc != tup or not isinstance(alpha, types.Float):
+            return None
+
+        def codegen(context, builder, signature, args):
+            al = _as(context, builder, args[1], signature.args[1], types.float32)
+            values = [builder.fmul(builder.extract_value(args[0], i), al) for i in range(count)]
+            return context.make_tuple(builder, tup, values)
+
+        return tup(acc, alpha), codegen
+
+    _zeros_cache[key] = scale
+    return scale
 
 
 def zeros(count):

@@ -174,13 +174,13 @@ class _Machine:
                                f"{_where()}") from None
 
 
-def hopper_simulator_namespace(config, machine, data_kind=None):
+def hopper_simulator_namespace(config, machine):
     """Python implementations of every name the Hopper kernel's source uses but the simulator lacks."""
     from . import _gemm_build
     from ._gemm_sim import _NP
 
     ns = _gemm_build.hopper_constants(config)
-    ns.update(simulator_namespace(config.ab, config.out, data_kind))
+    ns.update(simulator_namespace(config.ab, config.out))
     out = _NP[config.out]
     f16 = config.ab == "float16"
     n_acc = config.bn // 2
@@ -267,10 +267,15 @@ def hopper_simulator_namespace(config, machine, data_kind=None):
         ns["STORE_ONE"](row_address, col, v0)
         ns["STORE_ONE"](row_address, int(col) + 1, v1)
 
-    def make_data(ptr, s0, s1, s2, t0, t1, t2, *staged):
-        if staged:
-            return _StagedView(machine, data_kind, ptr, (t0, t1, t2), *staged, config.bm, config.bn)
-        return _DataView(data_kind, ptr, (t0, t1, t2))
+    def axpby(x, al, be, crow, col):
+        v = al * x
+        return v + be * ns["LOAD_C"](crow, col) if be != 0 else v
+
+    def store_edge(row_address, col, v0, v1, n, row_ok):
+        if row_ok and col < n:
+            ns["STORE_ONE"](row_address, col, v0)
+            if int(col) + 1 < n:
+                ns["STORE_ONE"](row_address, int(col) + 1, v1)
 
     def nothing(*args):
         return None
@@ -287,8 +292,10 @@ def hopper_simulator_namespace(config, machine, data_kind=None):
         # wgmma.wait_group is .sync.aligned: a warp's lanes reach it together, so none lags a ring cycle behind the
         # lane that releases the stage (Python threads would, and then alias the parity of an mbarrier phase)
         "WGMMA_FENCE": nothing, "WGMMA_COMMIT": nothing, "WGMMA_WAIT0": warp_sync, "WGMMA_WAIT1": warp_sync,
-        "WGMMA": wgmma, "ZEROS": lambda: (np.float32(0),) * n_acc, "PACK": pack, "ST_SHARED": st_shared,
-        "OPAQUE": lambda x: x, "FENCE_PROXY_ASYNC": nothing, "STORE_PAIR": store_pair, "MAKE_DATA": make_data,
+        "WGMMA": wgmma, "ZEROS": lambda: (np.float32(0),) * n_acc,
+        "SCALE": lambda acc, al: tuple(np.float32(v * al) for v in acc), "PACK": pack, "ST_SHARED": st_shared,
+        "OPAQUE": lambda x: x, "FENCE_PROXY_ASYNC": nothing, "STORE_PAIR": store_pair, "AXPBY": axpby,
+        "STORE_EDGE": store_edge,
         "CONSUMERS_SYNC": lambda: machine.barrier(machine.named, 1, 256),
         "SYNCWARP": warp_sync,
     })
@@ -355,8 +362,10 @@ def run_hopper_case(m, n, k, batch, ab, out, epilog, layout, with_c, bn, grid, s
     persistent launch. The engine's own choice of stage_data / store_tile / stages for such operands is used."""
     from numba import cuda
 
+    from ..jit._epilog_wrapper import simulator_function
+    from ..jit._matmul_epilog import as_matmul_epilog
     from . import _gemm_build, _gemm_hopper as HK
-    from ._gemm_kernel import DATA_PARAMS
+    from ._gemm_kernel import operand_params
 
     rng = np.random.default_rng(seed)
     fn = _EPILOGS[epilog]
@@ -382,9 +391,8 @@ def run_hopper_case(m, n, k, batch, ab, out, epilog, layout, with_c, bn, grid, s
     store = out in ("bfloat16", "float16")
     config = HK.HopperConfig(ab, out, bn=bn, stages=HK.max_stages(bn, stage or store), a_mn_major=layout == "tn",
                              b_mn_major=layout != "nt", batched_a=batch > 1, batched_b=batch > 1, has_c=with_c,
-                             epilog="batch" if epilog == "batch_gate" else "value", has_data=data is not None,
-                             stage_data=stage, batched_data=stage and data.ndim == 3, store_tile=store,
-                             batched_d=store and batch > 1)
+                             epilog=True, operands=1, edges=bool(m % 128 or n % bn), stage_data=stage,
+                             batched_data=stage and data.ndim == 3, store_tile=store, batched_d=store and batch > 1)
     machine = _Machine()
 
     def element_layout(x):  # (address, leading dimension, batch stride) in elements
@@ -400,9 +408,16 @@ def run_hopper_case(m, n, k, batch, ab, out, epilog, layout, with_c, bn, grid, s
         machine.maps[keys[-1]] = _TensorMap(*spec)
     # A, B, then the data map and D's map when the config has them (a map the kernel does not use is 0)
     keys = keys[:2] + ([keys.pop(2)] if stage else [0]) + ([keys[2]] if store else [0])
-    ns = hopper_simulator_namespace(config, machine, data_kind)
+    ns = hopper_simulator_namespace(config, machine)
     ns["cuda"] = cuda
-    ns["EPI"] = cuda.jit(device=True)(fn)
+
+    def views(i, kind, ptr, strides, sbase, b, m0, n0):
+        if stage and i == 0:
+            return _StagedView(machine, kind[0], ptr, strides, sbase, b, m0, n0, config.bm, config.bn)
+        return _DataView(kind[0], ptr, strides)
+
+    ns["EPI"] = simulator_function(as_matmul_epilog(fn, ("data",) if data is not None else None),
+                                   ((data_kind, data.ndim),) if data is not None else (None,), views)
     kernel = cuda.jit(_gemm_build._exec(HK.hopper_source(config), ns, "hopper-sim"))
     tiles_m, tiles_n = -(-m // 128), -(-n // bn)
     values = {"tmap_a": keys[0], "tmap_b": keys[1], "tmap_data": keys[2], "tmap_d": keys[3], "d_ptr": d.ctypes.data,
@@ -410,13 +425,12 @@ def run_hopper_case(m, n, k, batch, ab, out, epilog, layout, with_c, bn, grid, s
               "ldc": n, "d_batch": m * n, "c_batch": m * n if with_c else 0, "alpha": alpha, "beta": beta,
               "tiles_m": tiles_m, "tiles_n": tiles_n}
     if data is not None:
-        shape = data.shape + (1,) * (3 - data.ndim)
         strides = tuple(s // data.itemsize for s in data.strides) + (0,) * (3 - data.ndim)
-        values.update(data_ptr=data.ctypes.data, data_s0=shape[0], data_s1=shape[1], data_s2=shape[2],
-                      data_t0=strides[0], data_t1=strides[1], data_t2=strides[2])
-    params = list(HK.HOPPER_PARAMS) + (list(DATA_PARAMS) if data is not None else [])
+        values.update(o0_ptr=data.ctypes.data, o0_t0=strides[0], o0_t1=strides[1], o0_t2=strides[2])
+    params = list(HK.HOPPER_PARAMS) + operand_params(1)
     blocks = min(grid, tiles_m * tiles_n * batch)
-    kernel[(blocks, 1, 1), (config.threads, 1, 1), 0, config.shared_memory_size](*[values[p] for p in params])
+    kernel[(blocks, 1, 1), (config.threads, 1, 1), 0, config.shared_memory_size](*[values.get(p, 0)
+                                                                                      for p in params])
     # reference: the rounded operands in float64, the epilog on every element
     x = alpha * (_value(a, ab) @ _value(b, ab))
     if with_c:
@@ -436,7 +450,7 @@ def run_hopper_case(m, n, k, batch, ab, out, epilog, layout, with_c, bn, grid, s
 SIM_HOPPER_CASES = [
     (200, 300, 130, 1, "bfloat16", "bfloat16", "gate", "nn", False, 256, 2),        # staged data + tile stores, edges
     (136, 144, 64, 2, "float16", "float16", "batch_gate", "tn", False, 128, 3),     # batched 3-D data, A M-major
-    (128, 256, 200, 1, "bfloat16", "float16", "row_clamp", "nt", False, 256, 1),    # tile stores, data read globally
+    (128, 256, 200, 1, "bfloat16", "float16", "row_clamp", "nt", False, 256, 1),    # whole tiles only (no edge code)
     (140, 100, 72, 2, "bfloat16", "float32", "shift", "nn", True, 128, 2),          # fp32 result: direct stores, C
 ]
 

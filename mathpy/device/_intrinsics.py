@@ -18,7 +18,7 @@ from numba.cuda.extending import intrinsic  # noqa: E402
 __all__ = ["load_c64", "store_c64", "load_c64_readonly", "pack2_u32", "pair_u32", "mma_f16_f32", "mma_bf16_f32",
            "aligned8", "load4_u16", "store4_u16", "store4_u16_strided", "aligned16", "cp_async16", "cp_async_wait_all",
            "cp_async_commit", "cp_async_wait_group", "pack2_f16", "pack2_bf16", "store2_u16", "mma_f64",
-           "load4_f32_shared"]
+           "load4_f32_shared", "ldmatrix"]
 
 
 def _element_pointer(context, builder, arrty, arr, index_types, indices):
@@ -190,6 +190,42 @@ def _mma_intrinsic(ptx_type):
 
 mma_f16_f32 = _mma_intrinsic("f16")
 mma_bf16_f32 = _mma_intrinsic("bf16")
+_ldmatrix_cache = {}
+
+
+def ldmatrix(count, trans):
+    """``f(arr, i) -> UniTuple(uint32, count)``: ``ldmatrix.sync.aligned.m8n8.x{count}[.trans].shared.b16``, the warp
+    loading ``count`` 8 x 8 matrices of 16-bit values from shared memory into fragment registers in one instruction:
+    lane ``l`` gives the address of one matrix row (``arr[i]``, 16-byte aligned: 8 consecutive values), lanes
+    ``8 j .. 8 j + 7`` the rows of matrix ``j``; register ``j`` of lane ``l`` receives row ``l // 4``, values ``2 (l %
+    4)`` and ``2 (l % 4) + 1`` of matrix ``j`` (``.trans``: row ``2 (l % 4)`` and ``2 (l % 4) + 1``, value ``l //
+    4``: the matrix transposed). One instruction where the fragments took 4 (A) or 8 (B) scalar shared loads."""
+    key = (count, trans)
+    if key in _ldmatrix_cache:
+        return _ldmatrix_cache[key]
+    outs = ",".join(f"${q}" for q in range(count))
+    text = f"ldmatrix.sync.aligned.m8n8.x{count}{'.trans' if trans else ''}.shared.b16 {{{outs}}}, [${count}];"
+
+    @intrinsic
+    def load(typingctx, arr, i):
+        if not (_check_half_array(arr) and isinstance(i, types.Integer)):
+            return None
+        sig = types.UniTuple(types.uint32, count)(arr, i)
+
+        def codegen(context, builder, signature, args):
+            i32 = ir.IntType(32)
+            ptr = _i16_pointer(context, builder, signature.args[0], args[0], signature.args[1], args[1])
+            shared = builder.ptrtoint(builder.addrspacecast(ptr, ir.IntType(16).as_pointer(3)), i32)
+            fnty = ir.FunctionType(ir.LiteralStructType([i32] * count), [i32])
+            asm = ir.InlineAsm(fnty, text, ",".join(["=r"] * count + ["r"]), side_effect=True)
+            res = builder.call(asm, [shared])
+            return context.make_tuple(builder, signature.return_type,
+                                      [builder.extract_value(res, q) for q in range(count)])
+
+        return sig, codegen
+
+    _ldmatrix_cache[key] = load
+    return load
 
 
 # ---------------------------------------------------------------- 8-byte copies of 16-bit GEMM operands

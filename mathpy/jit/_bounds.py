@@ -108,34 +108,44 @@ def check_callback_indexing(fn, kind, where, data_count, dense, info_count):
                          f"{'input' if kind == 'prolog' else 'output'} layout); index it inside [0, {count})")
 
 
-def check_epilog_indexing(fn, with_batch, where, shape, batch, m, n):
-    """ValueError when matmul epilog ``fn`` certainly indexes its ``data`` (of ``shape``) outside it for a result of
-    ``batch`` x ``m`` x ``n``."""
-    if batch * m * n == 0:
+def check_epilog_indexing(fn, with_batch, where, operands, batch, m, n):
+    """ValueError when matmul epilog ``fn`` certainly indexes one of its operands outside it for a result of
+    ``batch`` x ``m`` x ``n``; ``operands``: (name given in epilog_inputs, shape or None when not an array) of each
+    operand parameter, in the function's order (its last parameters)."""
+    if batch * m * n == 0 or not operands:
         return
     params = _parameters(fn)
-    coordinates = {params[-3]: coordinate(0, m - 1), params[-2]: coordinate(0, n - 1)}
+    leading = 4 if with_batch else 3
+    coordinates = {params[leading - 2]: coordinate(0, m - 1), params[leading - 1]: coordinate(0, n - 1)}
     if with_batch:
         coordinates[params[1]] = coordinate(0, batch - 1)
-    shape = tuple(int(e) for e in shape)
-    for access in unconditional_accesses(fn, (params[-1],)) or ():
+    arrays = {param: (name, tuple(int(e) for e in shape))
+              for param, (name, shape) in zip(params[leading:], operands) if shape is not None}
+    for access in unconditional_accesses(fn, tuple(arrays)) or ():
+        name, shape = arrays[access.array]
         if len(access.indices) != len(shape):
             continue  # numba refuses it when compiling
-        ranges = index_ranges(access, fn, coordinates)
-        problems = [(axis, _outside(r, extent)) for axis, (r, extent) in enumerate(zip(ranges, shape))]
-        problems = [(axis, problem) for axis, problem in problems if problem is not None]
-        if not problems:
-            continue
-        axis, (value, side) = problems[0]
-        result = f"{batch} x {m} x {n}" if with_batch else f"{m} x {n}"
-        head = (f"matmul epilog {where} reads `{access.text}` (line {access.line}): its index along axis {axis} "
-                f"reaches {value} for a {result} result")
-        if side == "low":
-            raise ValueError(f"{head}, below the start of data; {_NEGATIVE}")
-        needed = tuple(max(extent, r.hi + 1) if r is not None and r.hi_reached else extent
-                       for r, extent in zip(ranges, shape))
-        raise ValueError(f"{head}, but data has shape {shape}; it needs a shape of at least {needed} (or index it "
-                         f"inside its shape)")
+        _check_epilog_access(access, fn, coordinates, name, shape, with_batch, where, (batch, m, n))
+
+
+def _check_epilog_access(access, fn, coordinates, name, shape, with_batch, where, result):
+    ranges = index_ranges(access, fn, coordinates)
+    problems = [(axis, _outside(r, extent)) for axis, (r, extent) in enumerate(zip(ranges, shape))]
+    problems = [(axis, problem) for axis, problem in problems if problem is not None]
+    if not problems:
+        return
+    axis, (value, side) = problems[0]
+    batch, m, n = result
+    shown = f"{batch} x {m} x {n}" if with_batch else f"{m} x {n}"
+    array = name if name == access.array else f"{access.array} (epilog input {name!r})"
+    head = (f"matmul epilog {where} reads `{access.text}` (line {access.line}): its index along axis {axis} "
+            f"reaches {value} for a {shown} result")
+    if side == "low":
+        raise ValueError(f"{head}, below the start of {array}; {_NEGATIVE}")
+    needed = tuple(max(extent, r.hi + 1) if r is not None and r.hi_reached else extent
+                   for r, extent in zip(ranges, shape))
+    raise ValueError(f"{head}, but {array} has shape {shape}; it needs a shape of at least {needed} (or index it "
+                     f"inside its shape)")
 
 
 # --- when running ----------------------------------------------------------------------------------------------------
@@ -208,12 +218,13 @@ def locate_callback(fn, kind, where, buffer_1d, offset, value, user_info):
                                                              "access")
 
 
-def locate_epilog(fn, with_batch, where, value, coordinates, data):
+def locate_epilog(fn, with_batch, where, value, coordinates, operands):
     """The OutOfBoundsError for the call of matmul epilog ``fn`` at ``coordinates`` ((batch,) row, col) that numba's
-    bounds check stopped."""
+    bounds check stopped; ``operands``: (name, array or None) of each operand, in the function's order."""
     coordinates = tuple(np.int64(c) for c in coordinates)
-    arguments = (value,) + (coordinates if with_batch else coordinates[1:]) + (data,)
-    found = _rerun(fn, arguments, {len(arguments) - 1: "data"})
+    leading = (value,) + (coordinates if with_batch else coordinates[1:])
+    arguments = leading + tuple(array for _, array in operands)
+    found = _rerun(fn, arguments, {len(leading) + i: name for i, (name, _) in enumerate(operands)})
     place = ", ".join(str(int(c)) for c in (coordinates if with_batch else coordinates[1:]))
     return _error(found, where, "matmul epilog", f"result element ({place})",
                   "the Python re-run of that element did not find the access")

@@ -9,8 +9,8 @@ on the GPU.
 - :func:`loader`: ``dst[r, j] = prolog(span, offset(r, j), user_info, None)``; without a prolog, a plain gather;
 - :func:`storer`: ``epilog(span, offset(r, j), src[r, j], user_info, None)``, then ``span[offset]`` times ``scale``
   part by part when scaled (the epilog sees the unnormalised value, as on the GPU); without an epilog, a plain scatter;
-- :func:`matmul_epilog_pass`: ``x[b, i, j] = f(x[b, i, j], (b,) i, j, data)`` in place, for rows ``start..stop`` of
-  ``x`` seen as ``(batch * M, N)``.
+- :func:`matmul_epilog_pass`: ``x[b, i, j] = f(x[b, i, j], (b,) i, j, *operands)`` in place, for rows
+  ``start..stop`` of ``x`` seen as ``(batch * M, N)`` (checked or not).
 
 >>> import numpy as np
 >>> span, dst = np.arange(12.0), np.empty((2, 3))
@@ -118,28 +118,32 @@ def _define(name, f):
                         f(span, np.uint64(offset), src[r, j], info, None)
                         if scaled:
                             span[offset] = times(span[offset], scale)
-    else:  # "rows": f(value, batch, row, col, data)
-        @numba.njit(nogil=True, cache=False)
-        def kernel(x, data, start, stop):
-            m = x.shape[1]
-            for r in range(start, stop):
-                b = r // m
-                i = r - b * m
-                for j in range(x.shape[2]):
-                    x[b, i, j] = f(x[b, i, j], b, i, j, data)
+    else:  # ("rows", with_batch, operand count, checked): a matmul epilog
+        return _rows(numba, f, *name[1:])
     return kernel
 
 
-def _without_batch(f):
-    """``f(value, row, col, data)`` as ``g(value, batch, row, col, data)``, inlined into the pass."""
-    key = ("without batch", f)
-    found = _kernels.get(key)
-    if found is None:
-        @_numba().njit(cache=False, inline="always")
-        def found(value, batch, row, col, data):
-            return f(value, row, col, data)
-        _kernels[key] = found
-    return found
+def _rows(numba, f, with_batch, count, checked):
+    """``kernel(x, operands, start, stop)``: ``x[b, i, j] = f(x[b, i, j], (b,) i, j, *operands)`` over rows
+    ``start..stop`` of ``x`` seen as ``(batch * M, N)``; it returns -1, or (``checked``) the flat index of the first
+    element whose call raised (numba's bounds check), that element left as it was. Generated for the number of
+    operands (a tuple's items by constant index) and the coordinates the function takes."""
+    coordinates = "b, i, j" if with_batch else "i, j"
+    store = f"x[b, i, j] = f(x[b, i, j], {coordinates}{''.join(f', operands[{k}]' for k in range(count))})"
+    if checked:  # (the element is named in Python: numba's IndexError says no more than that one was raised)
+        store = (f"try:\n                {store}\n            except Exception:\n"
+                 f"                return r * x.shape[2] + j")
+    source = ("def kernel(x, operands, start, stop):\n"
+              "    m = x.shape[1]\n"
+              "    for r in range(start, stop):\n"
+              "        b = r // m\n"
+              "        i = r - b * m\n"
+              "        for j in range(x.shape[2]):\n"
+              f"            {store}\n"
+              "    return -1\n")
+    namespace = {"f": f}
+    exec(compile(source, f"<mathpy matmul epilog rows {with_batch} {count} {checked}>", "exec"), namespace)
+    return numba.njit(nogil=True, cache=False)(namespace["kernel"])
 
 
 def _kernel(name, f):
@@ -192,19 +196,21 @@ def storer(fn, kind="epilog"):
     return run
 
 
-def matmul_epilog_pass(epilog):
-    """``run(x, data, start, stop)``: a checked matmul epilog (:class:`~._matmul_epilog.MatmulEpilogFunction`) applied
-    in place to rows ``start`` to ``stop`` of ``x`` (``(batch, M, N)``, C-contiguous, the compute dtype) seen as
-    ``(batch * M, N)``; ``data``: the read-only data array (16-bit floats as float32) or None."""
+def matmul_epilog_pass(epilog, count, check_bounds=False):
+    """``run(x, operands, start, stop)``: a checked matmul epilog (:class:`~._matmul_epilog.MatmulEpilogFunction`)
+    applied in place to rows ``start`` to ``stop`` of ``x`` (``(batch, M, N)``, C-contiguous, the compute dtype) seen
+    as ``(batch * M, N)``; ``operands``: a tuple of its ``count`` read-only operand arrays (16-bit floats as float32)
+    or None. ``check_bounds``: the function compiled with numba's bounds check; ``run`` returns the flat index of the
+    first element whose call indexed outside an operand (the pass stops there), else -1."""
     from ._matmul_epilog import wrap_compile_error
 
     numba = _numba()
-    f = jit_callback(epilog.function, "epilog")
-    kernel = _kernel("rows", f if epilog.with_batch else _without_batch(f))
+    kernel = _kernel(("rows", epilog.with_batch, count, check_bounds),
+                     jit_callback(epilog.function, "epilog", check_bounds))
 
-    def run(x, data, start, stop):
+    def run(x, operands, start, stop):
         try:
-            kernel(x, data, start, stop)
+            return kernel(x, operands, start, stop)
         except numba.core.errors.TypingError as e:
             raise wrap_compile_error(epilog, "the CPU", e) from e
     return run

@@ -9,8 +9,8 @@ function uses stays correct. The tile's layout is the epilog buffer's (:func:`ti
 ``bm`` rows of 128 bytes each, the 16-byte chunks of row ``r`` permuted by ``r % 8`` (TMA's 128-byte swizzle).
 
 A *checked* view (``check_bounds``) also holds the shape: an index outside it is not read (the value is zero) and
-the first one is recorded in the kernel module's global :data:`RECORD_SYMBOL` (see :mod:`._bounds_ir`), which the
-host reads after the launch.
+the first one is recorded, with the view's ``array`` number (the operand's position among the epilog's operands), in
+the kernel module's global :data:`RECORD_SYMBOL` (see :mod:`._bounds_ir`), which the host reads after the launch.
 
 Imported only when a GEMM kernel with a data-reading epilog is compiled (it imports numba-cuda). The view is built in
 the kernel from scalar kernel parameters (pointer, shape, strides in elements), so the launcher passes no numba array.
@@ -37,6 +37,7 @@ RECORD_SYMBOL = "mathpy_epilog_data_bounds"
 _STORAGE = {  # dtype name -> (LLVM storage type, bytes, numba type of the value read)
     "float16": (ir.HalfType(), 2, types.float32), "bfloat16": (ir.IntType(16), 2, types.float32),
     "float32": (ir.FloatType(), 4, types.float32), "float64": (ir.DoubleType(), 8, types.float64),
+    "complex64": (ir.VectorType(ir.FloatType(), 2), 8, types.complex64),
     "int8": (ir.IntType(8), 1, types.int8), "int16": (ir.IntType(16), 2, types.int16),
     "int32": (ir.IntType(32), 4, types.int32), "int64": (ir.IntType(64), 8, types.int64),
     "uint8": (ir.IntType(8), 1, types.uint8), "bool": (ir.IntType(8), 1, types.boolean),
@@ -45,13 +46,15 @@ _STORAGE = {  # dtype name -> (LLVM storage type, bytes, numba type of the value
 
 class EpilogDataType(types.Type):
     """``tile``: None, or (bm, bn) of the staged copy in shared memory; ``checked``: indices checked against the
-    shape."""
+    shape, a bad one recorded as array number ``array``."""
 
-    def __init__(self, dtype_name, ndim, tile=None, checked=False):
+    def __init__(self, dtype_name, ndim, tile=None, checked=False, array=0):
         self.dtype_name, self.ndim, self.tile, self.checked = dtype_name, ndim, tile, checked
+        self.array = array if checked else 0
         self.value_type = _STORAGE[dtype_name][2]
         staged = "" if tile is None else f", staged {tile[0]}x{tile[1]}"
-        super().__init__(name=f"mathpy_epilog_data[{dtype_name}, {ndim}d{staged}{', checked' if checked else ''}]")
+        check = f", checked as array {self.array}" if checked else ""
+        super().__init__(name=f"mathpy_epilog_data[{dtype_name}, {ndim}d{staged}{check}]")
 
 
 _STAGED_FIELDS = ("sbase", "b", "m0", "n0")  # shared address of the copy; batch index and origin of the tile
@@ -118,6 +121,10 @@ def _widen(context, builder, data_ty, raw):
         return builder.fpext(raw, ir.FloatType())
     if data_ty.dtype_name == "bool":
         return builder.icmp_unsigned("!=", raw, ir.Constant(raw.type, 0))
+    if data_ty.dtype_name == "complex64":  # one 8-byte load, then numba's complex
+        z = context.make_complex(builder, types.complex64)
+        z.real, z.imag = (builder.extract_element(raw, ir.Constant(ir.IntType(32), i)) for i in range(2))
+        return z._getvalue()
     return raw
 
 
@@ -174,7 +181,7 @@ def _load(context, builder, sig, args):
         return load(context, builder, data_ty, view, indices)
     inside = B.all_below(builder, indices, [getattr(view, f"s{i}") for i in range(len(indices))])
     return B.checked(builder, inside, lambda: load(context, builder, data_ty, view, indices),
-                     lambda: B.record_call(builder, _record(builder), ir.Constant(_I64, 0), indices,
+                     lambda: B.record_call(builder, _record(builder), ir.Constant(_I64, data_ty.array), indices,
                                            ir.Constant(_I64, 0)))
 
 
@@ -186,8 +193,20 @@ def _record(builder):
         record = ir.GlobalVariable(module, ir.ArrayType(_I64, RECORD_WORDS), RECORD_SYMBOL, addrspace=1)
         record.initializer = ir.Constant(record.value_type, None)
         record.align = 8
+        _keep_visible(module, record)
     first = builder.gep(record, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 0)])
     return builder.addrspacecast(first, _I64.as_pointer())
+
+
+def _keep_visible(module, record):
+    """List ``record`` in ``llvm.used``: nvJitLink's link-time optimisation internalises every global no module of the
+    link declares used (the host's ``cuModuleGetGlobal`` would not find it), and keeps those that are."""
+    i8p = ir.IntType(8).as_pointer()
+    pointer = ir.FormattedConstant(i8p, f"addrspacecast ({record.type} {record.get_reference()} to {i8p})")
+    used = ir.GlobalVariable(module, ir.ArrayType(i8p, 1), "llvm.used")
+    used.linkage = "appending"
+    used.section = "llvm.metadata"
+    used.initializer = ir.Constant(used.value_type, [pointer])
 
 
 lowering_registry.lower(operator.getitem, EpilogDataType, types.Integer)(_load)
@@ -202,13 +221,13 @@ def _set_shape(context, builder, view, signature, args, checked):
             setattr(view, f"s{i}", context.cast(builder, args[1 + i], signature.args[1 + i], types.int64))
 
 
-def maker(dtype_name, ndim, checked=False):
+def maker(dtype_name, ndim, checked=False, array=0):
     """``MAKE_DATA(ptr, s0, s1, s2, t0, t1, t2)`` -> the view of ``ndim`` dimensions (the shape is used only when
-    ``checked``: no bounds checks otherwise, as in numba kernels)."""
-    key = (dtype_name, ndim, checked)
+    ``checked``: no bounds checks otherwise, as in numba kernels; ``array``: its number in the record)."""
+    key = (dtype_name, ndim, checked, array)
     if key in _makers:
         return _makers[key]
-    data_ty = EpilogDataType(dtype_name, ndim, checked=checked)
+    data_ty = EpilogDataType(dtype_name, ndim, checked=checked, array=array)
 
     @intrinsic
     def make(typingctx, ptr, s0, s1, s2, t0, t1, t2):
@@ -228,16 +247,16 @@ def maker(dtype_name, ndim, checked=False):
     return make
 
 
-def staged_maker(dtype_name, ndim, bm, bn, checked=False):
+def staged_maker(dtype_name, ndim, bm, bn, checked=False, array=0):
     """``MAKE_DATA(ptr, s0, s1, s2, t0, t1, t2, sbase, b, m0, n0)`` -> a view of ``ndim`` (2 or 3) dimensions of a
     16-bit ``data`` of the result's shape whose tile (batch ``b``, rows ``m0:m0 + bm``, columns ``n0:n0 + bn``) is
     staged in shared memory at ``sbase``."""
     if _STORAGE[dtype_name][1] != 2 or ndim not in (2, 3):
         raise ValueError(f"only 2- or 3-dimensional 16-bit data is staged, not {ndim}-d {dtype_name}")
-    key = (dtype_name, ndim, bm, bn, checked)
+    key = (dtype_name, ndim, bm, bn, checked, array)
     if key in _makers:
         return _makers[key]
-    data_ty = EpilogDataType(dtype_name, ndim, (bm, bn), checked)
+    data_ty = EpilogDataType(dtype_name, ndim, (bm, bn), checked, array)
 
     @intrinsic
     def make(typingctx, ptr, s0, s1, s2, t0, t1, t2, sbase, b, m0, n0):

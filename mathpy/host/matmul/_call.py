@@ -200,6 +200,8 @@ class MatmulCall:
             return op.data_ptr
         if name in ("a", "b", "c", "d"):
             return engine_view(layout, op.numpy())
+        if self.problem.fused is not None:  # a Python epilog's operand (any name): read as it is
+            return op.numpy()
         return HANDLERS[name].cpu_view(layout, op.numpy())
 
     def _finish(self, d, outputs, queue, stream):

@@ -194,9 +194,13 @@ class CPUEngine:
                 (p.fused is not None and p.fused.check_bounds):  # a checked epilog runs its own diagnostic loop
             return None
         names = set(epilog_inputs or ())
-        bias = (epilog_inputs or {}).get("bias")
-        if names - {"bias", "data"} or (bias is not None and (type(bias) is not np.ndarray or bias.shape != (p.m,))):
-            return None
+        if p.fused is not None:  # a Python epilog reads its operands where they lie
+            if names - {name for name, _ in p.fused.operands}:
+                return None
+        else:
+            bias = (epilog_inputs or {}).get("bias")
+            if names - {"bias"} or (bias is not None and (type(bias) is not np.ndarray or bias.shape != (p.m,))):
+                return None
         plain = call.alpha == 1 and p.epilog is None and p.fused is None
         if not plain and (a.ndim < 2 or b.ndim < 2):
             return None
@@ -286,5 +290,5 @@ class HostCall:
             engine.after_product(d3, None, None if bias is None else bias[None], {}, self.alpha, self.beta)
         else:
             engine.after_product(d3, None, None, {}, self.alpha, self.beta)
-            engine.run_epilog(d3, inputs.get("data") if inputs else None)
+            engine.run_epilog(d3, inputs or {})
         return d

@@ -168,7 +168,7 @@ Raises
     A capture of work a graph cannot record: host (NumPy) operands or results with GPU execution,
     ``blocking=True``, ``release_workspace=True``.
 :class:`~mathpy.OutOfBoundsError`
-    With ``MatmulOptions(check_bounds=True)``: a Python epilog read ``data`` outside its shape (named).""",
+    With ``MatmulOptions(check_bounds=True)``: a Python epilog read an operand outside its shape (both named).""",
     "reset_operands": """\
 Parameters
 ----------

@@ -213,10 +213,11 @@ class GeluAux(_Aux):
 
 
 class Data:
-    """``data``: the array a Python epilog indexes (``_fused``); any shape of up to 3 dimensions and its own strides,
-    read as it is (a C-order copy when it moves or has negative strides)."""
+    """An operand of a Python epilog (``_fused``), under its own ``name`` (``data`` by default); any shape of up to 3
+    dimensions and its own strides, read as it is (a C-order copy when it moves or has negative strides)."""
 
-    name = "data"
+    def __init__(self, name="data"):
+        self.name = name
 
     def check(self, spec, d_dtype):
         pass
@@ -224,11 +225,11 @@ class Data:
     def stage(self, op, product, spec, d_dtype):
         from ._fused import stage_data
 
-        layout, copy = stage_data(op)
+        layout, copy = stage_data(op, self.name)
         mode = "contiguous" if copy or product.moves else None
         if mode:
             layout = dataclasses.replace(layout, strides=c_strides(layout.shape))
-        return Staged("data", op, layout, mode, None, product.moves)
+        return Staged(self.name, op, layout, mode, None, product.moves)
 
     def cpu_view(self, layout, base):
         return base

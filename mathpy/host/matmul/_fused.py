@@ -1,25 +1,28 @@
-"""Matmul with a Python epilog fused into the product: what the problem carries, how ``data`` is validated, and the
-CPU engine. (The GPU engine is :mod:`._fused_cuda`; the epilog checks and compilers are :mod:`mathpy.jit`.)
+"""Matmul with a Python epilog: what the problem carries, how its operands are validated, the route on a GPU, and the
+CPU engine. (The GPU engine is :mod:`._fused_cuda`, its route rule :mod:`._fused_route`; the epilog's contract and
+compilers are in :mod:`mathpy.jit`.)
 
-``matmul(a, b, epilog=f, epilog_inputs={"data": x})``: ``D = f(alpha * A @ B + beta * C)`` element by element, with
-``f(value, row, col, data)`` or ``f(value, batch, row, col, data)`` (see :mod:`mathpy.jit._matmul_epilog`). Named
-epilogs (RELU, GELU, BIAS...) keep going to cuBLASLt; a Python function goes to these engines. The result is
-row-major (C order), as numpy.matmul gives it.
+``matmul(a, b, epilog=f, epilog_inputs={"bias": x, "gate": g})``: ``D = f(alpha * A @ B + beta * C)`` element by
+element, with ``f(value, row, col, bias, gate)`` or ``f(value, batch, row, col, bias, gate)`` (see
+:mod:`mathpy.jit._matmul_epilog`; one operand may be given as ``"data"``). Named epilogs (RELU, GELU, BIAS...) keep
+going to cuBLASLt; a Python function goes to these engines. The result is row-major (C order), as numpy.matmul gives
+it, except on the GPU route that runs cuBLASLt's bias-by-row epilog (column-major, as that epilog needs).
 
-Supported: real float16, bfloat16, float32 and float64 operands (A and B of one dtype; C and D of the result dtype),
-compute type "32F" (float64: "64F"). Refused before any work: complex and float8 operands, other compute types, a
-``data`` of another package or device than the operands, of an unsupported dtype or of more than 3 dimensions.
+Supported: float16, bfloat16, float32, float64 and complex64 operands (A and B of one dtype; C and D of the result
+dtype). Refused before any work: float8, integer and complex128 operands, an operand of another package or device
+than A, of an unsupported dtype or of more than 3 dimensions.
 
 >>> import numpy as np, mathpy
 >>> a = np.arange(6, dtype=np.float32).reshape(2, 3)
->>> def clamp_row(value, row, col, data):
-...     return min(value * data[row], np.float32(40))
->>> mathpy.matmul(a, a.T, epilog=clamp_row, epilog_inputs={"data": np.array([1, 2], np.float32)})
+>>> def clamp_row(value, row, col, scale):
+...     return min(value * scale[row], np.float32(40))
+>>> mathpy.matmul(a, a.T, epilog=clamp_row, epilog_inputs={"scale": np.array([1, 2], np.float32)})
 array([[ 5., 14.],
        [28., 40.]], dtype=float32)
 """
 
 import dataclasses
+import types
 
 import numpy as np
 
@@ -31,15 +34,15 @@ from ._cpu import CPUEngine, _store
 from ._cpu_epilog import python_epilog_pass
 from ._options import BF16
 
-__all__ = ["FusedEpilog", "DataLayout", "fused_epilog", "checked_fused_epilog", "check_fused_problem", "stage_data",
-           "FusedCPUEngine", "FUSED_DTYPES"]
+__all__ = ["FusedEpilog", "DataLayout", "fused_epilog", "check_fused_problem", "stage_data", "FusedCPUEngine",
+           "FUSED_DTYPES", "gpu_route", "plan_fused"]
 
-FUSED_DTYPES = (np.dtype(np.float16), BF16, np.dtype(np.float32), np.dtype(np.float64))
+FUSED_DTYPES = (np.dtype(np.float16), BF16, np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.complex64))
 
 
 @dataclasses.dataclass(frozen=True)
 class DataLayout:
-    """The ``data`` epilog input as the kernel indexes it: shape, strides in elements, dtype name."""
+    """An operand of the epilog as the kernels index it: shape, strides in elements, dtype name."""
 
     shape: tuple
     strides: tuple
@@ -49,39 +52,39 @@ class DataLayout:
     def ndim(self):
         return len(self.shape)
 
+    @property
+    def kind(self):
+        """(dtype, ndim): what the compiled epilog depends on."""
+        return (self.dtype, self.ndim)
+
 
 @dataclasses.dataclass(frozen=True)
 class FusedEpilog:
-    """The Python epilog of a problem and the layout of its ``data`` (None: the function gets ``data=None``);
-    ``check_bounds``: compiled with bounds checks (:mod:`mathpy.jit._bounds`)."""
+    """The Python epilog of a problem, the layout of each operand in the function's order (``(name, DataLayout or
+    None)``; None: the function gets None), on a GPU the :class:`~._fused_route.Route` it takes, and
+    ``check_bounds``: every index checked when it runs (:mod:`mathpy.jit._bounds`)."""
 
     epilog: E.MatmulEpilogFunction
-    data: DataLayout | None
+    operands: tuple = ()
+    route: object = None
     check_bounds: bool = False
 
     @property
     def name(self):
         return self.epilog.where
 
+    @property
+    def kinds(self):
+        return tuple(None if layout is None else layout.kind for _, layout in self.operands)
 
-def fused_epilog(epilog):
+
+def fused_epilog(epilog, epilog_inputs=None):
     """A checked :class:`~mathpy.jit._matmul_epilog.MatmulEpilogFunction` when ``epilog`` is a Python function (or a
-    numba dispatcher), else None (a named epilog)."""
+    numba dispatcher) whose operands are the keys of ``epilog_inputs``, else None (a named epilog)."""
     if epilog is None or isinstance(epilog, (str, int, bool)) or not callable(epilog):
         return None
-    return E.as_matmul_epilog(epilog)
-
-
-def checked_fused_epilog(epilog, data, batch, m, n, options):
-    """The :class:`FusedEpilog` of ``epilog`` reading ``data`` (the staged input, with its ``layout``, or None) for a
-    ``batch`` x ``m`` x ``n`` result, after the plan-time check of the indices its source shows (ValueError naming
-    what ``data`` needs); compiled with bounds checks as ``options.check_bounds`` says."""
-    from ...jit._bounds import check_epilog_indexing, resolve
-
-    layout = None if data is None else data.layout
-    if layout is not None:
-        check_epilog_indexing(epilog.function, epilog.with_batch, epilog.where, layout.shape, batch, m, n)
-    return FusedEpilog(epilog, layout, resolve(options.check_bounds))
+    names = tuple(epilog_inputs) if isinstance(epilog_inputs, dict) else ()
+    return E.as_matmul_epilog(epilog, names)
 
 
 def check_fused_problem(epilog, a_dtype, b_dtype, d_dtype, compute_type):
@@ -90,26 +93,28 @@ def check_fused_problem(epilog, a_dtype, b_dtype, d_dtype, compute_type):
     for what, dtype in (("a", a_dtype), ("b", b_dtype), ("the result", d_dtype)):
         if dtype not in FUSED_DTYPES:
             raise ValueError(f"matmul epilog {epilog.where}: {what} has dtype {dtype.name}; Python epilogs take "
-                             f"float16, bfloat16, float32 or float64 operands")
+                             f"float16, bfloat16, float32, float64 or complex64 operands")
     if a_dtype != b_dtype:
         raise ValueError(f"matmul epilog {epilog.where}: a ({a_dtype.name}) and b ({b_dtype.name}) must have one "
                          f"dtype")
-    wanted = "64F" if a_dtype == np.float64 else "32F"
-    if compute_type != wanted:
-        raise ValueError(f"matmul epilog {epilog.where}: compute type {compute_type} is not supported with a Python "
-                         f"epilog on {a_dtype.name} operands; allowed: {wanted}")
+    if (a_dtype.kind == "c") != (d_dtype.kind == "c"):
+        raise ValueError(f"matmul epilog {epilog.where}: a {a_dtype.name} product cannot have a {d_dtype.name} "
+                         f"result")
+    if compute_type == "16F":  # the epilog's value is float32: the product must be accumulated in it
+        raise ValueError(f"matmul epilog {epilog.where}: compute type 16F is not supported with a Python epilog (its "
+                         f"value is float32); allowed: 32F")
 
 
-def stage_data(op):
-    """(DataLayout, needs a C-order copy) of the ``data`` operand ``op``; ValueError when it cannot be one (its
+def stage_data(op, name="data"):
+    """(DataLayout, needs a C-order copy) of the epilog operand ``op``; ValueError when it cannot be one (its
     package and device are the caller's to check)."""
     dtype = op.dtype.name
     if dtype not in E.DATA_DTYPES:
-        raise ValueError(f"epilog input 'data' has dtype {dtype}; a Python epilog's data may be "
+        raise ValueError(f"epilog input {name!r} has dtype {dtype}; a Python epilog's operands may be "
                          f"{', '.join(E.DATA_DTYPES)}")
     if not 0 <= len(op.shape) <= 3:
-        raise ValueError(f"epilog input 'data' has shape {tuple(op.shape)}; it must have at most 3 dimensions "
-                         f"(data[row, col], data[row], data[batch, row, col], ...)")
+        raise ValueError(f"epilog input {name!r} has shape {tuple(op.shape)}; it must have at most 3 dimensions "
+                         f"(x[row, col], x[row], x[batch, row, col], ...)")
     strides = tuple(op.strides)
     copy = any(s < 0 for s in strides)  # the kernel indexes with non-negative strides
     if copy:
@@ -117,11 +122,57 @@ def stage_data(op):
     return DataLayout(tuple(op.shape), strides, dtype), copy
 
 
+def plan_fused(fused, inputs, product, batch, d_dtype, options, staged, c_given, compute_type, device_id, requested,
+               logger):
+    """``(FusedEpilog, D's layout)`` of a plan with the Python epilog ``fused`` (``inputs``: its Staged operands;
+    ``options``: the MatmulOptions; ``staged``: A's and B's; ``c_given``: C as given, or None; ``device_id`` None on
+    the CPU). First the indices the function's source shows are checked against every operand's shape (ValueError
+    naming what the operand needs). The result is row-major except on the route that runs cuBLASLt's bias by row
+    (column-major); on a GPU the route (``requested``: MatmulPlanPreferences.epilog_route) is logged with its
+    reason."""
+    from ...jit._bounds import check_epilog_indexing, resolve
+    from ._layouts import c_in_d_order
+    from ._problem import col_major, row_major
+
+    if options.inplace:
+        raise ValueError("a Python epilog writes a new result: it cannot run in place (inplace=True)")
+    p = product
+    d_layout, route = row_major(p.m, p.n, batch, d_dtype), None
+    layouts = {name: s.layout for name, s in inputs.items()}
+    check_epilog_indexing(fused.function, fused.with_batch, fused.where,
+                          [(name, layouts[name].shape if name in layouts else None) for name in fused.operands],
+                          batch, p.m, p.n)
+    if device_id is not None:
+        c = None if c_given is None else c_in_d_order(c_given, d_layout, p).layout
+        route = gpu_route(fused, layouts, p.m, p.n, p.k, batch, staged["a"].layout, staged["b"].layout, c, d_dtype,
+                          compute_type, device_id, requested)
+        logger.info("Matmul epilog %s: %s", fused.where, route)
+        if route.order == "F":
+            d_layout = col_major(p.m, p.n, batch, d_dtype)
+    operands = tuple((name, layouts.get(name)) for name in fused.operands)
+    return FusedEpilog(fused, operands, route, resolve(options.check_bounds)), d_layout
+
+
+def gpu_route(fused, operands, m, n, k, batch, a, b, c, d_dtype, compute_type, device_id, requested):
+    """The :class:`~._fused_route.Route` of a GPU product (layouts ``a``, ``b``, ``c`` as they enter it) with the
+    epilog ``fused`` reading ``operands`` (name -> DataLayout or None), on device ``device_id``."""
+    from ... import _cuda
+    from ...jit._epilog_recognize import recognize
+    from ._fused_route import choose_route
+
+    names = [None if operands.get(name) is None else name for name in fused.operands]
+    recognized = recognize(fused.function, names, fused.with_batch)
+    facts = types.SimpleNamespace(m=m, n=n, k=k, batch=batch, a=a, b=b, c=c, d_dtype=np.dtype(d_dtype),
+                                  compute_type=compute_type)
+    return choose_route(facts, recognized, operands, _cuda.compute_capability(device_id),
+                        _cuda.multiprocessor_count(device_id), requested)
+
+
 class FusedCPUEngine(CPUEngine):
     """The CPU engine: :class:`~._cpu.CPUEngine`'s product (NumPy's BLAS with cuBLASLt's numerics), then the epilog
     compiled by numba in one pass over the result, a block of rows per thread, then (16-bit results) one rounding to
-    the result's dtype. Arguments of :meth:`execute` as for ``CPUEngine`` (NumPy views), with
-    ``epilog_inputs["data"]`` the data array (any strides) when given."""
+    the result's dtype. Arguments of :meth:`execute` as for ``CPUEngine`` (NumPy views), with ``epilog_inputs`` the
+    operand arrays (any strides) by name."""
 
     algorithm = "numpy+numba"
 
@@ -135,33 +186,23 @@ class FusedCPUEngine(CPUEngine):
             with _threads.blas_threads(self._blas_limit, self._work):
                 x = self._product(a, b, c, alpha, beta)[0]
             x = np.ascontiguousarray(np.broadcast_to(x, (p.batch, p.m, p.n)))
-            _store(E.apply_cpu(p.fused.epilog, x, epilog_inputs.get("data"), True), d)
+            operands = [epilog_inputs.get(name) for name, _ in p.fused.operands]
+            _store(E.apply_cpu(p.fused.epilog, x, operands, True), d)
             return
-        if self.native:  # float32 / float64: the product in D itself, the epilog in place
+        if self.native:  # float32 / float64 / complex64: the product in D itself, the epilog in place
             self._execute_native(a, b, c, d, {}, {}, alpha, beta)
-            self.run_epilog(d, epilog_inputs.get("data"))
+            self.run_epilog(d, epilog_inputs)
             return
         with _threads.blas_threads(self._blas_limit, self._work):
             x = self._product(a, b, c, alpha, beta)[0]
         x = np.require(np.broadcast_to(x, (p.batch, p.m, p.n)), requirements=("C", "W"))  # the pass writes it
-        self.run_epilog(x, epilog_inputs.get("data"))
+        self.run_epilog(x, epilog_inputs)
         _store(x, d)
 
-    def run_epilog(self, x, data):
+    def run_epilog(self, x, epilog_inputs):
         """The Python epilog in place on ``x`` (``(batch, M, N)``, C-contiguous, the compute dtype), on every
-        thread."""
+        thread; ``epilog_inputs``: its operand arrays by name."""
+        operands = tuple(E.read_only(epilog_inputs.get(name)) for name, _ in self.problem.fused.operands)
         if self._epilog is None:
-            self._epilog = matmul_epilog_pass(self.problem.fused.epilog)
-        python_epilog_pass(self._epilog, x, _epilog_data(data), self.threads)
-
-
-def _epilog_data(data):
-    """The ``data`` array as the compiled epilog reads it: read-only, 16-bit floats as float32 (the same values)."""
-    if data is None:
-        return None
-    data = np.asarray(data)
-    if data.dtype.itemsize == 2 and data.dtype.kind not in "iu":  # float16 / bfloat16
-        data = data.astype(np.float32)
-    data = data.view()
-    data.flags.writeable = False
-    return data
+            self._epilog = matmul_epilog_pass(self.problem.fused.epilog, len(operands))
+        python_epilog_pass(self._epilog, x, operands, self.threads)

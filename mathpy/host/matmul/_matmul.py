@@ -40,14 +40,14 @@ from ._call import Finish, MatmulCall, holder_for
 from ._docs import MATMUL_DOCS
 from ._epilog import EPILOG_INPUT_NAMES, as_epilog, epilog_spec
 from . import _algorithms
-from ._epilog_operands import HANDLERS, gelu_aux_dtype, is_number, output_layouts, scale_items, split_scales
-from ._fused import check_fused_problem, checked_fused_epilog, fused_epilog
+from ._epilog_operands import HANDLERS, Data, gelu_aux_dtype, is_number, output_layouts, scale_items, split_scales
+from ._fused import check_fused_problem, fused_epilog, plan_fused
 from ._layouts import (Product, c_in_d_order, check_inplace, expand_c, inplace_layout, result_layout, stage_a, stage_b,
                        stage_matrix)
 from ._options import (FLOAT8_DTYPES, I8, MatmulOptions, MatmulPlanPreferences, check_scalar, is_floating,
                        refuse_block_scaling,
                        resolve_types)
-from ._problem import MatmulProblem, row_major
+from ._problem import MatmulProblem
 
 __all__ = ["Matmul", "matmul_plan_cache", "make_engine"]
 
@@ -223,7 +223,7 @@ class Matmul:
         """
         self._check_not_freed("plan")
         handle = stream_pointer(stream, self._holder.name, self._device_id) if self._on_gpu else None
-        fused = fused_epilog(epilog)  # a Python function: checked here, before any work
+        fused = fused_epilog(epilog, epilog_inputs)  # a Python function: checked here, before any work
         if fused is not None:
             check_fused_problem(fused, self._staged["a"].layout.dtype, self._staged["b"].layout.dtype, self._d_dtype,
                                 self._compute_type)
@@ -255,7 +255,8 @@ class Matmul:
             raise TypeError(f"epilog_inputs must be a dict, not {type(given).__name__}")
         given = dict(given)
         aux_scale = given.pop("aux_scale", None)  # a float8 GELU aux's scale: checked with its dtype below
-        wanted = ("data",) if fused is not None else spec.inputs
+        wanted = fused.operands if fused is not None else spec.inputs
+        self._fused = fused  # (a Python epilog's operands may have any name: _stage_input)
         missing = [name for name in spec.inputs if name not in given]
         unknown = sorted(set(given) - set(wanted), key=str)
         if unknown:  # first: a misspelled name is also a missing one, and the misspelling is what to fix
@@ -289,10 +290,10 @@ class Matmul:
         else:
             d_layout = result_layout(epilog, self._types.engine_result, self._staged["a"], self._staged["b"],
                                      self._c_given, p, self._options.result_order)
-        if fused is not None:  # the fused engines write row-major results
-            if self._options.inplace:
-                raise ValueError("a Python epilog writes a new result: it cannot run in place (inplace=True)")
-            d_layout = row_major(p.m, p.n, d_layout.batch, d_dtype)
+        if fused is not None:  # bounds, its own result layout and, on a GPU, its route (_fused_route)
+            fused, d_layout = plan_fused(fused, inputs, p, d_layout.batch, d_dtype, self._options, self._staged,
+                                         self._c_given, self._compute_type, self._device_id, preferences.epilog_route,
+                                         self._logger)
         if self._c_given is not None:
             self._staged["c"] = c_in_d_order(self._c_given, d_layout, p)
         problem = MatmulProblem(
@@ -303,8 +304,7 @@ class Matmul:
             epilog_outputs=output_layouts(spec, p.m, p.n, d_layout.batch, d_dtype, self._options.result_amax,
                                           aux_dtype, preferences.aux_amax),
             inplace=self._options.inplace, **self._float8_scales(), aux_scale=aux_scale,
-            fused=None if fused is None else checked_fused_epilog(fused, inputs.get("data"), d_layout.batch, p.m, p.n,
-                                                                  self._options))
+            fused=fused)
 
         # The old plan goes first (its workspace counts against the cache bound); from here a failure must not
         # leave this object looking planned with a freed engine, so it falls back to the unplanned state.
@@ -573,7 +573,7 @@ class Matmul:
         if op.package != like.package or op.device_id != like.device_id:
             raise ValueError(f"epilog input {name!r} must be of the operands' package and device "
                              f"({like.package}, {like.device_id}); it is {op.package}, {op.device_id}")
-        return HANDLERS[name].stage(op, self._product, spec, self._d_dtype)
+        return (HANDLERS[name] if self._fused is None else Data(name)).stage(op, self._product, spec, self._d_dtype)
 
     def _make_call(self):
         staged = {**self._staged, **self._inputs}

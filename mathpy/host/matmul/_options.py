@@ -68,6 +68,9 @@ from ...bindings.cublaslt import MatmulComputeType
 __all__ = ["MatmulOptions", "MatmulPlanPreferences", "MatmulTypes", "resolve_types", "refuse_block_scaling",
            "check_scalar", "SUPPORTED_DTYPES", "FLOAT8_DTYPES", "COMPUTE_TYPES", "RESULT_ORDERS", "is_floating"]
 
+#: How a Python epilog may run on a GPU (``MatmulPlanPreferences.epilog_route``; see ``_fused_route``).
+EPILOG_ROUTES = ("auto", "library", "fused", "elementwise", "generic")
+
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 C64, C128 = np.dtype(np.complex64), np.dtype(np.complex128)
 BF16, E4M3, E5M2 = BFLOAT16, FLOAT8_E4M3, FLOAT8_E5M2
@@ -170,13 +173,16 @@ class MatmulOptions:
         order for C-ordered operands, as numpy.matmul). ``"C"``: row-major; ``"F"``: column-major (cuBLASLt's own
         order, a few percent faster for 16-bit products on an H200).
     check_bounds : bool or None, optional
-        For a Python-function epilog: check every index it reads ``data`` with against ``data``'s shape when it
-        runs; an index outside it raises :class:`~mathpy.OutOfBoundsError` naming the epilog and the index, after
-        the product (whose result is then not to be used), instead of reading foreign memory. None (default): on
-        when the environment variable ``MATHPY_CHECK_BOUNDS`` is 1 (read when a plan is made), else off. A checked
-        epilog runs slower (on the GPU a compare and a branch per read of ``data``, and each execution waits for
-        the GPU to read the error record). Indices that every call reaches and that the epilog's source shows are
-        checked against ``data``'s shape when planning whatever this option says. Named epilogs are not affected.
+        For a Python-function epilog: check every index it reads its operands with against their shapes when it
+        runs; an index outside one raises :class:`~mathpy.OutOfBoundsError` naming the epilog, the operand and the
+        index, after the product (whose result is then not to be used), instead of reading foreign memory. None
+        (default): on when the environment variable ``MATHPY_CHECK_BOUNDS`` is 1 (read when a plan is made), else
+        off. A checked epilog runs slower (on the GPU a compare and a branch per operand read, its own compiled
+        kernel, and each execution waits for the GPU to read the error record, so it cannot be captured in a CUDA
+        graph). Indices that every call reaches and that the epilog's source shows are checked against each
+        operand's shape when planning whatever this option says. Where the GPU plan runs cuBLASLt's own epilog
+        (the ``library`` route: the function is cuBLASLt's bias / residual / activation), no user code runs and
+        every read was checked when planning, so nothing more is checked. Named epilogs are not affected.
 
     Raises
     ------
@@ -282,6 +288,12 @@ class MatmulPlanPreferences:
     aux_amax : bool, optional
         A float8 aux only: also return the largest absolute value of X (before ``aux_scale``) as
         ``aux["gelu_aux_amax"]``, a float32 array of shape (1,).
+    epilog_route : {"auto", "library", "fused", "elementwise", "generic"}, optional
+        How a Python epilog runs on a GPU. "auto" (default) follows the rule of ``docs/matmul_epilogs.md``:
+        cuBLASLt's own epilog when the function is one ("library"), mathpy's fused TMA + wgmma kernel on Hopper
+        where it wins ("fused"), else cuBLASLt's product followed by one compiled pass over the result
+        ("elementwise"). "generic" is the block-GEMM kernel with the epilog. A route that cannot run the product
+        raises a ValueError saying why. The plan logs the route and its reason (INFO on the ``mathpy`` logger).
 
     Raises
     ------
@@ -313,9 +325,13 @@ class MatmulPlanPreferences:
     max_waves_count: float = 0.0
     aux_type: object = None
     aux_amax: bool = False
+    epilog_route: str = "auto"
 
     def __post_init__(self):
         object.__setattr__(self, "aux_type", _as_dtype(self.aux_type, "MatmulPlanPreferences.aux_type"))
+        if self.epilog_route not in EPILOG_ROUTES:
+            raise ValueError(f"MatmulPlanPreferences.epilog_route must be one of {list(EPILOG_ROUTES)}, not "
+                             f"{self.epilog_route!r}")
         if not isinstance(self.aux_amax, bool):
             raise TypeError(f"MatmulPlanPreferences.aux_amax must be a bool, not {self.aux_amax!r}")
         for name in ("reduction_scheme_mask", "numerical_impl_mask"):

@@ -114,12 +114,15 @@ def matmul(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None,
         found, host_key = _lookup(_host_calls, _host_key(a, b, alpha, beta, epilog, epilog_inputs, options,
                                                          preferences, execution))
         if found is not None:
-            if matmul_plan_cache.touch(found[0]) is found[1].engine:  # CPU engines hold nothing to free
-                return found[1](a, b, epilog_inputs)
-            _host_calls.pop(host_key, None)  # evicted or planned again: plan again
+            if matmul_plan_cache.touch(found[0]) is found[1].engine and _current(found[1].engine.problem):
+                return found[1](a, b, epilog_inputs)  # (CPU engines hold nothing to free)
+            _host_calls.pop(host_key, None)  # evicted, planned again, or its epilog changed: plan again
     key, addresses = (None, None) if quantization_scales is not None else \
         _call_key(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution)
     call, key = _lookup(_calls, key)
+    if call is not None and not _current(call.problem):
+        _calls.pop(key, None)  # the Python epilog reads a global or closure that changed: compile and plan again
+        call = None
     if call is not None:
         entry = matmul_plan_cache.acquire(call.cache_key)
         if entry is not None:
@@ -149,6 +152,11 @@ def matmul(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None,
         return mm.execute(stream=stream)
     finally:
         mm.free()
+
+
+def _current(problem):
+    """False when the problem's Python epilog reads a global or closure that changed since it was compiled."""
+    return problem.fused is None or problem.fused.epilog.current()
 
 
 def _lookup(memo, key):
