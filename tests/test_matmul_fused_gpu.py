@@ -131,8 +131,9 @@ def gate_and_neighbour(value, batch, row, col, data):
 
 def test_staged_batched_data_over_more_tiles_than_sms():
     """bf16 with a 3-D bf16 data array staged tile by tile (one per batch entry), read inside and outside the
-    block's tile, 162 tiles (more than the H200's 132 SMs: blocks loop), edge tiles in M, N and K."""
-    batch, m, n, k = 2, 1100, 2100, 200
+    block's tile, 162 tiles (more than the H200's 132 SMs: blocks loop), edge tiles in M, N and K (N = 2104: B's rows
+    of 4208 bytes are a 16-byte multiple, as a TMA tensor map needs; the fused route refuses 2100)."""
+    batch, m, n, k = 2, 1100, 2104, 200
     a, b = _operands(m, n, k, torch.bfloat16, batch=(batch,), seed=11)
     data = torch.randn(batch, m, n, device="cuda").to(torch.bfloat16)
     with mathpy.Matmul(a, b) as mm:
@@ -189,7 +190,9 @@ def _grid():
             routes = ["auto", "elementwise"]
             if dtype in ("float16", "bfloat16"):
                 routes.append("fused")
-            if case.name in ("bias_col", "bias_row", "residual", "relu_bias", "gelu_tanh") and dtype != "complex64":
+            if case.name in ("bias_col", "bias_row", "residual", "relu_bias") and dtype != "complex64":
+                routes.append("library")
+            if case.name == "gelu_tanh" and dtype in ("float16", "bfloat16"):  # (cuBLASLt's GELU: 16-bit only)
                 routes.append("library")
             if case.name == "residual" and dtype == "complex64":
                 routes.append("library")
@@ -224,7 +227,9 @@ def test_every_dtype_epilog_and_route(case, dtype, route):
     assert out.dtype == _TORCH[dtype] and tuple(out.shape) == (batch, m, n)
     x, magnitude = product(a, b)
     ref = case.reference(x, operands)
-    limit = bound(case, dt, x, magnitude, ref, k, product_rounded=chosen == "elementwise" and dt.itemsize == 2)
+    # the elementwise route's D, and cuBLASLt's epilogs, round the product to a 16-bit result before the epilog
+    limit = bound(case, dt, x, magnitude, ref, k, product_rounded=chosen in ("elementwise", "library")
+                  and dt.itemsize == 2)
     got = _to_numpy(out).astype(ref.dtype)
     assert np.isfinite(got).all(), f"unwritten (poisoned) or non-finite results ({chosen})"
     assert_within(got, ref, limit, f"{case.name} {dtype} {route} -> {chosen}")

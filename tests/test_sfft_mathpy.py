@@ -37,7 +37,9 @@ def image_pair(n0, n1, seed=0):
     """(I, J, mI, mJ, contamination) float64 from the project's sky generator: I the reference (convolved), J the
     science exposure with transients, both sky-subtracted; the masked pair keeps the brightest 40% of I's pixels in
     both and zeroes the rest (a pipeline keeps its sources); the contamination mask marks I's brightest 1%."""
-    scene = _scene()   # cropped: on small images the generator may not find room for its 5 transients
+    # cropped from a scene of at least 256^2 (on smaller images the generator may not find room for its transients)
+    # and large enough for the window: the GPU cases take 512^2 from 16 * seed, 32 * seed on
+    scene = _scene(max(256, 1 << (max(n0 + 16 * seed, n1 + 32 * seed) - 1).bit_length()))
     window = np.s_[16 * seed:16 * seed + n0, 32 * seed:32 * seed + n1]
     I = scene.reference.image[window].astype(np.float64)
     J = scene.science.image[window].astype(np.float64)
@@ -49,10 +51,10 @@ def image_pair(n0, n1, seed=0):
 _SCENES = {}
 
 
-def _scene():
-    if not _SCENES:
-        _SCENES[0] = diffim.make_scene(256, seed=0)
-    return _SCENES[0]
+def _scene(size):
+    if size not in _SCENES:
+        _SCENES[size] = diffim.make_scene(size, seed=0)
+    return _SCENES[size]
 
 
 def fields(params, image):
