@@ -49,6 +49,16 @@ CASES = [((2, 3, 16), (6,)), ((2, 3, 12, 10), (6, 4)), ((2, 3, 9, 7), (5, 7)), (
 IDS = ["1d", "2d", "2d-odd", "3d", "2d-all-modes"]
 
 
+def _gemm_refused_on_cuda(device, last_axis, call):
+    """The GEMM form of the last axis is refused on CUDA (wrong results seen on the H200 at 128^2): True when it was
+    (and the test has nothing more to check), with the error checked."""
+    if device != "cuda" or last_axis != "gemm":
+        return False
+    with pytest.raises(ValueError, match="last_axis='gemm' is not available on CUDA"):
+        call()
+    return True
+
+
 @pytest.mark.parametrize("shape, modes", CASES, ids=IDS)
 @pytest.mark.parametrize("norm", ["forward", "backward", "ortho"])
 @pytest.mark.parametrize("last_axis", ["fft", "gemm"])
@@ -56,6 +66,8 @@ def test_layer_matches_the_full_transform_and_its_gradient_is_exact(device, shap
     torch.manual_seed(0)
     layer = mt.SpectralConv(shape[1], 4, modes, norm=norm, dtype=F64, device=device, last_axis=last_axis)
     x = randn(*shape, device=device)
+    if _gemm_refused_on_cuda(device, last_axis, lambda: layer(x)):
+        return
     y = layer(x)
     want = reference(x, layer.weight, layer.bias, norm)
     assert y.shape == want.shape and y.dtype == F64
@@ -74,6 +86,9 @@ def test_layer_gradcheck(device, shape, modes, last_axis):
     torch.manual_seed(0)
     layer = mt.SpectralConv(shape[1], 2, modes, norm="ortho", dtype=F64, device=device)
     x = randn(*shape, device=device)
+    if _gemm_refused_on_cuda(device, last_axis, lambda: mt.spectral_conv(x, layer.weight, layer.bias,
+                                                                          last_axis=last_axis)):
+        return
     assert torch.autograd.gradcheck(lambda *t: mt.spectral_conv(*t, norm="ortho", last_axis=last_axis),
                                     (x, layer.weight, layer.bias))
 
@@ -89,6 +104,8 @@ def test_lower_precisions_are_within_their_rounding(device, dtype, last_axis):
     torch.manual_seed(0)
     layer = mt.SpectralConv(8, 8, (8, 6), device=device, last_axis=last_axis)  # float32 weights
     x = torch.randn(4, 8, 32, 24, device=device).to(dtype)
+    if _gemm_refused_on_cuda(device, last_axis, lambda: layer(x)):
+        return
     y = layer(x)
     assert y.dtype == dtype
     want = reference(x, layer.weight.detach(), layer.bias.detach(), "forward")
@@ -159,6 +176,8 @@ def test_later_passes_transform_only_the_kept_modes(device):
     assert all(math.prod(shape) <= half_spectrum // 3 for _, shape, is_complex in backward.calls if is_complex)
     # the GEMM form of the last axis: the grid times the kept bins' DFT matrix (64 x 18), and back (18 x 64)
     gemm_layer = mt.SpectralConv(4, 5, (16, 16), dtype=F64, device=device, last_axis="gemm")
+    if _gemm_refused_on_cuda(device, "gemm", lambda: gemm_layer(x)):
+        return
     with Recorder() as forward:
         gemm_layer(x)
     assert [call[:2] for call in forward.calls] == [
