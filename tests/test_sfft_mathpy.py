@@ -245,6 +245,8 @@ def test_gpu_backend_matches_sfft_cupy_backend(n, w, dk, db):
     bound_x, bound_d = bounds(params, I, J, mI, mJ, expected, matrix, sources=2)
     assert_within(solution, expected, bound_x, "solution vs SFFT's CuPy backend")
     assert_within(difference, expected_difference, bound_d, "difference vs SFFT's CuPy backend")
-    assert bound_d.max() < 1e-6 * np.abs(J).max()
+    # single precision's claim, on what was measured: the derived bound follows |M^-1| (the normal matrix's
+    # condition reaches 1e7 at 512^2), which the two backends beat by far (7.5e-13 of max |J| at 1024^2 on the H200)
+    assert np.abs(difference - expected_difference).max() < 1e-6 * np.abs(J).max()
     cpu_solution, cpu_difference, _ = sfft_mathpy.GSS(I, J, mI, mJ, params)   # mathpy's CPU execution space
     assert_within(solution, cpu_solution, bound_x, "GPU vs CPU solution")
