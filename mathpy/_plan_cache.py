@@ -124,12 +124,13 @@ class PlanCache:
 
     def __init__(self, name, max_plans=64, max_bytes=1 << 30):
         self.name = name
-        _memo.register(self, name, "plans")  # (mathpy._memo.clear / info cover it with every memo)
         self._lock = threading.Lock()
         self._entries = collections.OrderedDict()
         self._planning = {}  # key -> threading.Event set when the thread planning it is done
         self._hits = self._misses = self._evictions = 0
         self.resize(max_plans, max_bytes)
+        # Registered only once whole: a cache refused for its bounds must not stay in mathpy._memo's registry.
+        _memo.register(self, name, "plans")
 
     def resize(self, max_plans=None, max_bytes=None):
         """Change the bounds (evicting as needed). ``max_plans=0`` disables caching."""

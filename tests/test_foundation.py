@@ -250,6 +250,9 @@ class TestPlanCache:
     def test_bad_bounds(self):
         with pytest.raises(ValueError, match="max_plans must be a non-negative int, not -1"):
             PlanCache("t", max_plans=-1)
+        # A cache refused for its bounds is not left registered: mathpy._memo.info() lists every cache there is.
+        from mathpy import _memo
+        assert "plans/t" not in _memo.info()
 
 
 class TestLibraries:

@@ -111,7 +111,27 @@ def test_quantization_scales_as_tensors_are_read_at_every_execution():
         np.testing.assert_allclose(mm.execute(), 4.0 * exact, rtol=1e-6)
         mm.reset_operands(quantization_scales={"b": np.array(0.25, np.float32)})
         np.testing.assert_allclose(mm.execute(), 2.0 * exact, rtol=1e-6)
-        with pytest.raises(ValueError, match="only scales given as tensors"):
+        with pytest.raises(ValueError, match=r"scales \['a_scale'\] were planned as the other kind"):
+            mm.reset_operands(quantization_scales={"a": 1.0})
+
+
+def test_quantization_scales_as_numbers_are_reset_by_planning_again():
+    """nvmath-python's example 19: scales given as numbers are reset with numbers (the plan is made again with
+    them); a scale not named keeps its value; a number for a scale planned as a tensor is refused."""
+    a = (RNG.integers(-4, 5, (16, 32)) / 4).astype(E4M3)
+    b = (RNG.integers(-4, 5, (32, 8)) / 4).astype(E4M3)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    with Matmul(a, b, options={"result_type": "float32"}, quantization_scales={"a": 3.0, "b": 2.0, "d": 1.0}) as mm:
+        mm.plan()
+        np.testing.assert_allclose(mm.execute(), 6.0 * exact, rtol=1e-6)
+        a2 = (RNG.integers(-4, 5, (16, 32)) / 4).astype(E4M3)
+        mm.reset_operands(a=a2, quantization_scales={"a": 1.0, "d": 0.5})
+        np.testing.assert_allclose(mm.execute(), 0.5 * 2.0 * (a2.astype(np.float64) @ b.astype(np.float64)),
+                                   rtol=1e-6)
+    with Matmul(a, b, options={"result_type": "float32"},
+                quantization_scales={"a": np.array([2.0], np.float32), "b": 1.0}) as mm:
+        mm.plan()
+        with pytest.raises(ValueError, match=r"scales \['a_scale'\] were planned as the other kind"):
             mm.reset_operands(quantization_scales={"a": 1.0})
     d = matmul(a, b, quantization_scales={"a": 1.0, "b": np.array([1.0], np.float32), "d": np.array([0.5], np.float32)})
     assert d.dtype == E4M3

@@ -23,6 +23,7 @@ array([[ 6., 15.],
        [13., 49.]], dtype=float32)
 """
 
+import dataclasses
 import math
 import weakref
 
@@ -223,6 +224,7 @@ class Matmul:
         """
         self._check_not_freed("plan")
         handle = stream_pointer(stream, self._holder.name, self._device_id) if self._on_gpu else None
+        arguments = dict(epilog=epilog, epilog_inputs=epilog_inputs, preferences=preferences, algorithms=algorithms)
         fused = fused_epilog(epilog, epilog_inputs)  # a Python function: checked here, before any work
         if fused is not None:
             check_fused_problem(fused, self._staged["a"].layout.dtype, self._staged["b"].layout.dtype, self._d_dtype,
@@ -340,6 +342,7 @@ class Matmul:
             self._release_engine()
             raise
         self._problem, self._spec, self._inputs, self._cache_key = problem, spec, inputs, cache_key
+        self._plan_arguments = arguments  # (a reset of scales given as numbers plans again with them)
         self._grad = tuple(n for n in self._grad if n != "epilog_inputs") + \
             _torch_route.grad_names(epilog_inputs=epilog_inputs)
         self._state = _PLANNED
@@ -429,13 +432,13 @@ class Matmul:
         stream_handle(stream)
         if quantization_scales is not None:
             self._check_planned("reset_operands(quantization_scales=...)")
-            _, tensors = split_scales(quantization_scales, MatmulOptions())
-            numbers = sorted(set(scale_items(quantization_scales)) - set(tensors))
-            unknown = sorted(set(tensors) - set(self._scale_tensors))
-            if numbers or unknown:
-                raise ValueError(f"reset_operands: only scales given as tensors can be reset (to tensors); "
-                                 f"{numbers + unknown} were not")
-            epilog_inputs = {**(epilog_inputs or {}), **tensors}
+            given, tensors = split_scales(quantization_scales, MatmulOptions())
+            numbers = {n: getattr(given, n) for n in scale_items(quantization_scales) if n not in tensors}
+            mixed = sorted(set(tensors) - set(self._scale_tensors)) + sorted(set(numbers) & set(self._scale_tensors))
+            if mixed:
+                raise ValueError(f"reset_operands: scales {mixed} were planned as the other kind; a scale given as a "
+                                 f"tensor is reset to a tensor, one given as a number to a number")
+            inputs_given, epilog_inputs = epilog_inputs, {**(epilog_inputs or {}), **tensors}
         if self._released:
             needed = [n for n in ("a", "b", "c") if n in self._staged] + list(self._inputs)
             given = {"a": a, "b": b, "c": c, **(epilog_inputs or {})}
@@ -493,7 +496,13 @@ class Matmul:
             self._like = self._staged["a"].op
         self._alpha, self._beta = scalars
         self._released = False
-        if self._state == _PLANNED:
+        if quantization_scales is not None and numbers:  # they are the plan's (cuBLASLt's scale buffer, or alpha)
+            self._options = dataclasses.replace(self._options, **numbers)
+            self._scale_tensors = {**self._scale_tensors, **tensors}
+            arguments = dict(self._plan_arguments)
+            arguments["epilog_inputs"] = {**(arguments["epilog_inputs"] or {}), **(inputs_given or {})} or None
+            self.plan(**arguments)
+        elif self._state == _PLANNED:
             self._make_call()
 
     def release_operands(self):
