@@ -378,14 +378,16 @@ def cpu_tables(fft_rows, held_out_rows, callback_rows, matmul_rows, epilog_rows)
     ``callback_rows``: (case, {"plain", peer, "mathpy": ms}); ``matmul_rows``: (case, {"NumPy", "mathpy",
     "execute": ms}); ``epilog_rows``: (case, {"NumPy", "product", "mathpy": ms})."""
     fft_headers = (["CPU FFT"] + [f"{p} ms" for p in CPU_FFT_PEERS]
-                   + ["**mathpy** ms", "mathpy's library", "best / mathpy"])
+                   + ["**mathpy** ms", "mathpy out= ms", "mathpy's library", "best / mathpy",
+                      "pyFFTW / mathpy out="])
 
     def fft_cells(rows):
         cells = []
         for case, times, library in rows:
             best = min((times[p] for p in CPU_FFT_PEERS if times.get(p) is not None), default=None)
             cells.append([case] + [ms(times.get(p)) for p in CPU_FFT_PEERS]
-                         + [f"**{ms(times['mathpy'])}**", library or "-", ratio(best, times["mathpy"])])
+                         + [f"**{ms(times['mathpy'])}**", ms(times.get("mathpy out=")), library or "-",
+                            ratio(best, times["mathpy"]), ratio(times.get("pyFFTW"), times.get("mathpy out="))])
         return cells
 
     unfused = CPU_FFT_PEERS[:3]
@@ -410,7 +412,8 @@ def cpu_tables(fft_rows, held_out_rows, callback_rows, matmul_rows, epilog_rows)
         table(fft_headers, fft_cells(fft_rows)), "",
         table(fft_headers, fft_cells(held_out_rows)), "",
         "Time per call (ms), medians of interleaved rounds, same arrays. pyFFTW: FFTW_MEASURE plans made once, "
-        "executed on their own aligned arrays (its fastest use); the others allocate their result. mathpy's "
+        "executed on their own aligned arrays (its fastest use); the others allocate their result; mathpy out=: "
+        "mathpy writing into one result array given with out= (like for like with pyFFTW's reuse). mathpy's "
         "library: the one it measured fastest for the transform. best / mathpy: the fastest peer's time over "
         "mathpy's. " + RATIO_NOTE + " Target: >= 0.91 (mathpy within 1.1x of the best).", "",
         table(callback_headers, callback_cells), "",

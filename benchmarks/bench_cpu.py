@@ -146,6 +146,9 @@ def fft_peers(kind, x, axes, threads, workers, execution):
     if mkl_fft is not None:
         peers["mkl_fft"] = lambda: getattr(mkl_fft, name)(x, axes=axes, **extra)
     peers["mathpy"] = lambda: getattr(mfft, name)(x, axes=axes, execution=execution, **extra)
+    # Like for like with pyFFTW's reused arrays: mathpy writing into one result array given with out=
+    out = np.empty_like(peers["mathpy"]())
+    peers["mathpy out="] = lambda: getattr(mfft, name)(x, axes=axes, execution=execution, out=out, **extra)
     return peers
 
 

@@ -44,7 +44,8 @@ for _name, _module in list(sys.modules.items()):
 _BLACKWELL = re.compile(r"Blackwell|compute capability (>= )?10\.0", re.I)
 _MISSING = re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'")
 _NO_DEVICE = re.compile(r"NoDeviceError|no CUDA-capable device|CUDA driver version is insufficient|Torch not compiled "
-                        r"with CUDA|Cannot access accelerator device|invalid device ordinal")
+                        r"with CUDA|Cannot access accelerator device|invalid device ordinal|"
+                        r"device_id \d+ is out of range: this machine has")  # (mathpy's: a second GPU named)
 
 
 def find_examples(folder, only):

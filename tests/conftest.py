@@ -77,7 +77,20 @@ def xp(request):
     return request.param
 
 
+def pytest_addoption(parser):
+    parser.addoption("--run-long", action="store_true",
+                     help="also run the tests marked `long` (each over a minute on a 2-core machine; every one has a "
+                          "faster sibling that always runs)")
+
+
 def pytest_collection_modifyitems(config, items):
+    # `long` tests are skipped unless asked for (or selected by name with -m long), so that the README's `pytest` stays
+    # well inside CI's time on a 2-core machine.
+    if not (config.getoption("--run-long") or "long" in (config.getoption("-m") or "")):
+        skip_long = pytest.mark.skip(reason="over a minute on a 2-core machine: run with --run-long")
+        for item in items:
+            if "long" in item.keywords:
+                item.add_marker(skip_long)
     if _cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU and driver (run `pytest -m gpu` on a GPU machine)")
