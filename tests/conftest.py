@@ -5,6 +5,7 @@ machine with a GPU, CuPy and torch on CUDA. Tests use ``xp.asarray`` / ``xp.to_n
 every package and execution space; GPU-only tests carry ``@pytest.mark.gpu`` and are skipped without a device.
 """
 
+import gc
 import importlib.util
 
 import numpy as np
@@ -97,6 +98,18 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _frozen_heap():
+    """Each test module starts with the objects earlier ones left alive moved out of the collector's sight
+    (``gc.freeze``), after one collection of their garbage. The tests that call ``gc.collect()`` to see a plan or a
+    workspace released then scan only their own module's objects: after the simulator and compiler tests the whole
+    heap holds millions of objects, and a full collection took seconds (the fault-injection tests, three collections
+    each, took most of 8 minutes of CI)."""
+    gc.collect()
+    gc.freeze()
+    yield
 
 
 @pytest.fixture(autouse=True)
