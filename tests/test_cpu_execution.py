@@ -61,6 +61,10 @@ CASES = [  # (function, shape, dtype, keyword arguments, logical length n)
     ("rfftn", (6, 10, 14), np.float64, {"axes": (1, 2), "norm": "ortho"}, 140),
     ("irfftn", (5, 6, 8), np.complex128, {"axes": (0, 2), "s": (5, 14)}, 70),
     ("fft", (3, 40), np.clongdouble, {}, 40),
+    # length-1 axes padded by s= (found by hypothesis: pyFFTW compared the strides NumPy gives length-1 axes, refused
+    # both plans, and the result was left unwritten)
+    ("rfftn", (1, 6, 5, 1, 1), np.float32, {"axes": (4, 3, 0), "s": (2, 7, 1)}, 14),
+    ("fftn", (1, 2, 1, 1), np.complex64, {"axes": (3, 2, 0), "s": (1, 2, 1)}, 2),
 ]
 
 
@@ -75,6 +79,16 @@ def test_every_library_gives_numpys_results(library, name, shape, dtype, kwargs,
         got = getattr(mfft, name)(x, execution=execution, **kwargs)
         assert got.dtype == getattr(np.fft, name)(x, **kwargs).dtype and got.shape == expected.shape
         check(got, expected, dtype, n, f"{library} {name} {shape} {kwargs}, {call} call")
+
+
+@pytest.mark.skipif("fftw" not in INSTALLED, reason="pyFFTW is not installed (mathpy[cpu])")
+def test_arrays_pyfftw_refuses_raise_instead_of_leaving_the_result_unwritten(monkeypatch):
+    x = operand((4, 32), np.complex64)
+    execution = mathpy.ExecutionCPU(fft_library="fftw")
+    mfft.fft(x, execution=execution)
+    monkeypatch.setattr(libraries._FFTWPlans, "_run", lambda self, key, x, out: False)
+    with pytest.raises(RuntimeError, match="pyFFTW refused the arrays of"):
+        mfft.fft(x, execution=execution)
 
 
 @pytest.mark.parametrize("library", INSTALLED)

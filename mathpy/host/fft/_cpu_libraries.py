@@ -212,10 +212,15 @@ class _FFTWPlans:
         return plan, x, out
 
     def __call__(self, x, out, forward, norm):
-        forward, inplace = bool(forward) or self.transform.fft_type == "R2C", x is out
+        t = self.transform
+        forward, inplace = bool(forward) or t.fft_type == "R2C", x is out
+        # pyFFTW compares strides literally, those of length-1 axes too, which NumPy sets freely: the Transform's
+        x, out = _restrided(x, t.input_strides), (x if inplace else _restrided(out, t.output_strides))
         aligned = (True, forward, inplace) in self._free or (_address(x) | _address(out)) % _SIMD_ALIGNMENT == 0
         if not (aligned and self._run((True, forward, inplace), x, out)):  # SIMD plans first
-            self._run((False, forward, inplace), x, out)  # pyFFTW refused these arrays' alignment
+            if not self._run((False, forward, inplace), x, out):  # pyFFTW refused these arrays' alignment
+                raise RuntimeError(f"pyFFTW refused the arrays of {t} (input strides {x.strides}, output strides "
+                                   f"{out.strides} bytes): no transform was run")
         if norm:
             scale_in_place(out, _norm_factor(norm, self.transform, np.dtype(out.dtype.char.lower())), self.threads)
 
@@ -237,6 +242,14 @@ class _FFTWPlans:
             return True
         finally:
             free.append(entry)
+
+
+def _restrided(array, strides):
+    """``array`` with the element ``strides`` of its layout on its length-1 axes (a view; the same array when they
+    already are)."""
+    size = array.itemsize
+    want = tuple(s * size if n == 1 else a for n, s, a in zip(array.shape, strides, array.strides))
+    return array if want == array.strides else np.lib.stride_tricks.as_strided(array, array.shape, want)
 
 
 def _aligned_layout(shape, strides, dtype):
