@@ -537,3 +537,37 @@ def test_numpys_floating_point_reports_on_large_results_checked_on_every_thread(
     np.testing.assert_allclose(_threads.parallel_sum(values, 2), np.add.reduce(values, axis=None), rtol=1e-5)
     values[37, 5] = np.nan
     assert np.isnan(_threads.parallel_sum(values, 2))
+
+
+def test_repeated_out_calls_run_the_remembered_call_and_odd_outs_take_the_full_path(monkeypatch):
+    """fft(x, out=out) on NumPy arrays runs the remembered prepared call straight into ``out`` (no new FFT object, no
+    planning); an ``out`` it cannot write directly (other strides, read-only, overlapping the input, another dtype)
+    takes the full path and gets NumPy's behaviour."""
+    from mathpy.host.fft import _plan, _stateless
+    _stateless.forget()
+    x = operand((8, 64), np.complex64)
+    expected = reference("fft", x)
+    out = np.empty_like(x)
+    assert mfft.fft(x, out=out) is out  # the full path, which leaves its prepared call
+    check(out, expected, np.complex64, 64, "out= (full path)")
+    made = []
+    monkeypatch.setattr(_plan.FFT, "for_problem", classmethod(lambda cls, *a, **k: made.append(1)))
+    for _ in range(3):
+        out[...] = 0
+        assert mfft.fft(x, out=out) is out
+        check(out, expected, np.complex64, 64, "out= (remembered call)")
+    assert not made
+    monkeypatch.undo()
+    wide = np.empty((8, 128), np.complex64)[:, ::2]  # other strides: the full path writes through the view
+    assert mfft.fft(x, out=wide) is wide
+    check(wide, expected, np.complex64, 64, "strided out=")
+    frozen = np.empty_like(x)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        mfft.fft(x, out=frozen)
+    y = x.copy()
+    assert mfft.fft(y, out=y) is y  # out is the input: NumPy transforms it in place
+    check(y, expected, np.complex64, 64, "out= the input")
+    double = np.empty(x.shape, np.complex128)
+    assert mfft.fft(x, out=double) is double
+    check(double, expected, np.complex64, 64, "complex128 out=")

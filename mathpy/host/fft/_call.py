@@ -102,17 +102,28 @@ class FFTCall:
         return make
 
     # --- the direct CPU case ---------------------------------------------------------------------------------------
-    def execute_host(self, array, direction, scale=None):
+    def execute_host(self, array, direction, scale=None, out=None):
         """:meth:`execute` for a NumPy array laid out as ``problem.transform.input_strides`` on the CPU
-        (``host_direct``): returns the new output array."""
-        make = self._makers.get(None)
-        if make is None:
-            make = self._maker(None)
-        result = make()
+        (``host_direct``): returns the new output array, or ``out`` written (one :meth:`takes_out` accepted)."""
+        if out is not None:
+            result = out
+        else:
+            make = self._makers.get(None)
+            if make is None:
+                make = self._maker(None)
+            result = make()
         self._run_cpu(array, result, direction, scale)
         t = self.problem.transform
         check_floating_point(array, result, ufunc_name(t.fft_type, direction, t.n[-1]), self._cpu_threads)
         return result
+
+    def takes_out(self, out, array):
+        """Whether NumPy array ``out`` can be written directly as the result of :meth:`execute_host` of ``array``: the
+        transform's output shape, dtype and strides, writable, and apart from ``array``."""
+        t = self.problem.transform
+        return (out.dtype == t.output_dtype and out.shape == t.output_shape and out.flags.writeable
+                and out.strides == tuple(s * out.itemsize for s in t.output_strides)
+                and not np.may_share_memory(out, array))
 
     def _run_cpu(self, x, result, direction, scale):
         if scale is not None and getattr(self.engine, "scales", False):  # the engine scales inside its passes

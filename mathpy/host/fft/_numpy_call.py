@@ -118,7 +118,7 @@ def _run(name, kind, op, axes, lengths, norm, out, inverse, prolog, epilog, opti
             stage_direction = problem.direction(direction if stage_type == "C2C" else None)
             stage_scale = factor if last else None
             result = fft_plan.prepared_call.execute(op, stage_direction, handle, stage_scale, stage_out)
-            if not last_index and stage_out is None:
+            if not last_index:  # (the prepared call does not depend on out=: reuse() checks each call's out)
                 _stateless.remember(key, fft_plan.prepared_call, stage_direction, stage_scale)
         finally:
             fft_plan.free()

@@ -66,10 +66,10 @@ def _callback_facts(value):
 
 def reuse(name, params, a, out, prolog, epilog, options, execution, stream):
     """``(result, None)`` when the prepared call remembered for this call's facts ran, else ``(None, key)``: the key
-    under which the full path may leave its prepared call (None: this call cannot reuse one: ``out=``, a dict of
-    options, user data copied at every call, an operand or user data whose address does not hold its values (a lazy
+    under which the full path may leave its prepared call (None: this call cannot reuse one: ``out=`` other than a
+    NumPy array for a NumPy operand, a dict of options, user data copied at every call, an operand or user data whose address does not hold its values (a lazy
     torch view), unhashable arguments)."""
-    if out is not None or type(options) is dict:
+    if type(options) is dict or (out is not None and not (type(out) is np.ndarray and type(a) is np.ndarray)):
         return None, None
     if type(a) is np.ndarray:  # the CPU's calls read the array, not an address: no need to ask for it
         package, facts, pointer = _NUMPY, (a.shape, a.strides, a.dtype, None), None
@@ -97,12 +97,14 @@ def reuse(name, params, a, out, prolog, epilog, options, execution, stream):
             return None, key
     call = found.call
     host = call.host_direct and type(a) is np.ndarray  # the CPU engine: its free() leaves it runnable
+    if out is not None and not (host and call.takes_out(out, a)):  # the full path judges and copies
+        return None, None
     if host or (call.problem.direct and call.locked):  # one engine call (GPU: under its lock): no borrow needed
         call = _touched(found, key)
         if call is None:  # evicted: plan again
             return None, key
         if host:
-            return call.execute_host(a, found.direction, found.scale), None
+            return call.execute_host(a, found.direction, found.scale, out), None
         try:
             return call.execute_direct(pointer, found.direction, stream if stream is None else stream_handle(stream),
                                        found.scale), None
