@@ -394,7 +394,7 @@ def test_floating_point_reports_follow_errstate():
 
 
 def test_finite_results_are_not_reported_when_their_sum_overflows():
-    """The check's fast path sums the squares of the result; a sum that overflows is not the transform's overflow."""
+    """The check's fast path sums the result; a sum that overflows is not the transform's overflow."""
     x = np.zeros(4)
     x[0] = 1e308                                # each output is 1e308: finite, but their sum is not
     reports, got = _warnings_and_result(lambda: mfft.fft(x))

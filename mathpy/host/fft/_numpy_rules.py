@@ -274,7 +274,7 @@ def check_floating_point(x, result, name, threads=1):
     NAME" when it holds a NaN that ``x`` did not (what the processor's flags tell NumPy's gufunc; scipy.fft does not
     look at them). Handled as :func:`numpy.seterr` / :class:`numpy.errstate` say: a RuntimeWarning by default.
 
-    The common case costs one pass over the result: a finite sum of squares means a finite result."""
+    The common case costs one pass over the result: a finite sum means a finite result."""
     if _finite(result, threads):
         return
     if np.isinf(result).any() and not np.isinf(x).any():
@@ -287,13 +287,10 @@ def _finite(result, threads):
     """True only if every element of ``result`` is finite (False may also mean a sum that overflowed: that is not
     the transform's, so it is not reported here).
 
-    The BLAS dot product of the real view with itself where it can: 2-3x faster than NumPy's pairwise sum on 8 MB of
-    complex64 on one core."""
-    real = result.dtype.char.lower()
+    A sum on mathpy's threads (:func:`~mathpy._threads.parallel_sum`). Not the BLAS dot product of the result with
+    itself, which is 2-3x faster alone: right after a threaded FFTW transform its threads and the BLAS's contend, and
+    a 128 x 3375 complex128 FFT took 12.1 ms with it against 8.7 ms with the sum (2 cores)."""
     with np.errstate(all="ignore"):
-        if real in "fd" and result.flags.c_contiguous:
-            flat = result.reshape(-1).view(real)
-            return math.isfinite(np.dot(flat, flat))
         return bool(np.isfinite(parallel_sum(result, threads)))
 
 
