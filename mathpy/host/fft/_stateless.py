@@ -67,8 +67,8 @@ def _callback_facts(value):
 def reuse(name, params, a, out, prolog, epilog, options, execution, stream):
     """``(result, None)`` when the prepared call remembered for this call's facts ran, else ``(None, key)``: the key
     under which the full path may leave its prepared call (None: this call cannot reuse one: ``out=`` other than a
-    NumPy array for a NumPy operand, a dict of options, user data copied at every call, an operand or user data whose address does not hold its values (a lazy
-    torch view), unhashable arguments)."""
+    NumPy array for a NumPy operand, a dict of options, user data copied at every call, an operand or user data whose
+    address does not hold its values (a lazy torch view), unhashable arguments)."""
     if type(options) is dict or (out is not None and not (type(out) is np.ndarray and type(a) is np.ndarray)):
         return None, None
     if type(a) is np.ndarray:  # the CPU's calls read the array, not an address: no need to ask for it
