@@ -36,8 +36,8 @@ def test_hopper_kernel_matches_numpy_in_the_simulator(cases):
 
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, "-m", "mathpy.device._hopper_sim"] + (["--quick"] if cases == "quick" else []),
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    args = [sys.executable, "-m", "mathpy.device._hopper_sim"] + (["--quick"] if cases == "quick" else [])
+    proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(results) == len(SIM_HOPPER_QUICK if cases == "quick" else SIM_HOPPER_CASES)
