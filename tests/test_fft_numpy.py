@@ -393,6 +393,21 @@ def test_floating_point_reports_follow_errstate():
     assert calls == [("overflow", 2), ("invalid value", 8)]
 
 
+def test_ignored_reports_cost_no_pass_over_the_result(monkeypatch):
+    """Under errstate(over="ignore", invalid="ignore") NumPy reports nothing, and mathpy skips the check's pass."""
+    from mathpy.host.fft import _numpy_rules
+    passes = []
+    monkeypatch.setattr(_numpy_rules, "_finite", lambda result, threads: passes.append(1) or True)
+    x = np.full(8, 1e308)
+    with np.errstate(over="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mfft.fft(x)
+    assert not passes
+    with np.errstate(over="ignore"):  # invalid values are still reported: the pass runs
+        mfft.fft(np.ones(8))
+    assert passes == [1]
+
+
 def test_finite_results_are_not_reported_when_their_sum_overflows():
     """The check's fast path sums the result; a sum that overflows is not the transform's overflow."""
     x = np.zeros(4)
