@@ -278,24 +278,29 @@ def test_matmul_16bit_copies_and_stores_are_vectorised(sm90):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("precision, kb, stages", [("float16", 32, 4), ("float64", 16, 6)])
-def test_matmul_multistage_kernel_keeps_slices_in_flight(sm90, precision, kb, stages):
-    """The multistage kernel closes one cp.async group per k-slice and waits for all but the newest stages - 2
-    (the assembler keeps one wait_group of the predicated set: its operand is a constant), and the shared memory it
-    needs is over 48 KiB, so allow_shared_memory has something to do."""
+@pytest.mark.parametrize("kernel, precision, kb, stages", [("multistage", "float16", 32, 4),
+                                                           ("multistage", "float64", 16, 6),
+                                                           ("persistent", "float16", 32, 4)])
+def test_matmul_multistage_kernel_keeps_slices_in_flight(sm90, kernel, precision, kb, stages):
+    """The multistage kernel (and its persistent form, whose ring runs on across batch entries) closes one cp.async
+    group per k-slice and waits for all but the newest stages - 2 (the assembler keeps one wait_group of the
+    predicated set: its operand is a constant), and the shared memory it needs is over 48 KiB, so allow_shared_memory
+    has something to do."""
     import numba
 
-    from mathpy.device._checks import matmul_multistage_kernel
+    from mathpy.device import _checks
 
+    make = _checks.matmul_multistage_kernel if kernel == "multistage" else _checks.matmul_persistent_kernel
     G = md.matmul(128, 128, kb, precision)
     assert stages * G.shared_memory_size_ab > 48 * 1024
     st = numba.from_dtype(G.storage_dtype)
-    ptx = _ptx(matmul_multistage_kernel(G, 128, stages).py_func,
-               (st[:, :, :], st[:, :, :], st[:, :, :], numba.float64, numba.float64))
+    ptx = _ptx(make(G, 128, stages).py_func, (st[:, :, :], st[:, :, :], st[:, :, :], numba.float64, numba.float64))
     assert "cp.async.commit_group" in ptx and f"cp.async.wait_group {stages - 2};" in ptx
     assert len(re.findall(r"cp\.async\.cg\.shared\.global", ptx)) >= 4  # A and B, prologue and ring
     with pytest.raises(ValueError, match="stages=1"):
-        matmul_multistage_kernel(G, 128, 1)
+        make(G, 128, 1)
+    with pytest.raises(ValueError, match="k_total=100"):
+        make(G, 100, stages)
 
 
 def test_allow_shared_memory_needs_a_byte_count():

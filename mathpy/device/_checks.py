@@ -204,22 +204,25 @@ def matmul_pipelined_kernel(GEMM, k_total):
     return kernel
 
 
+def _ring(GEMM, k_total, stages):
+    """What a kernel with a ring of ``stages`` shared-memory buffers of k-slices needs, checked: storage and compute
+    numba types, A's slice size, the accumulator size, the slice depth, A and B's slice size together, the slices in
+    K, and how many slices are in flight ahead of the one multiplied."""
+    if k_total % GEMM.k:
+        raise ValueError(f"k_total={k_total} must be a multiple of the description's k={GEMM.k}")
+    if not 2 <= stages <= 9:
+        raise ValueError(f"stages={stages} must be 2..9 (cp.async keeps at most 7 groups waiting)")
+    return (numba.from_dtype(GEMM.storage_dtype), numba.from_dtype(GEMM.compute_dtype), GEMM.a_size,
+            GEMM.accumulator_size, GEMM.k, GEMM.a_size + GEMM.b_size, k_total // GEMM.k, stages - 1)
+
+
 @functools.lru_cache(maxsize=None)
 def matmul_multistage_kernel(GEMM, k_total, stages):
     """As :func:`matmul_kernel` with ``stages`` shared-memory buffers in a ring: the copies of the next
     ``stages - 1`` k-slices are in flight (one ``cp.async`` group each) while one is multiplied, so a block has its
     whole A and B on the way at once when ``stages`` covers K. Needs ``stages * GEMM.shared_memory_size_ab`` bytes of
     dynamic shared memory (over 48 KiB: :func:`mathpy.device.allow_shared_memory` first)."""
-    if k_total % GEMM.k:
-        raise ValueError(f"k_total={k_total} must be a multiple of the description's k={GEMM.k}")
-    if not 2 <= stages <= 9:
-        raise ValueError(f"stages={stages} must be 2..9 (cp.async keeps at most 7 groups waiting)")
-    storage = numba.from_dtype(GEMM.storage_dtype)
-    compute = numba.from_dtype(GEMM.compute_dtype)
-    sa, sb, acc_size, kb = GEMM.a_size, GEMM.b_size, GEMM.accumulator_size, GEMM.k
-    size = sa + sb
-    n_slices = k_total // kb
-    ahead = stages - 1
+    storage, compute, sa, acc_size, kb, size, n_slices, ahead = _ring(GEMM, k_total, stages)
 
     @_gemm_jit(GEMM)
     def kernel(a, b, c, alpha, beta):
@@ -255,16 +258,7 @@ def matmul_persistent_kernel(GEMM, k_total, stages):
     slices are multiplied and its results stored (a one-block-per-entry kernel starts every entry with an empty
     pipeline and ends it with an idle one). For batches of small products, which are limited by how many bytes are
     in flight, not by the tensor cores."""
-    if k_total % GEMM.k:
-        raise ValueError(f"k_total={k_total} must be a multiple of the description's k={GEMM.k}")
-    if not 2 <= stages <= 9:
-        raise ValueError(f"stages={stages} must be 2..9 (cp.async keeps at most 7 groups waiting)")
-    storage = numba.from_dtype(GEMM.storage_dtype)
-    compute = numba.from_dtype(GEMM.compute_dtype)
-    sa, sb, acc_size, kb = GEMM.a_size, GEMM.b_size, GEMM.accumulator_size, GEMM.k
-    size = sa + sb
-    n_slices = k_total // kb
-    ahead = stages - 1
+    storage, compute, sa, acc_size, kb, size, n_slices, ahead = _ring(GEMM, k_total, stages)
 
     @_gemm_jit(GEMM)
     def kernel(a, b, c, alpha, beta):
