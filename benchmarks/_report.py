@@ -378,7 +378,7 @@ def cpu_tables(fft_rows, held_out_rows, callback_rows, matmul_rows, epilog_rows)
     ``callback_rows``: (case, {"plain", peer, "mathpy": ms}); ``matmul_rows``: (case, {"NumPy", "mathpy",
     "execute": ms}); ``epilog_rows``: (case, {"NumPy", "product", "mathpy": ms})."""
     fft_headers = (["CPU FFT"] + [f"{p} ms" for p in CPU_FFT_PEERS]
-                   + ["**mathpy** ms", "mathpy out= ms", "mathpy, no reports ms", "mathpy's library", "best / mathpy",
+                   + ["**mathpy** ms", "mathpy out= ms", "mathpy fp_reports ms", "mathpy's library", "best / mathpy",
                       "pyFFTW / mathpy out="])
 
     def fft_cells(rows):
@@ -387,7 +387,7 @@ def cpu_tables(fft_rows, held_out_rows, callback_rows, matmul_rows, epilog_rows)
             best = min((times[p] for p in CPU_FFT_PEERS if times.get(p) is not None), default=None)
             cells.append([case] + [ms(times.get(p)) for p in CPU_FFT_PEERS]
                          + [f"**{ms(times['mathpy'])}**", ms(times.get("mathpy out=")),
-                            ms(times.get("mathpy, no reports")), library or "-",
+                            ms(times.get("mathpy fp_reports")), library or "-",
                             ratio(best, times["mathpy"]), ratio(times.get("pyFFTW"), times.get("mathpy out="))])
         return cells
 
@@ -414,9 +414,9 @@ def cpu_tables(fft_rows, held_out_rows, callback_rows, matmul_rows, epilog_rows)
         table(fft_headers, fft_cells(held_out_rows)), "",
         "Time per call (ms), medians of interleaved rounds, same arrays. pyFFTW: FFTW_MEASURE plans made once, "
         "executed on their own aligned arrays (its fastest use); the others allocate their result; mathpy out=: "
-        "mathpy writing into one result array given with out= (like for like with pyFFTW's reuse); mathpy, no "
-        "reports: under numpy.errstate(over='ignore', invalid='ignore'), which skips the pass that looks for NumPy's "
-        "floating-point reports. mathpy's "
+        "mathpy writing into one result array given with out= (like for like with pyFFTW's reuse); mathpy "
+        "fp_reports: with ExecutionCPU(fp_reports=True), which adds NumPy's floating-point reports (one more pass "
+        "over the result; the default has none). mathpy's "
         "library: the one it measured fastest for the transform. best / mathpy: the fastest peer's time over "
         "mathpy's. " + RATIO_NOTE + " Target: >= 0.91 (mathpy within 1.1x of the best).", "",
         table(callback_headers, callback_cells), "",

@@ -31,6 +31,9 @@ __all__ = ["usable_cores", "threads_for", "threads_for_bytes", "run_chunks", "pa
 #: Below this many bytes of data per thread a pass runs on fewer threads: waking a thread costs about as much as
 #: moving this much memory.
 MIN_BYTES_PER_THREAD = 1 << 18
+#: A reduction (a read with no write) is bound by memory bandwidth sooner: on 16 cores, summing 8 MB on 16 threads
+#: took 0.59 ms and on one 0.41 ms (the pool's wake-ups dominate), 32 MB 0.98 ms against 2.9 ms.
+MIN_BYTES_PER_REDUCING_THREAD = 1 << 21
 
 _NULL = contextlib.nullcontext()
 _lock = threading.Lock()
@@ -106,7 +109,7 @@ def run_chunks(work, count, threads):
 def parallel_sum(array, threads):
     """``numpy.add.reduce(array, axis=None)`` in pieces on up to ``threads`` threads (NumPy releases the GIL in its
     reductions); the pieces' sums are added in another order than NumPy's single pass."""
-    threads = threads_for_bytes(threads, array.nbytes)
+    threads = max(1, min(threads, array.nbytes // MIN_BYTES_PER_REDUCING_THREAD))
     if threads <= 1:
         return np.add.reduce(array, axis=None)
     if array.flags.c_contiguous or array.flags.f_contiguous:

@@ -229,7 +229,12 @@ def test_execution_cpu_checks_its_fields():
         mathpy.ExecutionCPU(fft_library="fftw3")
     with pytest.raises(ValueError, match="num_threads must be None or a positive int, not True"):
         mathpy.ExecutionCPU(num_threads=True)
+    with pytest.raises(ValueError, match="fp_reports must be True or False, not 'yes'"):
+        mathpy.ExecutionCPU(fp_reports="yes")
     assert mathpy.ExecutionCPU(fft_library="fftw") != mathpy.ExecutionCPU()  # plans differ by library
+    assert mathpy.ExecutionCPU(fp_reports=True) != mathpy.ExecutionCPU()  # (and calls by their reports)
+    with mathpy.execution_space({"name": "cpu", "fp_reports": True}):
+        assert mathpy.get_execution_space().fp_reports is True
 
 
 # --- threads ----------------------------------------------------------------------------------------------------------
@@ -531,7 +536,7 @@ def test_numpys_floating_point_reports_on_large_results_checked_on_every_thread(
     big = np.full((64, 4096), 3e38, np.complex64)  # 4 MB: the result's finiteness is summed in pieces
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        mfft.fft(big, execution=mathpy.ExecutionCPU(num_threads=2))
+        mfft.fft(big, execution=mathpy.ExecutionCPU(num_threads=2, fp_reports=True))
     assert "overflow encountered in fft" in [str(w.message) for w in caught]  # (and inf - inf: invalid values)
     values = operand((64, 4096), np.complex64)
     np.testing.assert_allclose(_threads.parallel_sum(values, 2), np.add.reduce(values, axis=None), rtol=1e-5)

@@ -352,7 +352,9 @@ def _warnings_and_result(call):
     return [(w.category, str(w.message)) for w in caught], result
 
 
-# NumPy 2.4's pocketfft gufuncs report the processor's overflow / invalid flags per call, under np.errstate
+# NumPy 2.4's pocketfft gufuncs report the processor's overflow / invalid flags per call, under np.errstate; mathpy
+# does with ExecutionCPU(fp_reports=True) (one pass over the result), and reports nothing by default
+REPORTING = mathpy.ExecutionCPU(fp_reports=True)
 OVERFLOWING = [
     ("fft", np.array([1e308, 1e308, -1e308, 1e308])),                # overflow only
     ("fft", np.full(8, 1e308)),                                      # overflow, then inf - inf: invalid
@@ -374,45 +376,56 @@ OVERFLOWING = [
 def test_floating_point_reports_are_numpys(name, x):
     """The same RuntimeWarnings (category and words, in order) and the same infinities and NaNs as NumPy."""
     numpy_reports, expected = _warnings_and_result(lambda: getattr(np.fft, name)(x))
-    reports, got = _warnings_and_result(lambda: getattr(mfft, name)(x))
+    reports, got = _warnings_and_result(lambda: getattr(mfft, name)(x, execution=REPORTING))
     assert reports == numpy_reports
     np.testing.assert_array_equal(got, expected)  # inf and NaN where NumPy has them (NaN == NaN here)
+    unreported, got = _warnings_and_result(lambda: getattr(mfft, name)(x, execution="cpu"))
+    assert unreported == []  # the default: no pass, no report (as on the GPU)
+    np.testing.assert_array_equal(got, expected)
 
 
 def test_floating_point_reports_follow_errstate():
     x = np.full(8, 1e308)
     with np.errstate(over="raise"):
         with pytest.raises(FloatingPointError, match="overflow encountered in fft"):
-            mfft.fft(x)
+            mfft.fft(x, execution=REPORTING)
+        mfft.fft(x)  # no reports asked for: nothing raised
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("error")
-        mfft.fft(x)
+        mfft.fft(x, execution=REPORTING)
     calls = []
     with np.errstate(all="call", call=lambda kind, flag: calls.append((kind, flag))):
-        mfft.fft(x)
+        mfft.fft(x, execution=REPORTING)
     assert calls == [("overflow", 2), ("invalid value", 8)]
 
 
 def test_ignored_reports_cost_no_pass_over_the_result(monkeypatch):
-    """Under errstate(over="ignore", invalid="ignore") NumPy reports nothing, and mathpy skips the check's pass."""
+    """No pass over the result by default, nor under errstate(over="ignore", invalid="ignore") (NumPy would report
+    nothing); one per call with fp_reports=True."""
     from mathpy.host.fft import _numpy_rules
     passes = []
     monkeypatch.setattr(_numpy_rules, "_finite", lambda result, threads: passes.append(1) or True)
     x = np.full(8, 1e308)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(2):  # the stateless call remembered the first: the same holds for it
+            mfft.fft(x)
+            mfft.fft(x, out=np.empty(8, complex))
     with np.errstate(over="ignore", invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("error")
-        mfft.fft(x)
+        mfft.fft(x, execution=REPORTING)
     assert not passes
     with np.errstate(over="ignore"):  # invalid values are still reported: the pass runs
-        mfft.fft(np.ones(8))
-    assert passes == [1]
+        mfft.fft(np.ones(8), execution=REPORTING)
+        mfft.fft(np.ones(8), execution=REPORTING, out=np.empty(8, complex))
+    assert passes == [1, 1]
 
 
 def test_finite_results_are_not_reported_when_their_sum_overflows():
     """The check's fast path sums the result; a sum that overflows is not the transform's overflow."""
     x = np.zeros(4)
     x[0] = 1e308                                # each output is 1e308: finite, but their sum is not
-    reports, got = _warnings_and_result(lambda: mfft.fft(x))
+    reports, got = _warnings_and_result(lambda: mfft.fft(x, execution=REPORTING))
     assert reports == [] and np.isfinite(got).all()
 
 

@@ -129,20 +129,34 @@ def _reports(call):
     return [str(w.message) for w in caught if w.category is RuntimeWarning], result
 
 
+_REPORTING = mathpy.ExecutionCPU(fp_reports=True)
+
+
 @difference("fft-single-precision-overflow")
 def _():
     x = np.full(8, 3e38, np.float32)
-    (n_reports, n_result), (m_reports, m_result) = _reports(lambda: np.fft.fft(x)), _reports(lambda: mathpy.fft.fft(x))
+    (n_reports, n_result), (m_reports, m_result) = (_reports(lambda: np.fft.fft(x)),
+                                                    _reports(lambda: mathpy.fft.fft(x, execution=_REPORTING)))
     n = f"{n_reports}, NaNs: {int(np.isnan(n_result).sum())}"
     m = f"{m_reports}, NaNs: {int(np.isnan(m_result).sum())}"
     return expect(n_reports == ["overflow encountered in cast"] and not np.isnan(n_result).any()
                   and "overflow encountered in fft" in m_reports and np.isnan(m_result).any(), n, m)
 
 
+@difference("fft-fp-reports")
+def _():
+    x = np.full(8, 1e308)
+    (n_reports, n_result), (m_reports, m_result) = _reports(lambda: np.fft.fft(x)), _reports(lambda: mathpy.fft.fft(x))
+    asked, _ = _reports(lambda: mathpy.fft.fft(x, execution=_REPORTING))
+    return expect(n_reports and not m_reports and asked == n_reports
+                  and np.array_equal(n_result, m_result, equal_nan=True), f"{n_reports}", f"{m_reports}")
+
+
 @difference("fft-fp-reports-per-plan")
 def _():
     x = np.full((4, 4), 1e308)
-    (n_reports, _), (m_reports, _) = _reports(lambda: np.fft.fft2(x)), _reports(lambda: mathpy.fft.fft2(x))
+    (n_reports, _), (m_reports, _) = (_reports(lambda: np.fft.fft2(x)),
+                                      _reports(lambda: mathpy.fft.fft2(x, execution=_REPORTING)))
     return expect(len(n_reports) == 3 and len(m_reports) == 2 and set(n_reports) == set(m_reports),
                   f"{n_reports}", f"{m_reports}")
 

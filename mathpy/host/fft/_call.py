@@ -40,7 +40,7 @@ class FFTCall:
 
     __slots__ = ("problem", "engine", "callbacks", "cache_key", "holder", "locked", "host_direct", "_lock", "_run",
                  "_out_shape", "_out_dtype", "_out_order", "_scale_type", "_device_id", "_pointer", "_current_stream",
-                 "_makers", "_checked", "_cpu_threads")
+                 "_makers", "_checked", "_report_threads")
 
     def __init__(self, problem, engine, callbacks=(), cache_key=None):
         self.problem, self.engine, self.callbacks, self.cache_key = problem, engine, tuple(callbacks), cache_key
@@ -59,7 +59,9 @@ class FFTCall:
         # the CPU engine reads the caller's NumPy array where it lies and writes a new one: execute_host()
         self.host_direct = not problem.on_gpu and problem.local and not problem.copy_input and \
             not problem.options.inplace
-        self._cpu_threads = 1 if problem.on_gpu else threads_for(problem.execution)  # NumPy's checks of the result
+        # NumPy's floating-point reports: a pass over each result on this many threads (0: none, the default)
+        self._report_threads = threads_for(problem.execution) if getattr(problem.execution, "fp_reports", False) \
+            else 0
         # GPU callbacks compiled with check_bounds: each execution reads their error records afterwards
         self._checked = problem.on_gpu and any(cb is not None and cb.check_bounds for cb in self.callbacks)
 
@@ -113,8 +115,9 @@ class FFTCall:
                 make = self._maker(None)
             result = make()
         self._run_cpu(array, result, direction, scale)
-        t = self.problem.transform
-        check_floating_point(array, result, ufunc_name(t.fft_type, direction, t.n[-1]), self._cpu_threads)
+        if self._report_threads:
+            t = self.problem.transform
+            check_floating_point(array, result, ufunc_name(t.fft_type, direction, t.n[-1]), self._report_threads)
         return result
 
     def takes_out(self, out, array):
@@ -208,7 +211,8 @@ class FFTCall:
         self._run_cpu(x, result, direction, scale)
         if p.options.inplace:
             return op.tensor
-        check_floating_point(x, result, ufunc_name(t.fft_type, direction, t.n[-1]), self._cpu_threads)
+        if self._report_threads:
+            check_floating_point(x, result, ufunc_name(t.fft_type, direction, t.n[-1]), self._report_threads)
         if out is not None:
             if result is not out.tensor:
                 copy_into(out, result, None)
