@@ -6,7 +6,7 @@ results in the caller's package and on its device. The same calls run on the CPU
 Block-level device APIs for numba-cuda kernels live in :mod:`mathpy.device`.
 """
 
-from . import _compat, fft
+from . import fft
 from ._cuda import is_available as cuda_is_available
 from ._errors import *  # noqa: F403
 from ._errors import __all__ as _errors_all
@@ -17,8 +17,6 @@ from .bindings._types import CudaDataType
 from .bindings.cublaslt import MatmulComputeType
 from ._version import __version__
 from .host.matmul import Matmul, MatmulEpilog, MatmulOptions, MatmulPlanPreferences, matmul, matmul_plan_cache
-
-_compat.patch_numpy_for_numba_cuda()
 
 __all__ = [
     "__version__",

@@ -1,4 +1,6 @@
-"""Narrow compatibility fixes for the installed stack, applied before numba-cuda compiles anything."""
+"""Narrow compatibility fixes for the installed stack, applied before numba-cuda compiles anything: by the modules
+that compile with it (:mod:`mathpy.device` at its import, :mod:`mathpy.jit`'s compile paths), never by
+``import mathpy``, which leaves NumPy as it found it."""
 
 import numpy as np
 

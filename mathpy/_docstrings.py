@@ -27,7 +27,7 @@ ValueError: docstring: placeholder {x} is not at the start of its line: 'An {x}.
 
 import re
 
-__all__ = ["fill", "COMMON"]
+__all__ = ["fill", "COMMON", "render"]
 
 _PLACEHOLDER = re.compile(r"^(\s*)\{(\w+)\}(.*?)\s*$")
 _ANY = re.compile(r"\{(\w+)\}")

@@ -20,7 +20,7 @@ import contextlib
 import contextvars
 import dataclasses
 
-__all__ = ["ExecutionCPU", "ExecutionCUDA", "execution_space", "get_execution_space"]
+__all__ = ["ExecutionCPU", "ExecutionCUDA", "execution_space", "get_execution_space", "resolve_execution"]
 
 #: The CPU FFT libraries ``ExecutionCPU(fft_library=...)`` may name (their adapters: mathpy.host.fft._cpu_libraries).
 CPU_FFT_LIBRARIES = ("pocketfft", "fftw", "mkl")

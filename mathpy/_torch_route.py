@@ -1,6 +1,7 @@
 """The one seam between mathpy's public functions and torch autograd / torch.compile.
 
-Each public FFT function and :func:`mathpy.matmul` starts with ``if wanted(...): return fft(...)`` (or ``matmul``).
+Each public FFT function (:mod:`mathpy.host.fft._functions`) and :func:`mathpy.matmul`
+(:mod:`mathpy.host.matmul._functions`) starts with ``if wanted(...):`` and then calls mathpy.torch's ``route``.
 :func:`wanted` is True when a torch tensor in the call needs what only :mod:`mathpy.torch` provides:
 
 - a gradient: grad mode is on and a tensor requires grad (an operand, ``out``, an epilog input, a callback's user
@@ -8,9 +9,10 @@ Each public FFT function and :func:`mathpy.matmul` starts with ``if wanted(...):
 - a node in a torch.compile graph: dynamo is tracing and an operand is a torch tensor (mathpy's own code, with its
   pointers and library calls, cannot be traced; the custom ops of :mod:`mathpy.torch` can).
 
-Then the call goes to :mod:`mathpy.torch` (imported on the first such call; ``import mathpy`` never imports torch),
-which differentiates it or refuses with an error that names the argument it cannot differentiate. Otherwise nothing
-changes: the check reads ``sys.modules`` and, when torch is loaded, a few tensor flags (well under a microsecond).
+Then the call goes to :mod:`mathpy.torch` (imported by the public function on the first such call; ``import mathpy``
+never imports torch, and this module imports no mathpy module), which differentiates it or refuses with an error that
+names the argument it cannot differentiate. Otherwise nothing changes: the check reads ``sys.modules`` and, when
+torch is loaded, a few tensor flags (well under a microsecond).
 
 Stateful objects (``FFT``, ``Matmul``) have no backward: they record at construction which operands require grad
 (:func:`grad_names`) and :func:`refuse` to execute them while grad mode is on, instead of returning a silently
@@ -19,7 +21,7 @@ detached result.
 
 import sys
 
-__all__ = ["wanted", "fft", "matmul", "grad_names", "refuse"]
+__all__ = ["wanted", "grad_names", "refuse"]
 
 _modules = sys.modules
 
@@ -77,29 +79,6 @@ def _tensors(x, torch):
     if _has_user_data(x) and isinstance(x.data, torch.Tensor):
         return (x.data,)
     return ()
-
-
-_routes = {}  # "fft" / "matmul" -> mathpy.torch's route function, imported on the first routed call
-
-
-def _load(api):
-    """mathpy.torch's route for ``api`` (the one upward reference, resolved on the first routed call)."""
-    from .torch import _fft, _matmul
-    _routes.update(fft=_fft.route, matmul=_matmul.route)
-    return _routes[api]
-
-
-def fft(name, a, n, axes, norm, out, prolog, epilog, options, execution, stream):
-    """The FFT function ``name`` through :mod:`mathpy.torch` (``n``: its ``n`` or ``s``; ``axes``: its ``axis`` or
-    ``axes``)."""
-    route = _routes.get("fft") or _load("fft")
-    return route(name, a, n, axes, norm, out, prolog, epilog, options, execution, stream)
-
-
-def matmul(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution, stream):
-    """:func:`mathpy.matmul` through :mod:`mathpy.torch`."""
-    route = _routes.get("matmul") or _load("matmul")
-    return route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution, stream)
 
 
 def grad_names(**named):

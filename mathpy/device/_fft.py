@@ -16,7 +16,7 @@ import numpy as np
 
 from ._codegen import ConstantPool, DescriptionNamespace, compile_device_functions, simulator_enabled
 
-__all__ = ["fft", "FFTDescription"]
+__all__ = ["int_arg", "fft", "FFTDescription", "MAX_SHARED_MEMORY", "MAX_THREADS_PER_BLOCK"]
 
 MAX_SHARED_MEMORY = 48 * 1024  # bytes of dynamic shared memory a kernel gets without an opt-in attribute
 MAX_THREADS_PER_BLOCK = 1024
@@ -738,7 +738,7 @@ def fft(
     >>> FFT.block_dim, FFT.elements_per_thread, FFT.ffts_per_block, FFT.shared_memory_size
     ((32, 8, 1), 8, 8, 16832)
     """
-    size = _int_arg("size", size)
+    size = int_arg("size", size)
     if not (MIN_SIZE <= size <= MAX_SIZE and _smooth(size) and _valid_elements_per_thread(size)):
         raise ValueError(
             f"size={size} is not supported by the block FFT; allowed: {MIN_SIZE} to {MAX_SIZE} with prime factors "
@@ -758,7 +758,7 @@ def fft(
     n_c = size // 2 if _is_packed(fft_type, size) else size  # length of the complex FFT that runs
     if elements_per_thread is None:
         elements_per_thread = _default_elements_per_thread(n_c)
-    elements_per_thread = _int_arg("elements_per_thread", elements_per_thread)
+    elements_per_thread = int_arg("elements_per_thread", elements_per_thread)
     allowed_ept = _valid_elements_per_thread(n_c)
     if elements_per_thread not in allowed_ept:
         what = f" (an {fft_type} of even size runs a complex FFT of size {n_c})" if n_c != size else ""
@@ -773,7 +773,7 @@ def fft(
         plane = _plane(n_c)
         while ffts_per_block > 1 and ffts_per_block * 2 * plane * itemsize > MAX_SHARED_MEMORY:
             ffts_per_block //= 2
-    ffts_per_block = _int_arg("ffts_per_block", ffts_per_block)
+    ffts_per_block = int_arg("ffts_per_block", ffts_per_block)
     max_fpb = MAX_THREADS_PER_BLOCK // threads
     if not 1 <= ffts_per_block <= max_fpb:
         raise ValueError(
@@ -789,7 +789,7 @@ def _cached_fft(size, precision, direction, fft_type, elements_per_thread, ffts_
     return FFTDescription(size, precision, direction, fft_type, elements_per_thread, ffts_per_block)
 
 
-def _int_arg(name, value):
+def int_arg(name, value):
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise ValueError(f"{name}={value!r} must be a positive integer")
     return int(value)

@@ -24,14 +24,14 @@ from .._compat import patch_numpy_for_numba_cuda
 from . import _gemm_hopper as HK
 from . import _gemm_kernel as K
 
-__all__ = ["hopper_ltoir", "generic_ltoir", "pass_ltoir", "generic_simulator_kernel", "kernel_signature",
+__all__ = ["exec_source", "hopper_ltoir", "generic_ltoir", "pass_ltoir", "generic_simulator_kernel", "kernel_signature",
            "compiling_for", "hopper_constants"]
 
 _counter = itertools.count()
 _target_lock = threading.RLock()
 
 
-def _exec(source, namespace, tag):
+def exec_source(source, namespace, tag):
     filename = f"<mathpy.device gemm kernel {tag} #{next(_counter)}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     glb = dict(namespace)
@@ -141,7 +141,7 @@ def hopper_ltoir(config, cc=(9, 0)):
     if tuple(cc) != (9, 0):
         raise ValueError(f"the wgmma kernel needs compute capability 9.0 (sm_90a), not {cc}")
     source = HK.hopper_source(config)
-    kernel = _exec(source, hopper_namespace(config), "hopper")
+    kernel = exec_source(source, hopper_namespace(config), "hopper")
     params = hopper_params(config)
     return _ltoir(kernel, params, "float32", cc, launch_bounds=(config.threads, 1)), params, source
 
@@ -170,9 +170,9 @@ def generic_ltoir(config, description, cc):
     ``description`` (a :class:`~._matmul.MatmulDescription` of ``bm x bn x bk``)."""
     patch_numpy_for_numba_cuda()
     from . import _hopper as H
-    from ._matmul import _owners
+    from ._matmul import accumulator_owners
 
-    header, owners = _owners(description)
+    header, owners = accumulator_owners(description)
     compute = "float64" if config.out == "float64" or config.precision == "float64" else "float32"
     with compiling_for(cc):
         ns = _generic_namespace(config, description)
@@ -181,7 +181,7 @@ def generic_ltoir(config, description, cc):
         if config.epilog:
             ns["EPI"] = K.epilog_declaration(compute, config.operands, checked=config.checked)
         source = K.generic_source(config, owners, header, description.accumulator_size)
-        kernel = _exec(source, ns, "generic")
+        kernel = exec_source(source, ns, "generic")
         params = list(K.GENERIC_PARAMS) + (K.operand_params(config.operands, config.checked) if config.epilog else [])
         return _ltoir(kernel, params, compute, cc), params, source
 
@@ -192,7 +192,7 @@ def pass_ltoir(config, cc):
 
     patch_numpy_for_numba_cuda()
     source = P.pass_source(config)
-    kernel = _exec(source, P.pass_namespace(config), "pass")
+    kernel = exec_source(source, P.pass_namespace(config), "pass")
     params = list(P.PASS_PARAMS) + K.operand_params(config.operands, config.checked)
     bounds = (config.threads, P.MIN_BLOCKS)
     return _ltoir(kernel, params, K.COMPUTE_OF[config.out], cc, launch_bounds=bounds), params, source
@@ -205,16 +205,16 @@ def generic_simulator_kernel(config, description, epilog_fn, extra=None):
     from numba import cuda
 
     from ._codegen import simulator_enabled
-    from ._matmul import _owners
+    from ._matmul import accumulator_owners
 
     if not simulator_enabled():
         raise RuntimeError("generic_simulator_kernel needs numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1)")
-    header, owners = _owners(description)
+    header, owners = accumulator_owners(description)
     ns = _generic_namespace(config, description, simulator=True)
     ns["EPI"] = epilog_fn
     ns.update(extra or {})
     source = K.generic_source(config, owners, header, description.accumulator_size)
-    return cuda.jit(_exec(source, ns, "generic-sim"))
+    return cuda.jit(exec_source(source, ns, "generic-sim"))
 
 
 def _raw_load(storage):

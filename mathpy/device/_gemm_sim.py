@@ -24,10 +24,10 @@ from .._compat import patch_numpy_for_numba_cuda
 
 patch_numpy_for_numba_cuda()
 
-__all__ = ["simulator_namespace", "run_fused_case", "run_pass_case", "SIM_FUSED_CASES", "SIM_PASS_CASES",
-           "bf16_round", "data_views"]
+__all__ = ["DataView", "widen", "STORAGE_DTYPES", "simulator_namespace", "run_fused_case", "run_pass_case",
+           "SIM_FUSED_CASES", "SIM_PASS_CASES", "bf16_round", "data_views"]
 
-_NP = {"bfloat16": np.dtype(np.uint16), "float16": np.dtype(np.float16), "float32": np.dtype(np.float32),
+STORAGE_DTYPES = {"bfloat16": np.dtype(np.uint16), "float16": np.dtype(np.float16), "float32": np.dtype(np.float32),
        "float64": np.dtype(np.float64), "int32": np.dtype(np.int32), "int64": np.dtype(np.int64),
        "int8": np.dtype(np.int8), "int16": np.dtype(np.int16), "uint8": np.dtype(np.uint8), "bool": np.dtype(bool),
        "complex64": np.dtype(np.complex64)}
@@ -41,7 +41,7 @@ def _write(address, dtype, value):
     np.frombuffer((ctypes.c_char * dtype.itemsize).from_address(int(address)), dtype)[0] = value
 
 
-def _widen(raw, kind):
+def widen(raw, kind):
     if kind == "bfloat16":
         return np.array([int(raw) << 16], np.uint32).view(np.float32)[0]
     if kind == "float16":
@@ -57,32 +57,32 @@ def bf16_round(value):
     return np.uint16(((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF)
 
 
-class _DataView:
+class DataView:
     """The kernel-side ``data`` (``MAKE_DATA``) on host memory: strided element reads, 16-bit floats widened."""
 
     def __init__(self, kind, ptr, strides):
-        self.kind, self.ptr, self.strides, self.dtype = kind, int(ptr), strides, _NP[kind]
+        self.kind, self.ptr, self.strides, self.dtype = kind, int(ptr), strides, STORAGE_DTYPES[kind]
 
     def __getitem__(self, index):
         index = index if isinstance(index, tuple) else (index,)
         offset = sum(int(i) * int(t) for i, t in zip(index, self.strides))
-        return _widen(_read(self.ptr + offset * self.dtype.itemsize, self.dtype), self.kind)
+        return widen(_read(self.ptr + offset * self.dtype.itemsize, self.dtype), self.kind)
 
 
 def data_views(i, kind, ptr, strides, *staged):
     """The operand views of :func:`mathpy.jit._epilog_wrapper.simulator_function` on host memory."""
-    return _DataView(kind[0], ptr, strides)
+    return DataView(kind[0], ptr, strides)
 
 
 def simulator_namespace(storage_kind, out_kind):
     """Python implementations of the generic kernel's address intrinsics (LOAD_S, LOAD_C, STORE_ONE)."""
-    storage, out = _NP[storage_kind], _NP[out_kind]
+    storage, out = STORAGE_DTYPES[storage_kind], STORAGE_DTYPES[out_kind]
 
     def load_s(address):
         return _read(address, storage)
 
     def load_c(row_address, col):
-        return _widen(_read(int(row_address) + int(col) * out.itemsize, out), out_kind)
+        return widen(_read(int(row_address) + int(col) * out.itemsize, out), out_kind)
 
     def store_one(row_address, col, value):
         address = int(row_address) + int(col) * out.itemsize
@@ -98,7 +98,7 @@ def _to_storage(x, kind):
     if kind == "bfloat16":
         u = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)
         return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-    return x.astype(_NP[kind])
+    return x.astype(STORAGE_DTYPES[kind])
 
 
 def _from_storage(x, kind):
@@ -185,13 +185,13 @@ def run_fused_case(m, n, k, precision, out, batch, epilog, layout, with_c, seed=
         data = (rng.random(m) * 3).astype(np.float32)
     elif data_ndim == 3:
         data = rng.standard_normal((batch, m, n)).astype(np.float32)
-    d = np.full((batch, m, n), np.nan if out != "bfloat16" else 0xFFFF, _NP[out])
+    d = np.full((batch, m, n), np.nan if out != "bfloat16" else 0xFFFF, STORAGE_DTYPES[out])
     config = K.GenericConfig(precision, out, bm=32, bn=32, bk=16, block_size=64, has_c=with_c, epilog=True,
                              operands=1)
     description = block_matmul(32, 32, 16, precision, block_size=64, a_arrangement="col_major")
     epi = _epilog_function(fn, data)
     kernel = _gemm_build.generic_simulator_kernel(config, description, epi, simulator_namespace(precision, out))
-    item = _NP[precision].itemsize
+    item = STORAGE_DTYPES[precision].itemsize
     tiles_m, tiles_n = -(-m // 32), -(-n // 32)
     values = {
         "a_ptr": sa.ctypes.data, "b_ptr": sb.ctypes.data, "d_ptr": d.ctypes.data,
@@ -222,7 +222,7 @@ def run_fused_case(m, n, k, precision, out, batch, epilog, layout, with_c, seed=
 
 def _pass_namespace(out, vector):
     """Python implementations of the pass's access intrinsics on host memory."""
-    dtype = _NP["float32"] if out == "complex64" else _NP[out]
+    dtype = STORAGE_DTYPES["float32"] if out == "complex64" else STORAGE_DTYPES[out]
     per = 2 if out == "complex64" else 1
     size = dtype.itemsize * per
 
@@ -230,7 +230,7 @@ def _pass_namespace(out, vector):
         address = int(base) + int(col) * size
         if out == "complex64":
             return np.complex64(complex(_read(address, dtype), _read(address + 4, dtype)))
-        return _widen(_read(address, dtype), out)
+        return widen(_read(address, dtype), out)
 
     def store1(base, col, value):
         address = int(base) + int(col) * size
@@ -286,7 +286,7 @@ def run_pass_case(m, n, batch, out, epilog, aligned, seed=0):
     from numba import cuda
 
     from . import _epilog_pass as P
-    from ._gemm_build import _exec
+    from ._gemm_build import exec_source
     from ._gemm_kernel import operand_params
 
     rng = np.random.default_rng(seed)
@@ -298,7 +298,7 @@ def run_pass_case(m, n, batch, out, epilog, aligned, seed=0):
         x = x + 1j * rng.standard_normal((batch, m, n))
     pad = 0 if aligned else 1  # one element before the first row, and rows one element longer: unaligned rows
     ldd = n if aligned and (n * P.PASS_KINDS[out]) % 16 == 0 else n + 1
-    storage = np.zeros(batch * m * ldd + pad + 16, _NP["float32"] if out == "complex64" else _NP[out])
+    storage = np.zeros(batch * m * ldd + pad + 16, STORAGE_DTYPES["float32" if out == "complex64" else out])
     if out == "complex64":
         storage = np.zeros(batch * m * ldd + pad + 16, np.complex64)
     offset = (-storage.ctypes.data % 16) // storage.itemsize + pad
@@ -308,7 +308,7 @@ def run_pass_case(m, n, batch, out, epilog, aligned, seed=0):
     ns = _pass_namespace(out, config.vector)
     ns["cuda"] = cuda
     ns["EPI"] = _epilog_function(fn, *operands)
-    kernel = cuda.jit(_exec(P.pass_source(config), ns, "pass-sim"))
+    kernel = cuda.jit(exec_source(P.pass_source(config), ns, "pass-sim"))
     grid, shift = P.launch_shape(m, n, batch, config.vector)
     values = {"d_ptr": d.ctypes.data, "m": m, "n": n, "ldd": ldd, "d_batch": m * ldd, "batches": batch,
               "row_shift": shift, **_operand_values(*operands)}

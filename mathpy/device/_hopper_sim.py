@@ -33,7 +33,7 @@ from .._compat import patch_numpy_for_numba_cuda
 patch_numpy_for_numba_cuda()
 
 from ._gemm_hopper import tile_offset  # noqa: E402
-from ._gemm_sim import _DataView, _widen, bf16_round, simulator_namespace  # noqa: E402
+from ._gemm_sim import DataView, widen, bf16_round, simulator_namespace  # noqa: E402
 
 __all__ = ["hopper_simulator_namespace", "run_hopper_case", "SIM_HOPPER_CASES", "SIM_HOPPER_QUICK", "SHARED_BASE"]
 
@@ -178,11 +178,11 @@ class _Machine:
 def hopper_simulator_namespace(config, machine):
     """Python implementations of every name the Hopper kernel's source uses but the simulator lacks."""
     from . import _gemm_build
-    from ._gemm_sim import _NP
+    from ._gemm_sim import STORAGE_DTYPES
 
     ns = _gemm_build.hopper_constants(config)
     ns.update(simulator_namespace(config.ab, config.out))
-    out = _NP[config.out]
+    out = STORAGE_DTYPES[config.out]
     f16 = config.ab == "float16"
     n_acc = config.bn // 2
 
@@ -304,7 +304,7 @@ def hopper_simulator_namespace(config, machine):
     return ns
 
 
-class _StagedView(_DataView):
+class _StagedView(DataView):
     """The staged ``data`` view: the block's tile from the epilog buffer (:func:`~._gemm_hopper.tile_offset`),
     anything else from host memory."""
 
@@ -318,7 +318,7 @@ class _StagedView(_DataView):
         inside = 0 <= row < self.bm and 0 <= col < self.bn and (len(index) < 3 or int(index[0]) == int(self.b))
         if inside:
             raw = self.machine.read_u16(int(self.sbase) + tile_offset(row, col, self.bm))
-            return _widen(np.uint16(raw) if self.kind == "bfloat16" else np.uint16(raw).view(np.float16), self.kind)
+            return widen(np.uint16(raw) if self.kind == "bfloat16" else np.uint16(raw).view(np.float16), self.kind)
         return super().__getitem__(index)
 
 
@@ -415,7 +415,7 @@ def run_hopper_case(m, n, k, batch, ab, out, epilog, layout, with_c, bn, grid, s
     def views(i, kind, ptr, strides, sbase, b, m0, n0):
         if stage and i == 0:
             return _StagedView(machine, kind[0], ptr, strides, sbase, b, m0, n0, config.bm, config.bn)
-        return _DataView(kind[0], ptr, strides)
+        return DataView(kind[0], ptr, strides)
 
     ns["EPI"] = simulator_function(as_matmul_epilog(fn, ("data",) if data is not None else None),
                                    ((data_kind, data.ndim),) if data is not None else (None,), views)

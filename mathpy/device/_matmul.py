@@ -33,10 +33,10 @@ import warnings
 import numpy as np
 
 from ._codegen import ConstantPool, DescriptionNamespace, compile_device_functions, simulator_enabled
-from ._fft import MAX_SHARED_MEMORY, MAX_THREADS_PER_BLOCK, _int_arg
+from ._fft import MAX_SHARED_MEMORY, MAX_THREADS_PER_BLOCK, int_arg
 from ._matmul_kloop import kloop as _kloop
 
-__all__ = ["matmul", "MatmulDescription"]
+__all__ = ["accumulator_owners", "matmul", "MatmulDescription"]
 
 ALLOWED_PRECISIONS = ("float16", "bfloat16", "float32", "float64")
 ALLOWED_ARRANGEMENTS = ("row_major", "col_major")
@@ -280,7 +280,7 @@ def _device_supports_mma():
         return True
 
 
-def _owners(d):
+def accumulator_owners(d):
     """Header lines and, per accumulator element, the (row, column) expressions of the C element it holds."""
     if d.tensor_cores and d.precision == "float64":
         WTM, WTN, WN = d.warp_tile_m, d.warp_tile_n, d.warp_n
@@ -361,7 +361,7 @@ def _generate(d):
 
     BS = d.block_size
     a_row_major = d.a_arrangement == "row_major"
-    header, owners = _owners(d)
+    header, owners = accumulator_owners(d)
     n_acc = len(owners)
     assert n_acc == d.accumulator_size
 
@@ -651,7 +651,7 @@ def matmul(m, n, k, precision=np.float32, block_size=None, a_arrangement="row_ma
         epilog = epilogue
     dims = {}
     for name, v in (("m", m), ("n", n), ("k", k)):
-        v = _int_arg(name, v)
+        v = int_arg(name, v)
         if not 1 <= v <= MAX_DIM:
             raise ValueError(f"{name}={v} is not supported by the block GEMM; allowed: 1 to {MAX_DIM}")
         dims[name] = v
@@ -675,7 +675,7 @@ def matmul(m, n, k, precision=np.float32, block_size=None, a_arrangement="row_ma
         block_size = _default_tensor_core_block_size(m, n, k, precision) if want_tc else None
         if block_size is None:
             block_size = _default_block_size(m, n)
-    block_size = _int_arg("block_size", block_size)
+    block_size = int_arg("block_size", block_size)
     warp_grid = _warp_grid(m, n, k, block_size, precision) if want_tc else None
     if tensor_cores and warp_grid is None:
         shown = [b for b in range(32, MAX_THREADS_PER_BLOCK + 1, 32) if _warp_grid(m, n, k, b, precision)]

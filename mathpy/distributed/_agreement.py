@@ -18,7 +18,7 @@ import contextlib
 
 from ._errors import DistributionMismatchError
 
-__all__ = ["agree", "require_same", "Problems"]
+__all__ = ["agree", "require_same", "Problems", "checked"]
 
 
 class Problems(contextlib.AbstractContextManager):

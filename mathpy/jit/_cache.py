@@ -40,7 +40,7 @@ import types as pytypes
 import numpy as np
 
 __all__ = ["Uncacheable", "Snapshot", "callback_key", "function_key", "cache_dir", "load_entry", "store_entry",
-           "toolchain_id"]
+           "toolchain_id", "nvvm_file_id"]
 
 _FORMAT = b"MPJIT1\n"
 _SKIP_GLOBALS = frozenset(("__builtins__",))

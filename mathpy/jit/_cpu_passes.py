@@ -26,6 +26,7 @@ import threading
 import numpy as np
 
 from ._cpu import jit_callback, prepare_user_info, run_loop
+from ._spec import compile_error
 
 __all__ = ["loader", "storer", "inner_step", "matmul_epilog_pass", "prepare_user_info"]
 
@@ -202,8 +203,6 @@ def matmul_epilog_pass(epilog, count, check_bounds=False):
     as ``(batch * M, N)``; ``operands``: a tuple of its ``count`` read-only operand arrays (16-bit floats as float32)
     or None. ``check_bounds``: the function compiled with numba's bounds check; ``run`` returns the flat index of the
     first element whose call indexed outside an operand (the pass stops there), else -1."""
-    from ._matmul_epilog import wrap_compile_error
-
     numba = _numba()
     kernel = _kernel(("rows", epilog.with_batch, count, check_bounds),
                      jit_callback(epilog.function, "epilog", check_bounds))
@@ -212,5 +211,5 @@ def matmul_epilog_pass(epilog, count, check_bounds=False):
         try:
             return kernel(x, operands, start, stop)
         except numba.core.errors.TypingError as e:
-            raise wrap_compile_error(epilog, "the CPU", e) from e
+            raise compile_error(epilog, "the CPU", e) from e
     return run

@@ -33,7 +33,7 @@ import numpy as np
 from ..device._gemm_kernel import (COMPUTE_OF, EPILOG_SYMBOL, MAX_OPERANDS, OPERAND_FIELDS, epilog_signature,
                                    operand_params)
 from . import _cache
-from ._matmul_epilog import wrap_compile_error
+from ._spec import compile_error
 
 __all__ = ["OperandKind", "wrapper_source", "wrapper_function", "wrapper_ltoir", "wrapper_key", "simulator_function"]
 
@@ -141,7 +141,7 @@ def _compile(epilog, kinds, compute, staged, cc, checked=False):
             ltoir, _ = cuda.compile(function, signature, device=True, abi="c",
                                     abi_info={"abi_name": EPILOG_SYMBOL}, output="ltoir", cc=tuple(cc), opt=True)
     except errors.NumbaError as e:
-        raise wrap_compile_error(epilog, f"the GPU (compute capability {cc[0]}.{cc[1]})", e) from e
+        raise compile_error(epilog, f"the GPU (compute capability {cc[0]}.{cc[1]})", e) from e
     return ltoir
 
 

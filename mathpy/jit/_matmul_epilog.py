@@ -48,10 +48,10 @@ import dataclasses
 import numpy as np
 
 from .._errors import CallbackCompileError
-from ._spec import CallbackSpec, _returns, describe_function
+from ._spec import CallbackSpec, compile_error, describe_function, returns_of
 
 __all__ = ["MatmulEpilogFunction", "DATA_DTYPES", "as_matmul_epilog", "data_compute_dtype", "apply_cpu", "read_only",
-           "wrap_compile_error", "LEGACY_OPERAND"]
+           "LEGACY_OPERAND"]
 
 #: dtypes an operand may have (NumPy names; bfloat16 as torch / ml_dtypes name it).
 DATA_DTYPES = ("float16", "bfloat16", "float32", "float64", "complex64", "int8", "int16", "int32", "int64", "uint8",
@@ -107,7 +107,7 @@ def as_matmul_epilog(fn, names=None):
             raise TypeError(f"matmul epilog {where} must take positional parameters only, {_FORMS}; it takes "
                             f"({', '.join(str(p) for p in params)})")
         found = _bind(positional, given, where)
-        returns_value, returns_nothing = _returns(py.__code__)
+        returns_value, returns_nothing = returns_of(py.__code__)
         if not returns_value or returns_nothing:
             raise TypeError(f"matmul epilog {where} must return the value to store on every path, e.g. "
                             f"`return value * data[row, col]`; it "
@@ -152,12 +152,6 @@ def data_compute_dtype(dtype_name):
     if dtype_name not in DATA_DTYPES:
         raise ValueError(f"an epilog operand has dtype {dtype_name}; allowed: {', '.join(DATA_DTYPES)}")
     return np.dtype(np.float32) if dtype_name in ("float16", "bfloat16") else np.dtype(dtype_name)
-
-
-def wrap_compile_error(epilog, where_compiled, error):
-    """A CallbackCompileError for a numba error raised while compiling ``epilog``."""
-    return CallbackCompileError(f"cannot compile matmul epilog {epilog.where} for {where_compiled}:\n"
-                                f"{str(error).strip()}")
 
 
 # ---------------------------------------------------------------------------------------------------------------------

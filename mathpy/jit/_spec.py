@@ -9,9 +9,11 @@ import inspect
 
 import numpy as np
 
+from .._errors import CallbackCompileError
+
 __all__ = [
     "CALLBACK_TYPES", "ELEMENT_DTYPES", "USER_INFO_DTYPES", "CallbackSpec", "describe_function", "make_spec",
-    "check_function",
+    "check_function", "returns_of", "compile_error",
 ]
 
 #: cuFFT's ``cufftXtCallbackType`` codes, by (kind, element dtype).
@@ -108,7 +110,7 @@ _ARITY = {"prolog": ("data_in", "offset", "user_info", "unused"),
           "epilog": ("data_out", "offset", "value", "user_info", "unused")}
 
 
-def _returns(code):
+def returns_of(code):
     """(returns a value, returns None) judged from the bytecode: ``return``/fall-through of the constant None
     counts as returning nothing."""
     value = nothing = False
@@ -149,7 +151,7 @@ def check_function(fn, kind):
     if len(positional) != len(params) or len(params) != len(expected):
         raise TypeError(f"{kind} callback {where} must take exactly {len(expected)} positional parameters "
                         f"({', '.join(expected)}), got ({', '.join(str(p) for p in params)})")
-    returns_value, returns_nothing = _returns(py.__code__)
+    returns_value, returns_nothing = returns_of(py.__code__)
     if kind == "prolog" and not returns_value:
         raise TypeError(f"prolog callback {where} returns nothing; it must return the loaded element, e.g. "
                         f"`return data_in[offset] * 2`")
@@ -158,3 +160,10 @@ def check_function(fn, kind):
                         f"`data_out[offset] = value * 2`, and returns nothing")
     _CHECKED.add((py.__code__, kind))
     return py
+
+
+def compile_error(epilog, where_compiled, error):
+    """A CallbackCompileError for a numba error raised while compiling matmul epilog ``epilog`` (anything with a
+    ``where``: the function's name and place) for ``where_compiled`` ("the CPU", "the GPU ...")."""
+    return CallbackCompileError(f"cannot compile matmul epilog {epilog.where} for {where_compiled}:\n"
+                                f"{str(error).strip()}")

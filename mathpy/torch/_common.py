@@ -19,17 +19,18 @@ traced code agree.
 
 import torch
 
-__all__ = ["define", "call", "eager", "refuse", "refuse_placement", "requires_grad", "reason", "Op"]
+__all__ = ["grad_enabled", "compiling", "PLAIN_TENSORS", "define", "call", "eager", "refuse", "refuse_placement",
+           "requires_grad", "reason", "Op"]
 
 _LIBRARY = torch.library.Library("mathpy", "FRAGMENT")
 
 # (C functions, but for is_compiling, which dynamo must see by name: call()'s checks cost well under a microsecond)
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
+PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 _functorch_active = torch._C._are_functorch_transforms_active
-_grad_enabled = torch.is_grad_enabled
+grad_enabled = torch.is_grad_enabled
 _below_autograd = torch._C._AutoDispatchBelowAutograd
-_compiling = torch.compiler.is_compiling
+compiling = torch.compiler.is_compiling
 _c_apply = torch._C._FunctionBase.__dict__["apply"]
 
 
@@ -87,10 +88,10 @@ def _detached(kernel):
 def eager(tensors):
     """Whether ``tensors`` (None entries skipped) can take the direct path: plain tensors, no dispatch mode, no
     functorch transform, not under torch.compile."""
-    if _compiling() or _dispatch_modes() or _functorch_active():  # (is_compiling first: dynamo folds it)
+    if compiling() or _dispatch_modes() or _functorch_active():  # (is_compiling first: dynamo folds it)
         return False
     for t in tensors:
-        if t is not None and type(t) not in _PLAIN:
+        if t is not None and type(t) not in PLAIN_TENSORS:
             return False
     return True
 
@@ -100,7 +101,7 @@ def call(op, tensors, *args):
     mode (module docstring)."""
     if not eager(tensors):
         return op.op(*args)
-    if _grad_enabled():
+    if grad_enabled():
         for t in tensors:
             if t is not None and t.requires_grad:
                 return op.fast_apply(*args)

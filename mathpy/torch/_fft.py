@@ -21,11 +21,11 @@ public call into these ops, and remembers what NumPy's rules decided per operand
 import torch
 import torch.nn.functional as F
 
-from .. import fft as _mathpy_fft
 from .._options import check_or_create_options
-from ..host.fft import FFTOptions
+from ..host.fft._numpy_call import n_d, one_d
+from ..host.fft._options import FFTOptions
 from ..host.fft._numpy_rules import check_no_axes, check_norm, cook_1d, cook_nd, stage_shape, stages, swap_norm
-from ._common import _PLAIN, _compiling, call, define, eager, reason, refuse, refuse_placement
+from ._common import PLAIN_TENSORS, compiling, call, define, eager, reason, refuse, refuse_placement
 
 __all__ = ["fft_c2c", "fft_r2c", "fft_c2r", "route"]
 
@@ -35,23 +35,27 @@ _REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
 
 # --- the ops -----------------------------------------------------------------------------------------------------
 
+def _transform(name, kind, inverse, x, dim, norm, n=None):
+    """mathpy's un-routed ``name`` of ``x`` over ``dim`` (one axis: the 1-D function, the shortest path to the
+    remembered prepared call; ``n``: the 1-D length or the N-D ``s``)."""
+    if len(dim) == 1:
+        result = one_d(name, kind, inverse, x, n, dim[0], norm, None, None, None, None, None, None)
+    else:
+        result = n_d(name + "n", kind, inverse, x, n, dim, norm, None, None, None, None, None, None)
+    return result.contiguous()
+
+
 def _c2c_kernel(x, dim, norm, forward):
-    if len(dim) == 1:  # (the 1-D functions: the shortest path to the remembered prepared call)
-        return (_mathpy_fft.fft if forward else _mathpy_fft.ifft)(x, axis=dim[0], norm=norm).contiguous()
-    return (_mathpy_fft.fftn if forward else _mathpy_fft.ifftn)(x, axes=dim, norm=norm).contiguous()
+    return _transform("fft", "C2C", False, x, dim, norm) if forward else _transform("ifft", "C2C", True, x, dim, norm)
 
 
 def _r2c_kernel(x, dim, norm):
-    if len(dim) == 1:
-        return _mathpy_fft.rfft(x, axis=dim[0], norm=norm).contiguous()
-    return _mathpy_fft.rfftn(x, axes=dim, norm=norm).contiguous()
+    return _transform("rfft", "R2C", False, x, dim, norm)
 
 
 def _c2r_kernel(x, dim, norm, last):
-    if len(dim) == 1:
-        return _mathpy_fft.irfft(x, n=last, axis=dim[0], norm=norm).contiguous()
-    s = [x.shape[d] for d in dim[:-1]] + [last]
-    return _mathpy_fft.irfftn(x, s=s, axes=dim, norm=norm).contiguous()
+    s = last if len(dim) == 1 else [x.shape[d] for d in dim[:-1]] + [last]
+    return _transform("irfft", "C2R", True, x, dim, norm, s)
 
 
 def _c2c_fake(x, dim, norm, forward):
@@ -169,7 +173,7 @@ def route(name, a, n, axes, norm, out, prolog, epilog, options, execution, strea
     built from the ops. What NumPy's rules decide for an operand's shape and dtype (the recipe: casts, resizes, the
     ops and their arguments) is remembered, so that a repeated eager call is one lookup and its ops."""
     if out is None and prolog is None and epilog is None and options is None and execution is None and \
-            stream is None and type(a) in _PLAIN and not _compiling():
+            stream is None and type(a) in PLAIN_TENSORS and not compiling():
         try:
             key = (name, n if type(n) is not list else tuple(n), axes if type(axes) is not list else tuple(axes),
                    norm, a.shape, a.dtype)
@@ -203,8 +207,8 @@ def _recipe(name, a, n, axes, norm, options):
     odd = kind == "C2R" and options is not None and options.last_axis_parity == "odd"
     warned = False
     if n_dimensional:
-        # stacklevel: the warnings name the caller of the public function (n_d, _torch_route.fft, route stand between)
-        lengths, axes, warned = cook_nd(tuple(a.shape), n, axes, kind == "C2R", odd, stacklevel=7)
+        # stacklevel: the warnings name the caller of the public function (_functions._n_d and route stand between)
+        lengths, axes, warned = cook_nd(tuple(a.shape), n, axes, kind == "C2R", odd, stacklevel=6)
         if not axes:
             check_no_axes(name, kind)
             check_norm(norm)

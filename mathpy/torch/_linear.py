@@ -23,7 +23,7 @@ import torch
 from ..host.matmul import matmul as _mathpy_matmul
 from ..host.matmul._epilog import epilog_spec, gelu_aux_rows, relu_aux_rows
 from ._common import call, define, requires_grad
-from ._matmul import _decode, clear_aux_padding, gelu_backward, matmul, product, relu_backward, torch_options
+from ._matmul import decode_options, clear_aux_padding, gelu_backward, matmul, product, relu_backward, torch_options
 
 __all__ = ["Linear", "MLP", "linear", "mlp"]
 
@@ -114,7 +114,7 @@ def _mlp_kernel(x, w1, b1, w2, b2, activation, keep, options):
     (x's leading axes), ``aux``: layer 1's epilog output (GELU pre-activation / RELU bitmask) when ``keep``, else
     empty."""
     x2 = x.reshape(-1, w1.shape[1])
-    options = _decode(options) if options else None
+    options = decode_options(options) if options else None
     h, aux = _layer(x2, w1, b1, _epilog(activation, b1 is not None, keep), options)
     if aux is not None:
         clear_aux_padding(aux, f"{activation}_aux", w1.shape[0])

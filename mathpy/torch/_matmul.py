@@ -24,14 +24,15 @@ import numpy as np
 import torch
 
 from .._options import check_or_create_options
-from ..host.matmul import MatmulEpilog, MatmulOptions, MatmulPlanPreferences
-from ..host.matmul import matmul as _mathpy_matmul
+from ..host.matmul._epilog import MatmulEpilog
+from ..host.matmul._options import MatmulOptions, MatmulPlanPreferences
+from ..host.matmul._stateless import run as _mathpy_matmul
 from ..host.matmul._epilog import epilog_spec, gelu_aux_rows, relu_aux_rows
-from ._common import (_PLAIN, _compiling, _grad_enabled, call, define, reason, refuse, refuse_placement,
+from ._common import (PLAIN_TENSORS, compiling, grad_enabled, call, define, reason, refuse, refuse_placement,
                       requires_grad)
 
-__all__ = ["matmul", "route", "product", "gelu_backward", "relu_backward", "encode_options", "clear_aux_padding",
-           "torch_options"]
+__all__ = ["decode_options", "matmul", "route", "product", "gelu_backward", "relu_backward", "encode_options",
+           "clear_aux_padding", "torch_options"]
 
 _ANY_ORDER = ("DEFAULT", "RELU", "GELU")  # epilogs without a per-row operand: D may be stored either way
 _DIFFERENTIABLE = ("DEFAULT", "RELU", "BIAS", "RELU_BIAS", "GELU", "GELU_BIAS", "RELU_AUX", "RELU_AUX_BIAS",
@@ -54,8 +55,8 @@ def _kernel(a, b, c, alpha, beta, epilog, bias, aux, options, preferences):
         if aux is not None:
             inputs[spec.inputs[0]] = aux
     result = _mathpy_matmul(a, b, c, alpha=alpha, beta=beta, epilog=epilog, epilog_inputs=inputs,
-                            options=_decode(options) if options else None,
-                            preferences=_decode(preferences) if preferences else None)
+                            options=decode_options(options) if options else None,
+                            preferences=decode_options(preferences) if preferences else None)
     if not spec.outputs:
         return result, result.new_empty(0)
     d, outputs = result
@@ -101,12 +102,12 @@ def _fake(a, b, c, alpha, beta, epilog, bias, aux, options, preferences):
 
 
 def _result_dtype(a, options):
-    name = (_decode(options) or {}).get("result_type")
+    name = (decode_options(options) or {}).get("result_type")
     return getattr(torch, name) if name else a.dtype
 
 
 def _result_order(options):
-    return (_decode(options) or {}).get("result_order")
+    return (decode_options(options) or {}).get("result_order")
 
 
 def _layouts(a, b, c, spec, d_dtype, order):
@@ -342,7 +343,7 @@ _FIELDS = {cls: tuple((f.name, f.default) for f in dataclasses.fields(cls))
 _decoded = {}  # text -> dict: the same few option strings come with every call
 
 
-def _decode(text):
+def decode_options(text):
     """The dict encoded by :func:`encode_options` (None for ""; a fresh copy, which the caller may keep)."""
     if not text:
         return None
@@ -367,7 +368,7 @@ def torch_options(like):
 
 def _backward_options(options):
     """The forward's options for the gradient products: the operands' dtype as the result, no float8 scales."""
-    fields = _decode(options) or {}
+    fields = decode_options(options) or {}
     dropped = ("result_type", "scale_type", "a_scale", "b_scale", "d_scale", "fast_accumulation")
     return ";".join(f"{name}={value!r}" for name, value in sorted(fields.items()) if name not in dropped)
 
@@ -388,8 +389,8 @@ def route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, exe
     execution or stream; operands' dtypes and which inputs are given) is remembered, so a repeated eager call is one
     lookup and the op."""
     bias = aux = None
-    if options is None and preferences is None and execution is None and stream is None and type(a) in _PLAIN \
-            and type(b) in _PLAIN and not _compiling():
+    if options is None and preferences is None and execution is None and stream is None and type(a) in PLAIN_TENSORS \
+            and type(b) in PLAIN_TENSORS and not compiling():
         names = None
         if epilog_inputs is not None:
             if type(epilog_inputs) is not dict:
@@ -397,7 +398,7 @@ def route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, exe
             names = tuple((name, type(value)) for name, value in epilog_inputs.items())
             bias = epilog_inputs.get("bias")
             aux = epilog_inputs.get("relu_aux", epilog_inputs.get("gelu_aux"))
-        grad = _grad_enabled() and (a.requires_grad or b.requires_grad or (c is not None and c.requires_grad)
+        grad = grad_enabled() and (a.requires_grad or b.requires_grad or (c is not None and c.requires_grad)
                                     or (bias is not None and bias.requires_grad)
                                     or (aux is not None and aux.requires_grad))
         try:

@@ -29,7 +29,7 @@ from ..._streams import keep_for_graph, refuse_in_capture
 from ._callback import raise_recorded
 from ._numpy_rules import check_floating_point, ufunc_name
 
-__all__ = ["FFTCall"]
+__all__ = ["FFTCall", "new_staging", "scale_parts"]
 
 _NO_LOCK = contextlib.nullcontext()
 

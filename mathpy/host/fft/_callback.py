@@ -37,7 +37,8 @@ from ... import _cuda, _operands
 from ..._execution import ExecutionCPU
 from ..._strides import c_strides
 
-__all__ = ["Callback", "BoundCallback", "as_callback", "bind_callback", "element_dtype_for", "callback_identity"]
+__all__ = ["Callback", "BoundCallback", "as_callback", "bind_callback", "element_dtype_for", "callback_identity",
+           "dry_run", "element_offsets", "raise_recorded", "span"]
 
 
 class Callback:

@@ -24,7 +24,8 @@ freed plan raises InvalidPlanStateError: the stateless calls' prepared calls rel
 plan from the cache at every call. A plan without workspace (most small transforms) costs one ctypes call per execute
 on any stream. In a CUDA graph capture the kernels read the plan's own memory and the work area they were launched
 with: a foreign stream's work area is then kept with the plan (``mathpy._streams.keep_for_graph``) where the pool would
-hand it on, and a capture on the home stream records the plan's workspace, so the plan must outlive the graph. Batch axes that one plan cannot fold into a single distance (only without callbacks) are
+hand it on, and a capture on the home stream records the plan's workspace, so the plan must outlive the graph.
+Batch axes that one plan cannot fold into a single distance (only without callbacks) are
 covered by a short loop of executes at precomputed pointer offsets; an R2C/C2R execute whose real-side offset is not a
 whole number of complex elements (cuFFT refuses those pointers) runs on aligned copies.
 
@@ -261,8 +262,9 @@ class CUFFTEngine:
                 self._exec_failed(status, handle, input_ptr, output_ptr, direction)
         else:
             self._execute_loop(handle, input_ptr, output_ptr, direction, stream)
-        if workspace is not None and not keep_for_graph(self, self._allocator.package, self.device_id, stream, workspace,
-                                                        pooled=self._source.manager is None):
+        pooled = self._source.manager is None
+        if workspace is not None and not keep_for_graph(self, self._allocator.package, self.device_id, stream,
+                                                        workspace, pooled=pooled):
             workspace.release()  # the launch is queued: the pool may reuse it for later work on this stream
 
     def _exec_failed(self, status, handle, input_ptr, output_ptr, direction):
@@ -429,8 +431,8 @@ def _split(transform):
     R2C = a length-1 R2C, then a forward C2C over the other axes in place on the output."""
     if transform.fft_type == "C2C" or transform.n[-1] != 1:
         return None
-    from ._layout import _effective_axes
-    effective, _ = _effective_axes(transform.input_shape, transform.axes, transform.fft_type)
+    from ._layout import effective_axes
+    effective, _ = effective_axes(transform.input_shape, transform.axes, transform.fft_type)
     if len(effective) < 2:
         return None
     t, last = transform, transform.axes[-1]

@@ -16,12 +16,39 @@ True
 from ... import _operands, _torch_route
 from ..._docstrings import fill, render
 from ..._out import copy_into
+from . import _numpy_call
 from ._docs import FFT_DOCS
-from ._numpy_call import conj, n_d, one_d, scope
+from ._numpy_call import conj, scope
 from ._numpy_rules import swap_norm
 
 __all__ = ["fft", "ifft", "rfft", "irfft", "fft2", "ifft2", "rfft2", "irfft2", "fftn", "ifftn", "rfftn", "irfftn",
            "hfft", "ihfft"]
+
+
+# --- the route to mathpy.torch -------------------------------------------------------------------------------------
+# Every function asks _torch_route.wanted first: a tensor that needs a gradient, or a torch.compile trace, goes to
+# mathpy.torch's op, whose kernel runs _numpy_call's functions (below this module: no import cycle).
+
+_torch = []  # mathpy.torch's FFT module, imported on the first routed call: import mathpy never imports torch
+
+
+def _torch_fft():
+    if not _torch:  # (an import statement here would cost its import machinery at every call)
+        from ...torch import _fft
+        _torch.append(_fft)
+    return _torch[0]
+
+
+def _one_d(name, kind, inverse, a, n, axis, norm, out, prolog, epilog, options, execution, stream):
+    if _torch_route.wanted(a, out, prolog, epilog):
+        return _torch_fft().route(name, a, n, axis, norm, out, prolog, epilog, options, execution, stream)
+    return _numpy_call.one_d(name, kind, inverse, a, n, axis, norm, out, prolog, epilog, options, execution, stream)
+
+
+def _n_d(name, kind, inverse, a, s, axes, norm, out, prolog, epilog, options, execution, stream):
+    if _torch_route.wanted(a, out, prolog, epilog):
+        return _torch_fft().route(name, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
+    return _numpy_call.n_d(name, kind, inverse, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
 
 # The parameters every function takes after ``a`` (1-D or N-D), its keyword-only ones, and the sections every
 # function has
@@ -102,7 +129,7 @@ def fft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, op
     >>> mathpy.fft.fft(x, epilog=double)
     array([6.+0.j, 0.-6.j, 2.+0.j, 0.+6.j])
     """
-    return one_d("fft", "C2C", False, a, n, axis, norm, out, prolog, epilog, options, execution, stream)
+    return _one_d("fft", "C2C", False, a, n, axis, norm, out, prolog, epilog, options, execution, stream)
 
 
 @_doc
@@ -131,7 +158,7 @@ def ifft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, o
     >>> mathpy.fft.ifft(np.array([3, -3j, 1, 3j]))
     array([ 1.+0.j,  2.+0.j,  1.+0.j, -1.+0.j])
     """
-    return one_d("ifft", "C2C", True, a, n, axis, norm, out, prolog, epilog, options, execution, stream)
+    return _one_d("ifft", "C2C", True, a, n, axis, norm, out, prolog, epilog, options, execution, stream)
 
 
 @_doc
@@ -163,7 +190,7 @@ def rfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, o
     >>> mathpy.fft.rfft(np.array([1.0, 2.0, 1.0, -1.0]))
     array([3.+0.j, 0.-3.j, 1.+0.j])
     """
-    return one_d("rfft", "R2C", False, a, n, axis, norm, out, prolog, epilog, options, execution, stream)
+    return _one_d("rfft", "R2C", False, a, n, axis, norm, out, prolog, epilog, options, execution, stream)
 
 
 @_doc
@@ -194,7 +221,7 @@ def irfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, 
     >>> mathpy.fft.irfft(np.array([3, -3j, 1]), n=4)
     array([ 1.,  2.,  1., -1.])
     """
-    return one_d("irfft", "C2R", True, a, n, axis, norm, out, prolog, epilog, options, execution, stream)
+    return _one_d("irfft", "C2R", True, a, n, axis, norm, out, prolog, epilog, options, execution, stream)
 
 
 @_doc
@@ -227,13 +254,14 @@ def hfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, o
     array([ 8., -2.,  0., -2.])
     """
     if _torch_route.wanted(a, out, prolog, epilog):  # autograd / torch.compile: mathpy.torch (hfft, not irfft)
-        return _torch_route.fft("hfft", a, n, axis, norm, out, prolog, epilog, options, execution, stream)
+        return _torch_fft().route("hfft", a, n, axis, norm, out, prolog, epilog, options, execution, stream)
     swapped = swap_norm(norm)  # before any work: a bad norm is refused as numpy.fft does
     op = _operands.wrap_operand(a, "a")
     if op.dtype.kind == "c":
         with scope(op, stream):
             op = conj(op)
-    return one_d("hfft", "C2R", True, op.tensor, n, axis, swapped, out, prolog, epilog, options, execution, stream)
+    return _numpy_call.one_d("hfft", "C2R", True, op.tensor, n, axis, swapped, out, prolog, epilog, options,
+                             execution, stream)
 
 
 @_doc
@@ -264,9 +292,10 @@ def ihfft(a, n=None, axis=-1, norm=None, out=None, *, prolog=None, epilog=None, 
     array([1.-0.j, 2.-0.j, 3.-0.j])
     """
     if _torch_route.wanted(a, out, prolog, epilog):  # autograd / torch.compile: mathpy.torch
-        return _torch_route.fft("ihfft", a, n, axis, norm, out, prolog, epilog, options, execution, stream)
+        return _torch_fft().route("ihfft", a, n, axis, norm, out, prolog, epilog, options, execution, stream)
     swapped = swap_norm(norm)
-    result = one_d("ihfft", "R2C", False, a, n, axis, swapped, out, prolog, epilog, options, execution, stream)
+    result = _numpy_call.one_d("ihfft", "R2C", False, a, n, axis, swapped, out, prolog, epilog, options, execution,
+                               stream)
     result_op = _operands.wrap_operand(result)
     with scope(result_op, stream):
         conjugated = conj(result_op).tensor
@@ -310,7 +339,7 @@ def fftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None,
     array([[ 0.+0.j,  2.+0.j,  4.+0.j],
            [ 6.+0.j,  8.+0.j, 10.+0.j]])
     """
-    return n_d("fftn", "C2C", False, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
+    return _n_d("fftn", "C2C", False, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
 
 
 @_doc
@@ -341,7 +370,7 @@ def ifftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None
     array([[0., 1., 2.],
            [3., 4., 5.]])
     """
-    return n_d("ifftn", "C2C", True, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
+    return _n_d("ifftn", "C2C", True, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
 
 
 @_doc
@@ -373,7 +402,7 @@ def rfftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=None
     array([[15.+0.j        , -3.+1.73205081j],
            [-9.+0.j        ,  0.+0.j        ]])
     """
-    return n_d("rfftn", "R2C", False, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
+    return _n_d("rfftn", "R2C", False, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
 
 
 @_doc
@@ -406,7 +435,7 @@ def irfftn(a, s=None, axes=None, norm=None, out=None, *, prolog=None, epilog=Non
     array([[0., 1., 2.],
            [3., 4., 5.]])
     """
-    return n_d("irfftn", "C2R", True, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
+    return _n_d("irfftn", "C2R", True, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
 
 
 @_doc
@@ -444,7 +473,7 @@ def fft2(a, s=None, axes=(-2, -1), norm=None, out=None, *, prolog=None, epilog=N
     array([[15.+0.j        , -3.+1.73205081j, -3.-1.73205081j],
            [-9.+0.j        ,  0.+0.j        ,  0.+0.j        ]])
     """
-    return n_d("fft2", "C2C", False, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
+    return _n_d("fft2", "C2C", False, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
 
 
 @_doc
@@ -483,7 +512,7 @@ def ifft2(a, s=None, axes=(-2, -1), norm=None, out=None, *, prolog=None, epilog=
     >>> mathpy.fft.ifft2(mathpy.fft.fft2(grid), out=out) is out
     True
     """
-    return n_d("ifft2", "C2C", True, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
+    return _n_d("ifft2", "C2C", True, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
 
 
 @_doc
@@ -520,7 +549,7 @@ def rfft2(a, s=None, axes=(-2, -1), norm=None, out=None, *, prolog=None, epilog=
     >>> mathpy.fft.rfft2(np.arange(6.0).reshape(2, 3)).shape
     (2, 2)
     """
-    return n_d("rfft2", "R2C", False, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
+    return _n_d("rfft2", "R2C", False, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
 
 
 @_doc
@@ -559,4 +588,4 @@ def irfft2(a, s=None, axes=(-2, -1), norm=None, out=None, *, prolog=None, epilog
     array([[0., 1., 2.],
            [3., 4., 5.]])
     """
-    return n_d("irfft2", "C2R", True, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
+    return _n_d("irfft2", "C2R", True, a, s, axes, norm, out, prolog, epilog, options, execution, stream)

@@ -46,8 +46,8 @@ from ..._dtypes import COMPLEX32
 from ..._errors import UnsupportedLayoutError
 from ..._strides import c_strides, dense_permutation, dense_strides
 
-__all__ = ["FFT_TYPES", "MAX_LOOPED_EXECUTES", "Transform", "CufftParams", "cufft_expressible", "engine_layout",
-           "c_strides", "dense_strides", "dense_permutation", "cufft_params"]
+__all__ = ["effective_axes", "FFT_TYPES", "MAX_LOOPED_EXECUTES", "Transform", "CufftParams", "cufft_expressible",
+           "engine_layout", "c_strides", "dense_strides", "dense_permutation", "cufft_params"]
 
 FFT_TYPES = ("C2C", "R2C", "C2R")
 MAX_LOOPED_EXECUTES = 64  # at most this many executes per call over batch axes one plan cannot fold
@@ -142,7 +142,7 @@ def _complex(precision):
 
 # --- one layout --------------------------------------------------------------------------------------------------
 
-def _effective_axes(shape, axes, fft_type=None):
+def effective_axes(shape, axes, fft_type=None):
     """(transform axes cuFFT sees, batch axes): extent-1 transform axes other than the last (the halved one of
     R2C/C2R) become batch axes; for C2C (``fft_type`` known) so does the last one, as long as one axis remains."""
     transform = [a for a in axes[:-1] if shape[a] > 1] + [axes[-1]]
@@ -223,7 +223,7 @@ def cufft_expressible(shape, strides, axes, *, allow_loops=False):
     looping over them costs at most ``MAX_LOOPED_EXECUTES`` executes per call.
     """
     shape, strides, axes = tuple(shape), tuple(strides), tuple(axes)
-    transform, batch = _effective_axes(shape, axes)
+    transform, batch = effective_axes(shape, axes)
     if _transform_embed(shape, strides, transform) is None:
         return False
     groups = _batch_groups(shape, (strides,), batch)  # in axis order, as a pair of such layouts folds together
@@ -304,7 +304,7 @@ def cufft_params(transform, *, allow_loops=True):
     """The :class:`CufftParams` of ``transform``; UnsupportedLayoutError when one plan (with at most
     ``MAX_LOOPED_EXECUTES`` looped executes when ``allow_loops``) cannot address both its input and output layouts."""
     t = transform
-    transform_axes, batch = _effective_axes(t.input_shape, t.axes, t.fft_type)
+    transform_axes, batch = effective_axes(t.input_shape, t.axes, t.fft_type)
     inner_in = _transform_embed(t.input_shape, t.input_strides, transform_axes)
     inner_out = _transform_embed(t.output_shape, t.output_strides, transform_axes)
     if inner_in is None or inner_out is None:

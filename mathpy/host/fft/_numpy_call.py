@@ -10,7 +10,7 @@ import dataclasses
 
 import numpy as np
 
-from ... import _cuda, _operands, _torch_route
+from ... import _cuda, _operands
 from ..._execution import ExecutionCUDA, resolve_execution
 from ..._options import check_or_create_options
 from ..._out import copy_into, out_operand
@@ -180,8 +180,6 @@ def _finish_out(out_op, result):
 
 def one_d(name, kind, inverse, a, n, axis, norm, out, prolog, epilog, options, execution, stream):
     """numpy.fft's 1-D functions: ``fft``, ``ifft`` ("C2C"), ``rfft`` ("R2C"), ``irfft`` ("C2R")."""
-    if _torch_route.wanted(a, out, prolog, epilog):  # autograd / torch.compile: mathpy.torch
-        return _torch_route.fft(name, a, n, axis, norm, out, prolog, epilog, options, execution, stream)
     result, key = _stateless.reuse(name, (n, axis, norm), a, out, prolog, epilog, options, execution, stream)
     if result is not None:
         return result
@@ -192,14 +190,13 @@ def one_d(name, kind, inverse, a, n, axis, norm, out, prolog, epilog, options, e
 
 def n_d(name, kind, inverse, a, s, axes, norm, out, prolog, epilog, options, execution, stream):
     """numpy.fft's N-D functions (and the 2-D ones, which differ only in their default ``axes``)."""
-    if _torch_route.wanted(a, out, prolog, epilog):  # autograd / torch.compile: mathpy.torch
-        return _torch_route.fft(name, a, s, axes, norm, out, prolog, epilog, options, execution, stream)
     result, key = _stateless.reuse(name, (_hashable(s), _hashable(axes), norm), a, out, prolog, epilog, options,
                                    execution, stream)
     if result is not None:
         return result
     op = _operands.wrap_operand(a, "a", written=_inplace(options))
-    lengths, axes, warned = cook_nd(op.shape, s, axes, kind == "C2R", odd=kind == "C2R" and _odd(options))
+    lengths, axes, warned = cook_nd(op.shape, s, axes, kind == "C2R", odd=kind == "C2R" and _odd(options),
+                                    stacklevel=5)  # cook_nd, n_d, _functions._n_d, the public function, its caller
     if warned:
         key = None  # every call warns, as NumPy's does
     if not axes:

@@ -23,7 +23,7 @@ builds the :class:`~._call.FFTCall` that every ``execute()`` runs.
 import time
 import weakref
 
-from ... import _engines, _operands, _torch_route
+from ... import _engines, _memo, _operands, _torch_route
 from ..._docstrings import fill
 from ..._errors import InvalidPlanStateError
 from ..._execution import ExecutionCPU, resolve_execution
@@ -87,9 +87,7 @@ def plan_cache_clear():
     >>> mathpy.fft.plan_cache_info().plans
     0
     """
-    from . import _stateless
-    _stateless.forget()
-    plan_cache.clear()
+    _memo.clear("fft")  # the plans, and the stateless calls' memo of prepared calls (which name plans)
 
 
 def set_plan_cache_size(max_plans=None, max_bytes=None):

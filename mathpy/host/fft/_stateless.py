@@ -20,7 +20,7 @@ import types
 
 import numpy as np
 
-from ... import _execution, _packages, _operands
+from ... import _execution, _memo, _operands, _packages
 from ..._errors import InvalidPlanStateError
 from ..._streams import stream_handle
 from ._callback import Callback
@@ -31,8 +31,7 @@ __all__ = ["reuse", "remember", "forget", "remembered", "MISSED"]
 
 MISSED = object()
 _NUMPY = _packages.get("numpy")
-_calls = {}  # key -> _Remembered
-_CALLS_MAX = 256
+_calls = _memo.Memo("stateless", group="fft", max_entries=256)  # key -> _Remembered (plan_cache_clear() empties it)
 
 
 class _Remembered:
@@ -147,10 +146,8 @@ def remember(key, call, direction, scale):
     if key is None or not all(cb is None or cb.reusable for cb in call.callbacks):
         return
     snapshots = tuple(cb.snapshot for cb in call.callbacks if cb is not None and cb.snapshot is not None)
-    if len(_calls) >= _CALLS_MAX:
-        _calls.clear()
     # without the bound callbacks: the cached engine keeps the user data alive as long as it may run, not this memo
-    _calls[key] = _Remembered(FFTCall(call.problem, call.engine, (), call.cache_key), direction, scale, snapshots)
+    _calls.put(key, _Remembered(FFTCall(call.problem, call.engine, (), call.cache_key), direction, scale, snapshots))
 
 
 def remembered():

@@ -20,7 +20,7 @@ from ..._streams import keep_for_graph, refuse_in_capture
 from ._epilog_operands import HANDLERS
 from ._layouts import bring, drop_vector_axes, engine_view
 
-__all__ = ["MatmulCall", "Finish"]
+__all__ = ["MatmulCall", "Finish", "holder_for"]
 
 _NO_LOCK = contextlib.nullcontext()
 _NONE = types.MappingProxyType({})  # no epilog outputs (read-only: shared by every call)

@@ -23,7 +23,7 @@ from ._cpu_epilog import epilog_pass
 from ._epilog import gelu, gelu_grad, pack_bits, unpack_bits
 from ._options import BF16, F16, FLOAT8_DTYPES
 
-__all__ = ["CPUEngine", "CPUAlgorithm", "HostCall"]
+__all__ = ["store_result", "CPUEngine", "CPUAlgorithm", "HostCall"]
 
 
 class CPUAlgorithm:
@@ -78,7 +78,7 @@ def _compute_dtype(dtype):
     return np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
 
 
-def _store(values, out):
+def store_result(values, out):
     """Round ``values`` into ``out``'s dtype (float8 saturates to the largest finite value, as cuBLASLt does)."""
     if out.dtype in FLOAT8_DTYPES:
         top = float(ml_dtypes.finfo(out.dtype).max)
@@ -225,7 +225,7 @@ class CPUEngine:
             epilog_outputs["relu_aux"][...] = pack_bits(x > 0, epilog_outputs["relu_aux"].shape[1])
         elif spec.aux_out == "gelu_aux":
             aux = epilog_outputs["gelu_aux"]
-            _store(x if aux_scale is None else x * ct.type(aux_scale), aux[:, :m, :])  # (float8 aux only)
+            store_result(x if aux_scale is None else x * ct.type(aux_scale), aux[:, :m, :])  # (float8 aux only)
             aux[:, m:, :] = 0
             if "gelu_aux_amax" in epilog_outputs:  # of X, before aux_scale: what the next aux scale comes from
                 epilog_outputs["gelu_aux_amax"][...] = np.max(np.abs(x)) if x.size else 0
@@ -246,14 +246,14 @@ class CPUEngine:
                 grad = A.sum(axis=2)
             else:
                 grad = B.sum(axis=1)
-            _store(grad, epilog_outputs[name])
+            store_result(grad, epilog_outputs[name])
         if "result_amax" in epilog_outputs:  # before d_scale, as cuBLASLt's AMAX_D: what the next scale comes from
             epilog_outputs["result_amax"][...] = np.max(np.abs(x)) if x.size else 0
         if d_scale is not None:
             x = x * ct.type(d_scale)
         if p.compute_type == "16F":
             x = x.astype(F16)
-        _store(x, d)
+        store_result(x, d)
 
     def free(self):
         """Nothing to release (the engine protocol's free())."""

@@ -216,75 +216,15 @@ class CublasLtEngine:
         else:
             lc = ld
 
-        # float8 scale factors live on the device (float32, the compute type); D's only for a float8 result.
-        alpha_factor = 1.0
         self._c_stand_in = 0  # C's pointer when the problem has no C (0: D's)
-        if float8:
-            scales = {lt.MatmulDesc.A_SCALE_POINTER: problem.a_scale, lt.MatmulDesc.B_SCALE_POINTER: problem.b_scale}
-            scales = {SWAPPED_SCALES[attribute] if swap else attribute: v for attribute, v in scales.items()}
-            scales[lt.MatmulDesc.EPILOGUE_AUX_SCALE_POINTER] = problem.aux_scale  # (a float8 aux's; else None)
-            d_scale = problem.d_scale
-            if d_dtype in FLOAT8_DTYPES:
-                scales[lt.MatmulDesc.D_SCALE_POINTER] = d_scale
-            elif d_scale is not None and d_scale != 1:  # (the API refuses it with an epilog, which would not commute)
-                alpha_factor = float(d_scale)  # d_scale * (alpha X + beta C) = (d_scale alpha) X + (d_scale beta) C
-            scales = {attribute: value for attribute, value in scales.items() if value is not None}
-            # A float8 result without C: C (bfloat16, never read as beta = 0) needs a pointer other than D's, or
-            # cuBLASLt sees an in-place product with C's and D's layouts differing (CUBLAS_STATUS_INVALID_VALUE).
-            stand_in = d_dtype in FLOAT8_DTYPES and c is None
-            if scales or stand_in:
-                # one scale per 256 bytes: cuBLASLt wants each scale pointer aligned (a float32 right after
-                # another one, 4-byte aligned, gave CUBLAS_STATUS_NOT_SUPPORTED at cublasLtMatmul)
-                host = np.zeros(_SCALE_SPACING * (len(scales) + stand_in), dtype=np.float32)
-                host[:_SCALE_SPACING * len(scales):_SCALE_SPACING] = list(scales.values())
-                res.scales = self._allocator.from_numpy(host)
-                base = self._allocator.package.pointer(res.scales)
-                for i, attribute in enumerate(scales):
-                    lt.set_attribute(desc, attribute, base + 4 * _SCALE_SPACING * i)
-                if stand_in:
-                    self._c_stand_in = base + 4 * _SCALE_SPACING * len(scales)
-            if getattr(self._options, "fast_accumulation", False):
-                lt.set_attribute(desc, lt.MatmulDesc.FAST_ACCUM, 1)
-        self._alpha_factor = alpha_factor
-
+        self._alpha_factor = self._set_float8_scales(desc, problem, swap, c is None) if float8 else 1.0
         sm_count = getattr(self._options, "sm_count_target", 0)
         if sm_count:
             lt.set_attribute(desc, lt.MatmulDesc.SM_COUNT_TARGET, sm_count)
-        # Epilog: its value, dtypes, leading dimensions, batch strides; pointers (and the result's amax's, which
-        # needs no epilog) are set per execute().
-        slots = []
-        if epilog is not None:
-            lt.set_attribute(desc, lt.MatmulDesc.EPILOGUE, int(epilog))
-        for source, pairs in ((0, problem.epilog_inputs), (1, problem.epilog_outputs)):
-            for name, layout in pairs:  # each operand's handler sets its own attributes
-                pointer_attribute = HANDLERS[name].set_attributes(desc, layout, d_dtype, batch)
-                if swap:  # a_scale / b_scale tensors follow their operands
-                    pointer_attribute = SWAPPED_SCALES.get(pointer_attribute, pointer_attribute)
-                lt.set_attribute(desc, pointer_attribute, _PLACEHOLDER_POINTER)
-                slots.append((source, name, int(pointer_attribute)))
-        self._slots = tuple(slots)
-        self._slot_values = [_PLACEHOLDER_POINTER] * len(slots)
-        self._slot_buffer = ctypes.c_void_p(0)
-        self._set_desc_attribute = lt.library.cublasLtMatmulDescSetAttribute
+        self._set_epilog(desc, problem, epilog, swap)
 
-        self._filters = tuple((attribute, value) for attribute, value in (
-            (lt.Preference.REDUCTION_SCHEME_MASK, preferences.reduction_scheme_mask),
-            (lt.Preference.IMPL_MASK, preferences.numerical_impl_mask),
-            (lt.Preference.MAX_WAVES_COUNT, preferences.max_waves_count or None)) if value is not None)
-        res.preference = self._preference(preferences.max_workspace_bytes, DEFAULT_ALIGNMENT)
         self._layouts = (la, lb, lc, ld)
-        self._limit = preferences.limit
-        self._max_workspace = preferences.max_workspace_bytes
-        try:
-            found = lt.heuristics(self._handle, desc, la, lb, lc, ld, res.preference, preferences.limit)
-        except CUDALibraryError as e:  # e.g. CUBLAS_STATUS_INVALID_VALUE for a combination it rejects outright
-            raise ValueError(f"{self._no_algorithm_message(op_a, op_b, float8)} ({e})") from e
-        if not found:
-            raise ValueError(self._no_algorithm_message(op_a, op_b, float8))
-        candidates = [CublasLtAlgorithm(result, rank) for rank, result in enumerate(found)]
-        if 2.0 * problem.m * problem.n * problem.k * batch <= HOST_BOUND_FLOPS:
-            candidates = single_kernel_first(candidates)
-        self.algorithms = Candidates(candidates, self._chosen_by_caller)
+        self.algorithms = self._candidates(problem, preferences, (op_a, op_b, float8))
         self._alignment_mask = DEFAULT_ALIGNMENT - 1
 
         # Host alpha/beta of the scale type, and the argument list of cublasLtMatmul (ints only).
@@ -301,6 +241,78 @@ class CublasLtEngine:
         logger.debug("cuBLASLt plan %sx%sx%s batch %d (%s%s, swap=%s, epilog=%s): %d candidates, using %r",
                      problem.m, problem.n, problem.k, batch, op_a.name, op_b.name, swap,
                      None if epilog is None else epilog.name, len(self.algorithms), self.algorithms[0])
+
+    def _candidates(self, problem, preferences, described):
+        """cuBLASLt's heuristic's algorithms for the layouts and descriptor made, under ``preferences``, small
+        products' single-kernel ones first; ValueError when it has none (``described``: the operations and whether
+        the product is float8, for the message)."""
+        res = self._resources
+        self._filters = tuple((attribute, value) for attribute, value in (
+            (lt.Preference.REDUCTION_SCHEME_MASK, preferences.reduction_scheme_mask),
+            (lt.Preference.IMPL_MASK, preferences.numerical_impl_mask),
+            (lt.Preference.MAX_WAVES_COUNT, preferences.max_waves_count or None)) if value is not None)
+        res.preference = self._preference(preferences.max_workspace_bytes, DEFAULT_ALIGNMENT)
+        self._limit = preferences.limit
+        self._max_workspace = preferences.max_workspace_bytes
+        try:
+            found = lt.heuristics(self._handle, res.desc, *self._layouts, res.preference, preferences.limit)
+        except CUDALibraryError as e:  # e.g. CUBLAS_STATUS_INVALID_VALUE for a combination it rejects outright
+            raise ValueError(f"{self._no_algorithm_message(*described)} ({e})") from e
+        if not found:
+            raise ValueError(self._no_algorithm_message(*described))
+        candidates = [CublasLtAlgorithm(result, rank) for rank, result in enumerate(found)]
+        if 2.0 * problem.m * problem.n * problem.k * problem.batch <= HOST_BOUND_FLOPS:
+            candidates = single_kernel_first(candidates)
+        return Candidates(candidates, self._chosen_by_caller)
+
+    def _set_float8_scales(self, desc, problem, swap, no_c):
+        """Put a float8 product's scale factors on the device (float32, the compute type; D's only for a float8
+        result) and point ``desc`` at them; returns the factor folded into alpha (a d_scale of a wider result)."""
+        alpha_factor, d_dtype = 1.0, problem.d.dtype
+        scales = {lt.MatmulDesc.A_SCALE_POINTER: problem.a_scale, lt.MatmulDesc.B_SCALE_POINTER: problem.b_scale}
+        scales = {SWAPPED_SCALES[attribute] if swap else attribute: v for attribute, v in scales.items()}
+        scales[lt.MatmulDesc.EPILOGUE_AUX_SCALE_POINTER] = problem.aux_scale  # (a float8 aux's; else None)
+        d_scale = problem.d_scale
+        if d_dtype in FLOAT8_DTYPES:
+            scales[lt.MatmulDesc.D_SCALE_POINTER] = d_scale
+        elif d_scale is not None and d_scale != 1:  # (the API refuses it with an epilog, which would not commute)
+            alpha_factor = float(d_scale)  # d_scale * (alpha X + beta C) = (d_scale alpha) X + (d_scale beta) C
+        scales = {attribute: value for attribute, value in scales.items() if value is not None}
+        # A float8 result without C: C (bfloat16, never read as beta = 0) needs a pointer other than D's, or
+        # cuBLASLt sees an in-place product with C's and D's layouts differing (CUBLAS_STATUS_INVALID_VALUE).
+        stand_in = d_dtype in FLOAT8_DTYPES and no_c
+        if scales or stand_in:
+            # one scale per 256 bytes: cuBLASLt wants each scale pointer aligned (a float32 right after
+            # another one, 4-byte aligned, gave CUBLAS_STATUS_NOT_SUPPORTED at cublasLtMatmul)
+            host = np.zeros(_SCALE_SPACING * (len(scales) + stand_in), dtype=np.float32)
+            host[:_SCALE_SPACING * len(scales):_SCALE_SPACING] = list(scales.values())
+            self._resources.scales = self._allocator.from_numpy(host)
+            base = self._allocator.package.pointer(self._resources.scales)
+            for i, attribute in enumerate(scales):
+                lt.set_attribute(desc, attribute, base + 4 * _SCALE_SPACING * i)
+            if stand_in:
+                self._c_stand_in = base + 4 * _SCALE_SPACING * len(scales)
+        if getattr(self._options, "fast_accumulation", False):
+            lt.set_attribute(desc, lt.MatmulDesc.FAST_ACCUM, 1)
+        return alpha_factor
+
+    def _set_epilog(self, desc, problem, epilog, swap):
+        """The epilog's value, dtypes, leading dimensions and batch strides on ``desc``, and the slots of its
+        pointers (and the result's amax's, which needs no epilog), which each execute() sets."""
+        slots = []
+        if epilog is not None:
+            lt.set_attribute(desc, lt.MatmulDesc.EPILOGUE, int(epilog))
+        for source, pairs in ((0, problem.epilog_inputs), (1, problem.epilog_outputs)):
+            for name, layout in pairs:  # each operand's handler sets its own attributes
+                pointer_attribute = HANDLERS[name].set_attributes(desc, layout, problem.d.dtype, problem.batch)
+                if swap:  # a_scale / b_scale tensors follow their operands
+                    pointer_attribute = SWAPPED_SCALES.get(pointer_attribute, pointer_attribute)
+                lt.set_attribute(desc, pointer_attribute, _PLACEHOLDER_POINTER)
+                slots.append((source, name, int(pointer_attribute)))
+        self._slots = tuple(slots)
+        self._slot_values = [_PLACEHOLDER_POINTER] * len(slots)
+        self._slot_buffer = ctypes.c_void_p(0)
+        self._set_desc_attribute = lt.library.cublasLtMatmulDescSetAttribute
 
     def _layout(self, dtype, rows, cols, ld, batch, batch_stride):
         layout = lt.create_matrix_layout(lt.cuda_data_type(dtype), rows, cols, ld)

@@ -67,7 +67,7 @@ import numpy as np
 from ...bindings import cublaslt as lt
 
 __all__ = ["MatmulEpilog", "EpilogSpec", "epilog_spec", "relu_aux_rows", "gelu_aux_rows", "gelu", "gelu_grad",
-           "pack_bits", "unpack_bits", "EPILOG_INPUT_NAMES", "EPILOG_OUTPUT_NAMES"]
+           "pack_bits", "unpack_bits", "EPILOG_INPUT_NAMES", "EPILOG_OUTPUT_NAMES", "as_epilog"]
 
 
 # The binding's enum itself: the API passes its values to cuBLASLt unchanged, and the CPU engine implements them.

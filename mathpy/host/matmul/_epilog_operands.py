@@ -34,7 +34,7 @@ from ._options import BF16, E4M3, F16, FLOAT8_DTYPES
 from ._problem import MatrixLayout
 
 __all__ = ["HANDLERS", "output_layouts", "SCALE_NAMES", "scale_items", "split_scales", "gelu_aux_dtype", "is_number",
-           "c_stand_in"]
+           "c_stand_in", "Data"]
 
 
 def _lt():

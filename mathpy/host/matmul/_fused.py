@@ -30,7 +30,7 @@ from ... import _threads
 from ..._strides import c_strides
 from ...jit import _matmul_epilog as E
 from ...jit._cpu_passes import matmul_epilog_pass
-from ._cpu import CPUEngine, _store
+from ._cpu import CPUEngine, store_result
 from ._cpu_epilog import python_epilog_pass
 from ._options import BF16
 
@@ -187,7 +187,7 @@ class FusedCPUEngine(CPUEngine):
                 x = self._product(a, b, c, alpha, beta)[0]
             x = np.ascontiguousarray(np.broadcast_to(x, (p.batch, p.m, p.n)))
             operands = [epilog_inputs.get(name) for name, _ in p.fused.operands]
-            _store(E.apply_cpu(p.fused.epilog, x, operands, True), d)
+            store_result(E.apply_cpu(p.fused.epilog, x, operands, True), d)
             return
         if self.native:  # float32 / float64 / complex64: the product in D itself, the epilog in place
             self._execute_native(a, b, c, d, {}, {}, alpha, beta)
@@ -197,7 +197,7 @@ class FusedCPUEngine(CPUEngine):
             x = self._product(a, b, c, alpha, beta)[0]
         x = np.require(np.broadcast_to(x, (p.batch, p.m, p.n)), requirements=("C", "W"))  # the pass writes it
         self.run_epilog(x, epilog_inputs)
-        _store(x, d)
+        store_result(x, d)
 
     def run_epilog(self, x, epilog_inputs):
         """The Python epilog in place on ``x`` (``(batch, M, N)``, C-contiguous, the compute dtype), on every

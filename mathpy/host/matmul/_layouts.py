@@ -31,7 +31,7 @@ _FLOAT8 = (FLOAT8_E4M3, FLOAT8_E5M2)
 
 __all__ = ["Staged", "Product", "engine_dtype", "matrix_strides", "batch_stride", "stage_matrix", "stage_a", "stage_b",
            "c_in_d_order", "result_layout", "expand_c", "bring", "engine_view", "drop_vector_axes", "check_inplace",
-           "inplace_layout"]
+           "inplace_layout", "strided_view"]
 
 
 class Product(typing.NamedTuple):

@@ -71,6 +71,74 @@ def make_engine(problem, execution, options, preferences, allocator):
 
 
 @fill(MATMUL_DOCS)
+
+def _product_shape(a_op, b_op):
+    """``(m, n, k, batch shape, result shape)`` of ``a @ b`` with numpy.matmul's rules (1-D operands promoted, batch
+    dimensions broadcast); ValueError naming both shapes when they do not match."""
+    if a_op.ndim == 0 or b_op.ndim == 0:
+        raise ValueError(f"matmul operands must have at least one dimension; a has shape {a_op.shape}, b has shape "
+                         f"{b_op.shape}")
+    a_shape = (1, *a_op.shape) if a_op.ndim == 1 else a_op.shape
+    b_shape = (*b_op.shape, 1) if b_op.ndim == 1 else b_op.shape
+    m, k = a_shape[-2:]
+    k_b, n = b_shape[-2:]
+    if k != k_b:
+        raise ValueError(f"matmul: a of shape {a_op.shape} and b of shape {b_op.shape} do not match: a has {k} "
+                         f"columns (K) but b has {k_b} rows")
+    try:
+        batch_shape = tuple(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
+    except ValueError:
+        raise ValueError(f"matmul: the batch dimensions of a {a_op.shape[:-2]} and b {b_op.shape[:-2]} do not "
+                         f"broadcast") from None
+    result_shape = (*batch_shape, *([m] if a_op.ndim > 1 else []), *([n] if b_op.ndim > 1 else []))
+    return m, n, k, batch_shape, result_shape
+
+
+def _check_c_shape(c_op, result_shape):
+    """ValueError when operand ``c`` (or None) does not broadcast to the result's shape."""
+    if c_op is None or tuple(c_op.shape) == result_shape:
+        return
+    try:
+        ok = np.broadcast_shapes(c_op.shape, result_shape) == result_shape
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"c has shape {c_op.shape}, which does not broadcast to the result's shape {result_shape}")
+
+
+def _result_holder(a_op, on_gpu, moves):
+    """The package results are allocated in: ``a``'s where it can hold them on the execution device, else the device
+    package (GPU) or NumPy (CPU); ``moves``: the operands change device."""
+    if on_gpu:
+        holder = a_op.package if (_operands.holder_of(a_op.package).name == a_op.package and not moves) else \
+            _operands.device_package()
+        return holder_for(holder, True)
+    return holder_for(a_op.package if (not moves and a_op.package in ("numpy", "torch")) else "numpy", False)
+
+
+def _given_inputs(epilog_inputs, epilog, spec, fused):
+    """``(inputs by name, aux_scale, the names the epilog takes)`` from ``epilog_inputs``; TypeError for a non-dict,
+    ValueError naming an unknown or a missing input."""
+    given = {} if epilog_inputs is None else epilog_inputs
+    if not isinstance(given, dict):
+        raise TypeError(f"epilog_inputs must be a dict, not {type(given).__name__}")
+    given = dict(given)
+    aux_scale = given.pop("aux_scale", None)  # a float8 GELU aux's scale: checked with its dtype by plan()
+    wanted = fused.operands if fused is not None else spec.inputs
+    missing = [name for name in spec.inputs if name not in given]
+    unknown = sorted(set(given) - set(wanted), key=str)
+    if unknown:  # first: a misspelled name is also a missing one, and the misspelling is what to fix
+        allowed = list(wanted) or "none"
+        name = fused.where if fused is not None else "None" if epilog is None else spec.name
+        raise ValueError(f"epilog_inputs {unknown} are not inputs of epilog {name}: it takes {allowed}"
+                         + (f" (missing {missing})" if missing else "")
+                         + f"; the inputs of all epilogs are {list(EPILOG_INPUT_NAMES)}, and 'data' of a "
+                           f"Python epilog")
+    if missing:
+        raise ValueError(f"epilog {spec.name} needs epilog_inputs {list(spec.inputs)}; missing {missing}")
+    return given, aux_scale, wanted
+
+
 class Matmul:
     """A planned matrix product ``D = epilog(alpha * a @ b + beta * c)`` with numpy.matmul semantics, executed many
     times (nvmath-python's stateful API). :func:`~mathpy.matmul` is a thin layer over it.
@@ -132,22 +200,7 @@ class Matmul:
         ops = _operands.wrap_operands({"a": a, "b": b, "c": c}, written=("c",) if options.inplace else ())
         self._grad = _torch_route.grad_names(a=a, b=b, c=c)  # no backward here: execute refuses in grad mode
         a_op, b_op, c_op = ops["a"], ops["b"], ops["c"]
-        if a_op.ndim == 0 or b_op.ndim == 0:
-            raise ValueError(f"matmul operands must have at least one dimension; a has shape {a_op.shape}, b has shape "
-                             f"{b_op.shape}")
-        a_shape = (1, *a_op.shape) if a_op.ndim == 1 else a_op.shape
-        b_shape = (*b_op.shape, 1) if b_op.ndim == 1 else b_op.shape
-        m, k = a_shape[-2:]
-        k_b, n = b_shape[-2:]
-        if k != k_b:
-            raise ValueError(f"matmul: a of shape {a_op.shape} and b of shape {b_op.shape} do not match: a has {k} "
-                             f"columns (K) but b has {k_b} rows")
-        try:
-            batch_shape = tuple(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
-        except ValueError:
-            raise ValueError(f"matmul: the batch dimensions of a {a_op.shape[:-2]} and b {b_op.shape[:-2]} do not "
-                             f"broadcast") from None
-        result_shape = (*batch_shape, *([m] if a_op.ndim > 1 else []), *([n] if b_op.ndim > 1 else []))
+        m, n, k, batch_shape, result_shape = _product_shape(a_op, b_op)
         execution = resolve_execution(execution, a_op.device_id)
         on_gpu = isinstance(execution, ExecutionCUDA)
         if on_gpu:
@@ -165,14 +218,7 @@ class Matmul:
         beta = check_scalar(beta, "beta", types)
         if options.inplace:
             check_inplace(c_op, result_shape, types.result)
-        if c_op is not None and tuple(c_op.shape) != result_shape:
-            try:
-                ok = np.broadcast_shapes(c_op.shape, result_shape) == result_shape
-            except ValueError:
-                ok = False
-            if not ok:
-                raise ValueError(f"c has shape {c_op.shape}, which does not broadcast to the result's shape "
-                                 f"{result_shape}")
+        _check_c_shape(c_op, result_shape)
         moves = (a_op.device_id is None) == on_gpu or (on_gpu and a_op.device_id != execution.device_id)
 
         # cuBLASLt has float8 and int8 kernels only in its "TN" form: the API stages A row-major, B column-major
@@ -193,15 +239,8 @@ class Matmul:
         self._c_object = c  # in place: the caller's c is the result
         self._inputs = {}
         self._c_shape = None if c_op is None else tuple(c_op.shape)
-        if on_gpu:
-            self._device_id = execution.device_id
-            holder = a_op.package if (_operands.holder_of(a_op.package).name == a_op.package and not moves) else \
-                _operands.device_package()
-            self._holder = holder_for(holder, True)
-        else:
-            self._device_id = None
-            self._holder = holder_for(a_op.package if (not moves and a_op.package in ("numpy", "torch")) else "numpy",
-                                      False)
+        self._device_id = execution.device_id if on_gpu else None
+        self._holder = _result_holder(a_op, on_gpu, moves)
         stream_handle(stream)  # checked now; each call resolves its own stream (see mathpy._streams)
         self._state = _CREATED
         self._logger.debug("Matmul %s x %s -> %s (batch %s), %s, %s on %s%s", (m, k), (k, n), result_shape,
@@ -234,42 +273,9 @@ class Matmul:
         spec = epilog_spec(epilog)
         preferences = check_or_create_options(MatmulPlanPreferences, preferences, "preferences")
         d_dtype = self._d_dtype
-        if epilog is not None and d_dtype.kind == "c":
-            raise ValueError(f"epilog {epilog.name} does not apply to complex operands ({d_dtype.name}); "
-                             f"epilogs need real dtypes")
-        if epilog is not None and not (is_floating(d_dtype) and is_floating(self._types.operand)):
-            raise ValueError(f"epilog {epilog.name} does not apply to {self._types.operand.name} operands "
-                             f"({d_dtype.name} result); epilogs need cuBLASLt's floating-point dtypes (float16, "
-                             f"bfloat16, float32, float64, float8)")
-        for name in (*spec.inputs, *spec.outputs):
-            HANDLERS[name].check(spec, d_dtype)
-        if spec.activation in ("drelu", "dgelu") and self._product.k == 1:
-            raise ValueError(f"epilog {epilog.name} needs K > 1 (cuBLASLt does not support K = 1); K is 1")
-        d_scale = self._options.d_scale
-        if epilog is not None and d_scale not in (None, 1) and d_dtype not in FLOAT8_DTYPES:
-            # cuBLASLt applies d_scale to float8 results only; otherwise it is folded into alpha, which an epilog
-            # (a non-linear one, or a bias added after the product) would not commute with
-            raise ValueError(f"d_scale={d_scale} applies to float8 results; with a {d_dtype.name} result and "
-                             f"epilog {epilog.name} it cannot be folded into alpha: scale alpha instead, or use a "
-                             f"float8 result_type")
-        given = {} if epilog_inputs is None else epilog_inputs
-        if not isinstance(given, dict):
-            raise TypeError(f"epilog_inputs must be a dict, not {type(given).__name__}")
-        given = dict(given)
-        aux_scale = given.pop("aux_scale", None)  # a float8 GELU aux's scale: checked with its dtype below
-        wanted = fused.operands if fused is not None else spec.inputs
+        self._check_epilog(epilog, spec)
+        given, aux_scale, wanted = _given_inputs(epilog_inputs, epilog, spec, fused)
         self._fused = fused  # (a Python epilog's operands may have any name: _stage_input)
-        missing = [name for name in spec.inputs if name not in given]
-        unknown = sorted(set(given) - set(wanted), key=str)
-        if unknown:  # first: a misspelled name is also a missing one, and the misspelling is what to fix
-            allowed = list(wanted) or "none"
-            name = fused.where if fused is not None else "None" if epilog is None else spec.name
-            raise ValueError(f"epilog_inputs {unknown} are not inputs of epilog {name}: it takes {allowed}"
-                             + (f" (missing {missing})" if missing else "")
-                             + f"; the inputs of all epilogs are {list(EPILOG_INPUT_NAMES)}, and 'data' of a "
-                               f"Python epilog")
-        if missing:
-            raise ValueError(f"epilog {spec.name} needs epilog_inputs {list(spec.inputs)}; missing {missing}")
         aux_dtype = gelu_aux_dtype(spec, preferences.aux_type, preferences.aux_amax, aux_scale is not None,
                                    self._staged["a"].op.dtype, self._staged["b"].op.dtype, d_dtype,
                                    None if self._c_given is None else self._c_given.op.dtype)
@@ -308,6 +314,43 @@ class Matmul:
             inplace=self._options.inplace, **self._float8_scales(), aux_scale=aux_scale,
             fused=fused)
 
+        cache_key = self._bind_engine(problem, preferences, algorithms, handle)
+        self._problem, self._spec, self._inputs, self._cache_key = problem, spec, inputs, cache_key
+        self._plan_arguments = arguments  # (a reset of scales given as numbers plans again with them)
+        self._grad = tuple(n for n in self._grad if n != "epilog_inputs") + \
+            _torch_route.grad_names(epilog_inputs=epilog_inputs)
+        self._state = _PLANNED
+        self._make_call()
+        self._logger.debug("Matmul planned: epilog %s, %d candidate algorithms, workspace %d bytes", spec.name,
+                           len(self._engine.algorithms), self._engine.workspace_bytes)
+        return list(self._engine.algorithms)
+
+    def _check_epilog(self, epilog, spec):
+        """ValueError when cuBLASLt's ``epilog`` (None: none) cannot apply to this product: complex or integer
+        results, an operand it cannot take, K = 1 for a backward activation, a d_scale it would not commute with."""
+        d_dtype = self._d_dtype
+        if epilog is not None and d_dtype.kind == "c":
+            raise ValueError(f"epilog {epilog.name} does not apply to complex operands ({d_dtype.name}); "
+                             f"epilogs need real dtypes")
+        if epilog is not None and not (is_floating(d_dtype) and is_floating(self._types.operand)):
+            raise ValueError(f"epilog {epilog.name} does not apply to {self._types.operand.name} operands "
+                             f"({d_dtype.name} result); epilogs need cuBLASLt's floating-point dtypes (float16, "
+                             f"bfloat16, float32, float64, float8)")
+        for name in (*spec.inputs, *spec.outputs):
+            HANDLERS[name].check(spec, d_dtype)
+        if spec.activation in ("drelu", "dgelu") and self._product.k == 1:
+            raise ValueError(f"epilog {epilog.name} needs K > 1 (cuBLASLt does not support K = 1); K is 1")
+        d_scale = self._options.d_scale
+        if epilog is not None and d_scale not in (None, 1) and d_dtype not in FLOAT8_DTYPES:
+            # cuBLASLt applies d_scale to float8 results only; otherwise it is folded into alpha, which an epilog
+            # (a non-linear one, or a bias added after the product) would not commute with
+            raise ValueError(f"d_scale={d_scale} applies to float8 results; with a {d_dtype.name} result and "
+                             f"epilog {epilog.name} it cannot be folded into alpha: scale alpha instead, or use a "
+                             f"float8 result_type")
+
+    def _bind_engine(self, problem, preferences, algorithms, handle):
+        """Take the engine of ``problem`` (from the plan cache, or made for this object) and adopt ``algorithms``;
+        returns the cache key (None without a cache)."""
         # The old plan goes first (its workspace counts against the cache bound); from here a failure must not
         # leave this object looking planned with a freed engine, so it falls back to the unplanned state.
         self._release_engine()
@@ -341,15 +384,7 @@ class Matmul:
         except BaseException:
             self._release_engine()
             raise
-        self._problem, self._spec, self._inputs, self._cache_key = problem, spec, inputs, cache_key
-        self._plan_arguments = arguments  # (a reset of scales given as numbers plans again with them)
-        self._grad = tuple(n for n in self._grad if n != "epilog_inputs") + \
-            _torch_route.grad_names(epilog_inputs=epilog_inputs)
-        self._state = _PLANNED
-        self._make_call()
-        self._logger.debug("Matmul planned: epilog %s, %d candidate algorithms, workspace %d bytes", spec.name,
-                           len(self._engine.algorithms), self._engine.workspace_bytes)
-        return list(self._engine.algorithms)
+        return cache_key
 
     @property
     def algorithms(self):

@@ -66,7 +66,8 @@ from ...bindings._types import CudaDataType, to_dtype
 from ...bindings.cublaslt import MatmulComputeType
 
 __all__ = ["MatmulOptions", "MatmulPlanPreferences", "MatmulTypes", "resolve_types", "refuse_block_scaling",
-           "check_scalar", "SUPPORTED_DTYPES", "FLOAT8_DTYPES", "COMPUTE_TYPES", "RESULT_ORDERS", "is_floating"]
+           "check_scalar", "SUPPORTED_DTYPES", "FLOAT8_DTYPES", "COMPUTE_TYPES", "RESULT_ORDERS", "is_floating", "BF16",
+           "E4M3", "EPILOG_ROUTES", "F16", "I8"]
 
 #: How a Python epilog may run on a GPU (``MatmulPlanPreferences.epilog_route``; see ``_fused_route``).
 EPILOG_ROUTES = ("auto", "library", "fused", "elementwise", "generic")

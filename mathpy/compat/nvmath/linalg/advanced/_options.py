@@ -20,7 +20,7 @@ from ..._common import check_or_create_options
 
 __all__ = ["MatmulEpilog", "MatmulInnerShape", "MatmulNumericalImplFlags", "MatmulOptions", "MatmulEpilogPreferences",
            "MatmulPlanPreferences", "MatmulQuantizationScales", "MatmulReductionScheme", "MatmulComputeType",
-           "matrix_qualifiers_dtype"]
+           "matrix_qualifiers_dtype", "memory_limit_bytes"]
 
 matrix_qualifiers_dtype = np.dtype([("structure", object), ("is_conjugate", "<i4")])
 
