@@ -196,11 +196,6 @@ def choose_route(p, recognized, operands, cc, sms, requested="auto"):
     if requested in ("fused", "generic", "elementwise"):
         if requested == "fused":
             why = hopper_possible(p, cc)
-            batched_data = [n for n, layout in operands.items() if layout is not None and len(layout.shape) == 3]
-            if why is None and batched_data and _edge_tiles(p) is not None:
-                # the H200 gave results 0.24 off (relative) for a batched data operand staged over edge tiles
-                # (2 x 1100 x 2104 x 200, bf16); 2-D data over edge tiles, and whole tiles, were right
-                why = f"{_edge_tiles(p)}, with batched data {batched_data} (edge tiles take 2-D data only)"
             if why is not None:
                 raise ValueError(f"epilog_route='fused' is not possible: {why}")
         if requested == "generic" and p.d_dtype.kind == "c":
