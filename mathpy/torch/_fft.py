@@ -21,6 +21,7 @@ public call into these ops, and remembers what NumPy's rules decided per operand
 import torch
 import torch.nn.functional as F
 
+from .. import _memo
 from .._options import check_or_create_options
 from ..host.fft._numpy_call import n_d, one_d
 from ..host.fft._options import FFTOptions
@@ -127,7 +128,7 @@ def fft_c2r(x, dim, norm, last):
     return call(_C2R_OP, (x,), x, dim, norm, last)
 
 
-_weights = {}  # (n, interior, dtype, device, axis, ndim) -> the bin weights, in eager mode
+_weights = _memo.Memo("bin-weights", group="torch", max_entries=64)  # (n, interior, dtype, device, axis, ndim)
 
 
 def _bin_weights(n, interior, like, axis):
@@ -145,9 +146,7 @@ def _bin_weights(n, interior, like, axis):
         weights = weights.view(shape)
         # (not while a CUDA graph captures: its fill would run only at replay)
         if plain and not (like.is_cuda and torch.cuda.is_current_stream_capturing()):
-            if len(_weights) >= 64:
-                _weights.clear()
-            _weights[key] = weights
+            _weights.put(key, weights)
     return weights
 
 
@@ -163,8 +162,8 @@ _FUNCTIONS = {
 }
 
 
-_recipes = {}  # (name, n, axes, norm, shape, dtype) -> steps, for calls with no other argument
-_RECIPES_MAX = 256
+# (name, n, axes, norm, shape, dtype) -> steps, for calls with no other argument
+_recipes = _memo.Memo("fft-recipes", group="torch", max_entries=256)
 
 
 def route(name, a, n, axes, norm, out, prolog, epilog, options, execution, stream):
@@ -183,9 +182,7 @@ def route(name, a, n, axes, norm, out, prolog, epilog, options, execution, strea
         if steps is None:
             steps, memo = _recipe(name, a, n, axes, norm, None)
             if key is not None and memo:
-                if len(_recipes) >= _RECIPES_MAX:
-                    _recipes.clear()
-                _recipes[key] = steps
+                _recipes.put(key, steps)
     else:
         options = _check_supported(f"mathpy.fft.{name}", a, out, prolog, epilog, options, execution, stream)
         steps, _ = _recipe(name, a, n, axes, norm, options)

@@ -23,6 +23,7 @@ import dataclasses
 import numpy as np
 import torch
 
+from .. import _memo
 from .._options import check_or_create_options
 from ..host.matmul._epilog import MatmulEpilog
 from ..host.matmul._options import MatmulOptions, MatmulPlanPreferences
@@ -340,7 +341,7 @@ _FIELDS = {cls: tuple((f.name, f.default) for f in dataclasses.fields(cls))
            for cls in (MatmulOptions, MatmulPlanPreferences)}
 
 
-_decoded = {}  # text -> dict: the same few option strings come with every call
+_decoded = _memo.Memo("decoded-options", group="torch", max_entries=256)  # text -> dict (every call brings one)
 
 
 def decode_options(text):
@@ -349,10 +350,8 @@ def decode_options(text):
         return None
     found = _decoded.get(text)
     if found is None:
-        if len(_decoded) >= 256:
-            _decoded.clear()
-        found = _decoded[text] = {name: ast.literal_eval(value)
-                                  for name, value in (part.split("=", 1) for part in text.split(";"))}
+        found = {name: ast.literal_eval(value) for name, value in (part.split("=", 1) for part in text.split(";"))}
+        _decoded.put(text, found)
     return dict(found)
 
 
@@ -379,8 +378,8 @@ def _named(epilog_inputs):
     return {f"epilog_inputs[{name!r}]": value for name, value in epilog_inputs.items()}
 
 
-_resolved = {}  # the facts of a call without options -> (epilog to run, alpha, beta, output name or None)
-_RESOLVED_MAX = 256
+# the facts of a call without options -> (epilog to run, alpha, beta, output name or None)
+_resolved = _memo.Memo("matmul-routes", group="torch", max_entries=256)
 
 
 def route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution, stream):
@@ -409,9 +408,7 @@ def route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, exe
         if found is None:
             found = _resolve(a, b, c, alpha, beta, epilog, epilog_inputs, grad)
             if key is not None:
-                if len(_resolved) >= _RESOLVED_MAX:
-                    _resolved.clear()
-                _resolved[key] = found
+                _resolved.put(key, found)
         run, alpha, beta, output = found
         d, extra = matmul(a, b, c, alpha, beta, run, bias, aux, "", "")
         return d if output is None else (d, {output: extra})

@@ -31,6 +31,7 @@ import torch
 
 import math
 
+from .. import _memo
 from .. import fft as _mathpy_fft
 from ..host.fft._numpy_rules import swap_norm
 from ..host.matmul import MatmulOptions
@@ -155,7 +156,7 @@ def _c2c_pad_backward(ctx, grad):
     return c2c_low(grad, ctx.keep, swap_norm(ctx.norm), not ctx.forward), None, None, None
 
 
-_weight_cache = {}  # (n, keep, interior, dtype, device) -> weights, in eager mode
+_weight_cache = _memo.Memo("pruned-weights", group="torch", max_entries=64)  # (n, keep, interior, dtype, device)
 
 
 def _weights(n, keep, interior, like):
@@ -168,9 +169,7 @@ def _weights(n, keep, interior, like):
         weights = torch.ones(keep, dtype=_REAL.get(like.dtype, like.dtype), device=like.device)
         weights[1:min(keep, (n - 1) // 2 + 1)] = interior
         if remember and not (like.is_cuda and torch.cuda.is_current_stream_capturing()):
-            if len(_weight_cache) >= 64:
-                _weight_cache.clear()
-            _weight_cache[key] = weights
+            _weight_cache.put(key, weights)
     return weights
 
 
@@ -233,7 +232,7 @@ def c2r_low_gemm(x, n, norm, dtype=None):
     return _mathpy_matmul(real if real.dtype == dtype else real.to(dtype), matrix).reshape(*x.shape[:-1], n)
 
 
-_matrices = {}  # (n, keep, norm, inverse, dtype, device) -> the DFT matrix, in eager mode
+_matrices = _memo.Memo("pruned-dft-matrices", group="torch", max_entries=64)  # (n, keep, norm, inverse, ...)
 
 
 def _dft_matrix(n, keep, norm, inverse, dtype, device):
@@ -261,7 +260,5 @@ def _dft_matrix(n, keep, norm, inverse, dtype, device):
         matrix = (scale * pair).reshape(2 * keep, n).T
     matrix = matrix.to(device=device, dtype=dtype).contiguous()
     if remember:
-        if len(_matrices) >= 64:
-            _matrices.clear()
-        _matrices[key] = matrix
+        _matrices.put(key, matrix)
     return matrix

@@ -10,7 +10,7 @@ import dataclasses
 
 import numpy as np
 
-from ... import _cuda, _operands
+from ... import _cuda, _memo, _operands
 from ..._execution import ExecutionCUDA, resolve_execution
 from ..._options import check_or_create_options
 from ..._out import copy_into, out_operand
@@ -136,7 +136,7 @@ def _run(name, kind, op, axes, lengths, norm, out, inverse, prolog, epilog, opti
 
 
 _DEFAULT_OPTIONS = FFTOptions()
-_options_memo = {}
+_options_memo = _memo.Memo("stage-options", group="fft", max_entries=256)
 _NULL_SCOPE = contextlib.nullcontext()
 
 
@@ -145,10 +145,8 @@ def _stage_options(options, fft_type, inplace, parity):
     key = (options, fft_type, inplace, parity)
     found = _options_memo.get(key)
     if found is None:
-        if len(_options_memo) > 256:
-            _options_memo.clear()
-        found = _options_memo[key] = dataclasses.replace(options, fft_type=fft_type, inplace=inplace,
-                                                         last_axis_parity=parity)
+        found = dataclasses.replace(options, fft_type=fft_type, inplace=inplace, last_axis_parity=parity)
+        _options_memo.put(key, found)
     return found
 
 

@@ -18,7 +18,7 @@ import operator
 
 import numpy as np
 
-from ... import _cuda, _operands
+from ... import _cuda, _memo, _operands
 from ..._dtypes import COMPLEX32, dtype_name
 from ..._errors import UnsupportedLayoutError
 from ..._execution import ExecutionCUDA
@@ -255,8 +255,7 @@ class FFTProblem:
         return value
 
 
-_problems = {}  # signature -> FFTProblem, bounded: cleared when it grows past _PROBLEMS_MAX
-_PROBLEMS_MAX = 512
+_problems = _memo.Memo("problems", group="fft", max_entries=512)  # signature -> FFTProblem
 
 
 def fft_problem(op, axes, options, execution):
@@ -265,7 +264,5 @@ def fft_problem(op, axes, options, execution):
     found = _problems.get(signature)
     if found is None:
         found = FFTProblem(op, axes, options, execution)
-        if len(_problems) >= _PROBLEMS_MAX:
-            _problems.clear()
-        _problems[signature] = found
+        _problems.put(signature, found)
     return found

@@ -16,7 +16,7 @@ import types
 
 import numpy as np
 
-from ... import _execution, _packages
+from ... import _execution, _memo, _packages
 from ..._operands import wrap_operand
 from ..._out import check_writable, copy_into, out_operand
 from ..._streams import stream_handle, stream_pointer
@@ -24,9 +24,8 @@ from ._matmul import Matmul, matmul_plan_cache
 
 __all__ = ["run", "forget", "remembered"]
 
-_calls = {}  # key -> MatmulCall
-_host_calls = {}  # key -> (plan cache key, HostCall): NumPy operands on the CPU
-_CALLS_MAX = 128
+_calls = _memo.Memo("stateless", group="matmul", max_entries=128)  # key -> MatmulCall
+_host_calls = _memo.Memo("stateless-host", group="matmul", max_entries=128)  # key -> (plan key, HostCall): NumPy
 
 
 def run(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None, options=None, preferences=None,
@@ -55,7 +54,8 @@ def run(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None, op
         if entry is not None:
             try:
                 if entry.plan is not call.engine:  # planned again since: bind to the cached engine
-                    call = _calls[key] = call.rebind(entry.plan, call.cache_key)
+                    call = call.rebind(entry.plan, call.cache_key)
+                    _calls.put(key, call)
                 return call.execute_pointers(*addresses, stream if stream is None else stream_handle(stream))
             finally:
                 matmul_plan_cache.release(entry)
@@ -66,16 +66,12 @@ def run(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None, op
         mm.plan(epilog=epilog, epilog_inputs=epilog_inputs, preferences=preferences, stream=stream)
         call = mm.prepared_call
         if key is not None and call.direct:
-            if len(_calls) >= _CALLS_MAX:
-                _calls.clear()
-            _calls[key] = call.detached()
+            _calls.put(key, call.detached())
         elif host_key is not None and not call.on_gpu:
             host = getattr(call.engine, "host_call", None)
             host = host and host(call, a, b, epilog_inputs)
             if host is not None:
-                if len(_host_calls) >= _CALLS_MAX:
-                    _host_calls.clear()
-                _host_calls[host_key] = (call.cache_key, host)
+                _host_calls.put(host_key, (call.cache_key, host))
         return mm.execute(stream=stream)
     finally:
         mm.free()
