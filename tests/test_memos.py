@@ -38,7 +38,8 @@ def test_fft_plan_cache_clear_empties_the_fft_group_only():
 
 
 def test_memos_are_bounded():
-    bounds = {name: getattr(info, "max_entries", getattr(info, "max_plans", None)) for name, info in _memo.info().items()}
+    bounds = {name: getattr(info, "max_entries", getattr(info, "max_plans", None))
+              for name, info in _memo.info().items()}
     assert bounds and all(bound is not None and bound > 0 for bound in bounds.values()), bounds
     memo = _memo.Memo("bounded", group="test", max_entries=3)
     try:
