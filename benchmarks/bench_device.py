@@ -28,6 +28,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))  # the device kernels' harness
 
 from mathpy._compat import patch_numpy_for_numba_cuda  # noqa: E402
 
@@ -37,7 +38,7 @@ from numba import cuda  # noqa: E402
 
 import _report  # noqa: E402  (the Markdown table docs/benchmarks.md shows)
 import mathpy.device  # noqa: E402
-from mathpy.device._checks import (  # noqa: E402
+from _device_checks import (  # noqa: E402
     bf16_bits, bf16_to_float32, convolution_kernel, fft_kernel, matmul_kernel, matmul_multistage_kernel,
     matmul_persistent_kernel, matmul_pipelined_kernel, persistent_grid,
 )

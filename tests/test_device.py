@@ -174,7 +174,7 @@ def _ptx(kernel_fn, argtypes):
 def test_fft_ptx_keeps_data_in_registers(sm90, size, precision):
     import numba
 
-    from mathpy.device._checks import fft_kernel
+    from _device_checks import fft_kernel
 
     FFT = md.fft(size=size, precision=precision)
     ct = numba.from_dtype(FFT.complex_dtype)
@@ -195,7 +195,7 @@ def test_fft_ptx_keeps_data_in_registers(sm90, size, precision):
 def test_matmul_ptx_keeps_accumulators_in_registers(sm90, precision):
     import numba
 
-    from mathpy.device._checks import matmul_kernel
+    from _device_checks import matmul_kernel
 
     G = md.matmul(64, 64, 32, precision, a_arrangement="col_major", tensor_cores=False)
     st = numba.from_dtype(G.storage_dtype)
@@ -216,7 +216,7 @@ def test_matmul_tensor_core_ptx(sm90, precision, ptx_type, m, n, k, arrangement)
     registers."""
     import numba
 
-    from mathpy.device._checks import matmul_kernel
+    from _device_checks import matmul_kernel
 
     G = md.matmul(m, n, k, precision, a_arrangement=arrangement)
     assert G.tensor_cores
@@ -245,7 +245,7 @@ def test_matmul_fp64_tensor_core_ptx(sm90, arrangement):
     kernel copies B (and a row-major A) with 16-byte cp.async."""
     import numba
 
-    from mathpy.device._checks import matmul_pipelined_kernel
+    from _device_checks import matmul_pipelined_kernel
 
     G = md.matmul(64, 64, 16, np.float64, a_arrangement=arrangement)
     assert G.tensor_cores and (G.warp_tile_m, G.warp_tile_n) == (32, 32) and G.accumulator_size == 32
@@ -265,7 +265,7 @@ def test_matmul_16bit_copies_and_stores_are_vectorised(sm90):
     """fp16 tensor-core path: 16-byte cp.async copies of A and B, pairs of accumulators stored as one 32-bit store."""
     import numba
 
-    from mathpy.device._checks import matmul_pipelined_kernel
+    from _device_checks import matmul_pipelined_kernel
 
     G = md.matmul(64, 64, 32, np.float16)
     st = numba.from_dtype(G.storage_dtype)
@@ -288,7 +288,7 @@ def test_matmul_multistage_kernel_keeps_slices_in_flight(sm90, kernel, precision
     has something to do."""
     import numba
 
-    from mathpy.device import _checks
+    import _device_checks as _checks
 
     make = _checks.matmul_multistage_kernel if kernel == "multistage" else _checks.matmul_persistent_kernel
     G = md.matmul(128, 128, kb, precision)
@@ -350,7 +350,7 @@ def test_fft_variants_compile_for_sm90(sm90, size, precision, fft_type):
     """The GPU code path (vector complex loads/stores, libdevice sincospi) types and compiles for every kind."""
     import numba
 
-    from mathpy.device._checks import fft_kernel
+    from _device_checks import fft_kernel
 
     FFT = md.fft(size=size, precision=precision, fft_type=fft_type)
     it, ot = numba.from_dtype(FFT.input_dtype), numba.from_dtype(FFT.output_dtype)
@@ -394,7 +394,7 @@ def test_matmul_shared_and_epilog_compile_for_sm90(sm90, precision):
     import numba
     from numba import cuda
 
-    from mathpy.device._checks import matmul_shared_kernel
+    from _device_checks import matmul_shared_kernel
 
     G = md.matmul(32, 32, 16, precision)
     st = numba.from_dtype(G.storage_dtype)
@@ -405,7 +405,7 @@ def test_matmul_shared_and_epilog_compile_for_sm90(sm90, precision):
     def act(x):
         return math.tanh(x)
 
-    from mathpy.device._checks import matmul_kernel
+    from _device_checks import matmul_kernel
 
     G2 = md.matmul(32, 32, 16, precision, epilog=act)
     ptx = _ptx(matmul_kernel(G2, 32).py_func, (st[:, :, :], st[:, :, :], st[:, :, :], numba.float64, numba.float64))
@@ -497,7 +497,7 @@ def test_matmul_tensor_core_fragments_emulated(m, n, k, precision, arrangement, 
     import threading
     import types as pytypes
 
-    from mathpy.device._checks import bf16_bits, bf16_to_float32
+    from _device_checks import bf16_bits, bf16_to_float32
 
     G = md.matmul(m, n, k, precision, a_arrangement=arrangement, block_size=block_size)
     assert G.tensor_cores and G.block_size == block_size

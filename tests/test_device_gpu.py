@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mathpy.device._checks import TOLERANCE
+from _device_checks import TOLERANCE
 
 pytestmark = pytest.mark.gpu
 
@@ -62,7 +62,7 @@ def _supported(n, prec, kw):
 
 @pytest.mark.parametrize("case", _fft_cases(), ids=_fft_id)
 def test_block_fft_on_gpu(case):
-    from mathpy.device._checks import run_fft_case
+    from _device_checks import run_fft_case
 
     n, prec, fft_type, direction, kw = case
     if not _supported(n, prec, kw):
@@ -77,7 +77,7 @@ CONV_CASES = [(n, prec, real) for n in (64, 256, 1024, 4096, 100) for prec in ("
 
 @pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: f"{c[0]}-{c[1]}-{'real' if c[2] else 'complex'}")
 def test_fused_convolution_on_gpu(case):
-    from mathpy.device._checks import run_convolution_case
+    from _device_checks import run_convolution_case
 
     n, prec, real = case
     if not _supported(n, prec, {}):
@@ -138,7 +138,7 @@ MATMUL_CASES = [
 
 @pytest.mark.parametrize("case", MATMUL_CASES, ids=lambda c: f"{c[0]}x{c[1]}x{c[2]}-{c[3]}-K{c[4]}-{c[5]}-{c[6]}")
 def test_block_matmul_on_gpu(case):
-    from mathpy.device._checks import run_matmul_case
+    from _device_checks import run_matmul_case
 
     import mathpy.device as md
 
@@ -150,7 +150,7 @@ def test_block_matmul_on_gpu(case):
 
 
 def test_description_cached_kernels_are_reused_on_gpu():
-    from mathpy.device._checks import fft_kernel
+    from _device_checks import fft_kernel
 
     import mathpy.device as md
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mathpy.device._checks import SIM_CONV_CASES, SIM_FFT_CASES, SIM_MATMUL_CASES, TOLERANCE
+from _device_checks import SIM_CONV_CASES, SIM_FFT_CASES, SIM_MATMUL_CASES, TOLERANCE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,7 +33,7 @@ def _run(args, timeout=300):
 
 @pytest.fixture(scope="module")
 def sim_results():
-    out = _run(["-m", "mathpy.device._checks", "all"])
+    out = _run([str(ROOT / "tests" / "_device_checks.py"), "all"])
     results = {}
     for line in out.splitlines():
         if line.startswith("{"):

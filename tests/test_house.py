@@ -30,8 +30,6 @@ THIRD_PARTY_PRIVATE = {
         "_get_cublas_allow_tf32: the flag torch.backends.cuda.matmul.allow_tf32 reads, in one C call that dynamo folds",
     ("mathpy.torch._matmul", "torch._check"):
         "the shape check of the op's fake function, in the form torch.compile's symbolic shapes can reason about",
-    ("mathpy.device._hopper_sim", "sys._current_frames"):
-        "the simulator's deadlock report: where each simulated GPU thread stands (CPython's documented frame hook)",
 }
 
 #: Functions allowed over MAX_FUNCTION_LINES, with their current length: they may shrink, not grow.
@@ -39,8 +37,6 @@ MAX_FUNCTION_LINES = 80
 LONG_FUNCTIONS = {
     ("mathpy.device._fft", "_generate"): 375,  # a device code generator (see docs/architecture.md)
     ("mathpy.device._matmul", "_generate"): 280,  # a device code generator
-    ("mathpy.device._hopper_sim", "hopper_simulator_namespace"): 125,  # the simulator's stand-ins, one namespace
-    ("mathpy.device._hopper_sim", "run_hopper_case"): 84,
 }
 
 

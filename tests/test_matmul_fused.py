@@ -211,11 +211,11 @@ def test_generic_kernel_and_elementwise_pass_match_numpy_in_the_simulator():
     elementwise pass (vector and element paths, aligned and unaligned rows, several operands of float, bfloat16, bool
     and int32 dtypes, complex values) run under numba's CUDA simulator in a subprocess (it must be switched on before
     numba is imported)."""
-    from mathpy.device._gemm_sim import SIM_FUSED_CASES, SIM_PASS_CASES, TOLERANCE
+    from _gemm_sim import SIM_FUSED_CASES, SIM_PASS_CASES, TOLERANCE
 
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, "-m", "mathpy.device._gemm_sim"], cwd=ROOT, env=env,
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "_gemm_sim.py")], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]

@@ -32,11 +32,11 @@ def test_hopper_kernel_matches_numpy_in_the_simulator(cases):
     direct stores with C, edge tiles in M, N and K, batches with a 3-D data map, A M-major, B K-major, fewer blocks
     than tiles; about 6 minutes on 2 cores, --run-long), "quick" the one of SIM_HOPPER_QUICK (one tile with edges in
     M, N and K, C, direct stores)."""
-    from mathpy.device._hopper_sim import SIM_HOPPER_CASES, SIM_HOPPER_QUICK, TOLERANCE
+    from _hopper_sim import SIM_HOPPER_CASES, SIM_HOPPER_QUICK, TOLERANCE
 
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    args = [sys.executable, "-m", "mathpy.device._hopper_sim"] + (["--quick"] if cases == "quick" else [])
+    args = [sys.executable, str(ROOT / "tests" / "_hopper_sim.py")] + (["--quick"] if cases == "quick" else [])
     proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -47,7 +47,7 @@ def test_hopper_kernel_matches_numpy_in_the_simulator(cases):
 
 def test_simulated_barriers_catch_a_missing_arrival(monkeypatch):
     """The emulated mbarrier reports a wait that can never end instead of hanging (how a protocol bug shows)."""
-    from mathpy.device import _hopper_sim
+    import _hopper_sim
 
     monkeypatch.setattr(_hopper_sim, "_DEADLINE_S", 0.2)
     machine = _hopper_sim._Machine()

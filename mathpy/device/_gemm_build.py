@@ -200,7 +200,7 @@ def pass_ltoir(config, cc):
 
 def generic_simulator_kernel(config, description, epilog_fn, extra=None):
     """The generic kernel for ``config`` as a simulator kernel (numba's CUDA simulator must be on): the same source,
-    with the address intrinsics implemented on host memory (:mod:`._gemm_sim`) and ``epilog_fn`` the epilog function
+    with the address intrinsics implemented on host memory (``tests/_gemm_sim.py``) and ``epilog_fn`` the epilog function
     of the calling convention (:func:`mathpy.jit._epilog_wrapper.simulator_function`)."""
     from numba import cuda
 

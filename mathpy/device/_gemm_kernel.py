@@ -121,7 +121,7 @@ def epilog_lines(indent, value, batch, row, col, config, out_var, staged=None):
 def generic_source(config, owners, header, acc_size):
     """Python source of ``kernel(*GENERIC_PARAMS[, *OPERAND_PARAMS])`` for :class:`GenericConfig` ``config``; ``owners``
     / ``header``: the block GEMM's (row, column) expressions of each accumulator and the lines defining their names
-    (``_matmul._owners``)."""
+    (``_matmul.accumulator_owners``)."""
     c = config
     BM, BN, BK = c.bm, c.bn, c.bk
     params = list(GENERIC_PARAMS) + (operand_params(c.operands, c.checked) if c.epilog else [])

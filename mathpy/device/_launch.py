@@ -53,7 +53,7 @@ def allow_shared_memory(kernel, nbytes, *args):
     >>> 4 * GEMM.shared_memory_size_ab
     75776
 
-    On a GPU, with ``kernel = mathpy.device._checks.matmul_multistage_kernel(GEMM, 128, 4)`` and device arrays
+    On a GPU, with ``kernel = matmul_multistage_kernel(GEMM, 128, 4)`` (``tests/_device_checks.py``) and device arrays
     ``a``, ``b``, ``c``::
 
         mathpy.device.allow_shared_memory(kernel, 4 * GEMM.shared_memory_size_ab, a, b, c, 1.0, 0.0)

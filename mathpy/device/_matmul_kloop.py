@@ -1,7 +1,7 @@
 """The k loop of the block GEMM's generated code (:mod:`._matmul`), one generator per engine: CUDA cores (scalar, and
 fp32 16-byte vector tiles), tensor cores (``mma.sync`` on fragments loaded with ``ldmatrix`` or scalar shared loads)
 and fp64 tensor cores. Each appends the lines of ``c{e} += a[row, p] * b[p, col]`` over the thread's accumulators
-``c0, c1, ...`` (owned as :func:`._matmul._owners` says) to a kernel body; :func:`kloop` picks one and puts the
+``c0, c1, ...`` (owned as :func:`._matmul.accumulator_owners` says) to a kernel body; :func:`kloop` picks one and puts the
 intrinsics it calls into the generated code's namespace.
 """
 

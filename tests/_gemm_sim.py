@@ -8,7 +8,7 @@ simulator runs the very same generated kernel sources: tiling, bounds checks, st
 with C, the epilog's coordinates and operand indexing, the pass's vector and element paths, rounding to the result's
 dtype. (The Hopper kernel runs under :mod:`._hopper_sim`.)
 
-Run: ``NUMBA_ENABLE_CUDASIM=1 python -m mathpy.device._gemm_sim`` prints one JSON line per case of
+Run: ``NUMBA_ENABLE_CUDASIM=1 python tests/_gemm_sim.py`` prints one JSON line per case of
 :data:`SIM_FUSED_CASES` and :data:`SIM_PASS_CASES` (tests/test_matmul_fused.py does this in a subprocess).
 """
 
@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from .._compat import patch_numpy_for_numba_cuda
+from mathpy._compat import patch_numpy_for_numba_cuda
 
 patch_numpy_for_numba_cuda()
 
@@ -129,8 +129,8 @@ _EPILOGS = {"value": (_epilog_value, 2), "row": (_epilog_row, 1), "batch": (_epi
 
 def _epilog_function(fn, *operands):
     """``fn`` behind the epilog calling convention, its operands (NumPy arrays or None) read from host memory."""
-    from ..jit._epilog_wrapper import simulator_function
-    from ..jit._matmul_epilog import as_matmul_epilog
+    from mathpy.jit._epilog_wrapper import simulator_function
+    from mathpy.jit._matmul_epilog import as_matmul_epilog
 
     import inspect
 
@@ -162,9 +162,9 @@ def run_fused_case(m, n, k, precision, out, batch, epilog, layout, with_c, seed=
     ``layout``: "nn" (row-major A and B), "tn" (A column-major), "nt" (B column-major), "bcast" (one B for every
     batch entry)."""
 
-    from . import _gemm_build
-    from . import _gemm_kernel as K
-    from ._matmul import matmul as block_matmul
+    from mathpy.device import _gemm_build
+    from mathpy.device import _gemm_kernel as K
+    from mathpy.device._matmul import matmul as block_matmul
 
     fn, data_ndim = _EPILOGS[epilog]
     rng = np.random.default_rng(seed)
@@ -285,9 +285,9 @@ def run_pass_case(m, n, batch, out, epilog, aligned, seed=0):
     error relative to the largest reference value."""
     from numba import cuda
 
-    from . import _epilog_pass as P
-    from ._gemm_build import exec_source
-    from ._gemm_kernel import operand_params
+    from mathpy.device import _epilog_pass as P
+    from mathpy.device._gemm_build import exec_source
+    from mathpy.device._gemm_kernel import operand_params
 
     rng = np.random.default_rng(seed)
     config = P.PassConfig(out, {"gated": 2, "masked": 2, "complex": 1}[epilog])

@@ -1,5 +1,5 @@
 """Reference checks of the block FFT and GEMM against NumPy: one kernel per case, run on the GPU or under numba's CUDA
-simulator. Used by the tests (the simulator runs in a subprocess: ``python -m mathpy.device._checks``), the GPU tests
+simulator. Used by the tests (the simulator runs in a subprocess: ``python tests/_device_checks.py``), the GPU tests
 and the benchmark's correctness checks.
 """
 
@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from .._compat import patch_numpy_for_numba_cuda
+from mathpy._compat import patch_numpy_for_numba_cuda
 
 patch_numpy_for_numba_cuda()
 import numba  # noqa: E402  (after the NumPy fix; kernels need `cuda` as a module global for the simulator)
@@ -72,7 +72,7 @@ def fft_input(FFT, batch, seed=0):
 
 def run_fft_case(size, precision, fft_type="c2c", direction=None, batch=3, **kw):
     """Run one block FFT case (GPU or simulator) and return the max error relative to the largest reference value."""
-    from . import fft
+    from mathpy.device import fft
 
     FFT = fft(size=size, precision=precision, fft_type=fft_type, direction=direction, **kw)
     x = fft_input(FFT, batch)
@@ -108,7 +108,7 @@ def convolution_kernel(FWD, INV):
 def run_convolution_case(size, precision, real, batch=3):
     """Fused circular convolution (load, FFT, multiply by a filter spectrum, inverse FFT, store) of complex
     (``real=False``: c2c / c2c) or real signals (r2c / c2r); returns the error relative to NumPy."""
-    from . import fft
+    from mathpy.device import fft
 
     kind = ("r2c", "c2r") if real else ("c2c", "c2c")
     FWD = fft(size=size, precision=precision, fft_type=kind[0], direction="forward")
@@ -337,7 +337,7 @@ def run_matmul_case(m, n, k, precision, k_total=None, mode="registers", batch=2,
     buffers in a ring), "persistent" (the ring across batch entries, 2 blocks) or "shared" (execute with C in
     shared memory, k_total == k). ``misaligned``: A and B are
     views one element into wider arrays (odd strides, unaligned data), so copies take the element-wise path."""
-    from . import matmul
+    from mathpy.device import matmul
 
     GEMM = matmul(m, n, k, precision, **kw)
     k_total = k if k_total is None else k_total
@@ -356,7 +356,7 @@ def run_matmul_case(m, n, k, precision, k_total=None, mode="registers", batch=2,
         matmul_pipelined_kernel(GEMM, k_total)[batch, GEMM.block_dim, 0, 2 * GEMM.shared_memory_size_ab](
             d_a, d_b, d_c, alpha, beta)
     elif mode in ("multistage", "persistent"):
-        from ._launch import allow_shared_memory
+        from mathpy.device._launch import allow_shared_memory
 
         persistent = mode == "persistent"
         kernel = (matmul_persistent_kernel if persistent else matmul_multistage_kernel)(GEMM, k_total, stages)

@@ -13,7 +13,7 @@ deadlock (reported, not hung), a wrong address as a wrong result. What it cannot
 Shared memory is the simulator's dynamic shared array, given the address :data:`SHARED_BASE`; tensor maps are
 registered Python objects whose "address" is a key. Blocks run one after another, as the simulator runs them.
 
-Run: ``NUMBA_ENABLE_CUDASIM=1 python -m mathpy.device._hopper_sim [--quick]`` prints one JSON line per case of
+Run: ``NUMBA_ENABLE_CUDASIM=1 python tests/_hopper_sim.py [--quick]`` prints one JSON line per case of
 :data:`SIM_HOPPER_CASES` (of :data:`SIM_HOPPER_QUICK` with ``--quick``); tests/test_matmul_fused_hopper.py does this
 in a subprocess.
 """
@@ -28,12 +28,12 @@ import time
 
 import numpy as np
 
-from .._compat import patch_numpy_for_numba_cuda
+from mathpy._compat import patch_numpy_for_numba_cuda
 
 patch_numpy_for_numba_cuda()
 
-from ._gemm_hopper import tile_offset  # noqa: E402
-from ._gemm_sim import DataView, widen, bf16_round, simulator_namespace  # noqa: E402
+from mathpy.device._gemm_hopper import tile_offset  # noqa: E402
+from _gemm_sim import DataView, widen, bf16_round, simulator_namespace  # noqa: E402
 
 __all__ = ["hopper_simulator_namespace", "run_hopper_case", "SIM_HOPPER_CASES", "SIM_HOPPER_QUICK", "SHARED_BASE"]
 
@@ -177,8 +177,8 @@ class _Machine:
 
 def hopper_simulator_namespace(config, machine):
     """Python implementations of every name the Hopper kernel's source uses but the simulator lacks."""
-    from . import _gemm_build
-    from ._gemm_sim import STORAGE_DTYPES
+    from mathpy.device import _gemm_build
+    from _gemm_sim import STORAGE_DTYPES
 
     ns = _gemm_build.hopper_constants(config)
     ns.update(simulator_namespace(config.ab, config.out))
@@ -363,10 +363,10 @@ def run_hopper_case(m, n, k, batch, ab, out, epilog, layout, with_c, bn, grid, s
     persistent launch. The engine's own choice of stage_data / store_tile / stages for such operands is used."""
     from numba import cuda
 
-    from ..jit._epilog_wrapper import simulator_function
-    from ..jit._matmul_epilog import as_matmul_epilog
-    from . import _gemm_build, _gemm_hopper as HK
-    from ._gemm_kernel import operand_params
+    from mathpy.jit._epilog_wrapper import simulator_function
+    from mathpy.jit._matmul_epilog import as_matmul_epilog
+    from mathpy.device import _gemm_build, _gemm_hopper as HK
+    from mathpy.device._gemm_kernel import operand_params
 
     rng = np.random.default_rng(seed)
     fn = _EPILOGS[epilog]
@@ -419,7 +419,7 @@ def run_hopper_case(m, n, k, batch, ab, out, epilog, layout, with_c, bn, grid, s
 
     ns["EPI"] = simulator_function(as_matmul_epilog(fn, ("data",) if data is not None else None),
                                    ((data_kind, data.ndim),) if data is not None else (None,), views)
-    kernel = cuda.jit(_gemm_build._exec(HK.hopper_source(config), ns, "hopper-sim"))
+    kernel = cuda.jit(_gemm_build.exec_source(HK.hopper_source(config), ns, "hopper-sim"))
     tiles_m, tiles_n = -(-m // 128), -(-n // bn)
     values = {"tmap_a": keys[0], "tmap_b": keys[1], "tmap_data": keys[2], "tmap_d": keys[3], "d_ptr": d.ctypes.data,
               "c_ptr": c.ctypes.data if with_c else 0, "m": m, "n": n, "k": k, "batches": batch, "ldd": n,
