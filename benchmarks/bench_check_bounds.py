@@ -214,7 +214,7 @@ def main():
     parser.add_argument("--no-matmul", action="store_true", help="skip the matmul epilogs (their first compile)")
     args = parser.parse_args()
     wall = time.perf_counter()
-    from mathpy._compat import patch_numpy_for_numba_cuda
+    from mathpy._numba_cuda_fixes import patch_numpy_for_numba_cuda
 
     patch_numpy_for_numba_cuda()
     if args.dry_run:

@@ -171,7 +171,7 @@ def bench_fft(cases, threads, workers, execution, rounds, rng):
 
 def _library(kind, x, axes, execution):
     """The CPU FFT library mathpy chose for this transform: its cached engine's, the most recent plan of the shape."""
-    from mathpy.host.fft._plan import plan_cache
+    from mathpy.host.fft._fft import plan_cache
     for key in reversed(plan_cache.keys()):
         entry = plan_cache.acquire(key)
         if entry is None:

@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))  # the device kernels' harness
 
-from mathpy._compat import patch_numpy_for_numba_cuda  # noqa: E402
+from mathpy._numba_cuda_fixes import patch_numpy_for_numba_cuda  # noqa: E402
 
 patch_numpy_for_numba_cuda()
 import numba  # noqa: E402

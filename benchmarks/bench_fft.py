@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _report  # noqa: E402  (the Markdown tables docs/benchmarks.md shows)
 import _timing  # noqa: E402  (measured as bench_compat_nvmath measures)
 from _timing import gpu_ms_interleaved  # noqa: E402
-from mathpy._compat import patch_numpy_for_numba_cuda  # noqa: E402
+from mathpy._numba_cuda_fixes import patch_numpy_for_numba_cuda  # noqa: E402
 
 patch_numpy_for_numba_cuda()  # numba-cuda 0.30 with NumPy 2.5 (only matters if something imports numba-cuda)
 

@@ -196,7 +196,7 @@ def main():
         sys.exit(f"bench_fft_callbacks needs CuPy and a GPU: {e}")
     if cp.cuda.runtime.getDeviceCount() == 0:
         sys.exit("bench_fft_callbacks needs an NVIDIA GPU")
-    from mathpy._compat import patch_numpy_for_numba_cuda
+    from mathpy._numba_cuda_fixes import patch_numpy_for_numba_cuda
 
     patch_numpy_for_numba_cuda()
     cache_dir = tempfile.mkdtemp(prefix="mathpy-bench-cache-")

@@ -49,7 +49,7 @@ if not torch.cuda.is_available():
 import mathpy  # noqa: E402
 
 try:
-    from mathpy._compat import patch_numpy_for_numba_cuda
+    from mathpy._numba_cuda_fixes import patch_numpy_for_numba_cuda
     patch_numpy_for_numba_cuda()
 except Exception:
     pass

@@ -19,7 +19,7 @@ except ImportError:  # running from a source checkout without installing it
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from mathpy._compat import patch_numpy_for_numba_cuda  # noqa: E402
+from mathpy._numba_cuda_fixes import patch_numpy_for_numba_cuda  # noqa: E402
 
 patch_numpy_for_numba_cuda()  # numba-cuda 0.30 needs this on NumPy >= 2.5
 import numba  # noqa: E402

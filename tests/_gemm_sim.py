@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from mathpy._compat import patch_numpy_for_numba_cuda
+from mathpy._numba_cuda_fixes import patch_numpy_for_numba_cuda
 
 patch_numpy_for_numba_cuda()
 

@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 
-from mathpy._compat import patch_numpy_for_numba_cuda
+from mathpy._numba_cuda_fixes import patch_numpy_for_numba_cuda
 from mathpy.jit._spec import make_spec
 
 _LLVM = {"float32": "float", "float64": "double", "complex64": "%struct.float2", "complex128": "%struct.double2"}

@@ -576,7 +576,7 @@ def _probe(maker):
 
 def test_checked_epilog_data_view_on_the_host():
     """The GPU kernel's checked ``data[i, j]`` (the view the GEMM kernels build), compiled for the GPU and run here."""
-    from mathpy._compat import patch_numpy_for_numba_cuda
+    from mathpy._numba_cuda_fixes import patch_numpy_for_numba_cuda
 
     patch_numpy_for_numba_cuda()
     from numba.cuda import types
@@ -606,7 +606,7 @@ def _wrapper_on_the_host(fn, names, kinds, checked):
     """The epilog function of the kernels' calling convention (mathpy.jit._epilog_wrapper), compiled for the GPU
     as the kernels link it, run here: ``(engine, call)`` with ``call(value, batch, row, col, *slots)`` -> float (valid
     while ``engine`` lives), and the record."""
-    from mathpy._compat import patch_numpy_for_numba_cuda
+    from mathpy._numba_cuda_fixes import patch_numpy_for_numba_cuda
 
     patch_numpy_for_numba_cuda()
     from numba.cuda.compiler import compile_cuda

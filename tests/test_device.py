@@ -151,7 +151,7 @@ def test_matmul_shared_c_too_large_is_reported_after_other_functions_were_genera
 def sm90(monkeypatch):
     """numba-cuda asks the current device for its compute capability when it compiles a device function that a
     kernel calls; without a GPU, answer sm_90 (the H200's)."""
-    from mathpy._compat import patch_numpy_for_numba_cuda
+    from mathpy._numba_cuda_fixes import patch_numpy_for_numba_cuda
 
     patch_numpy_for_numba_cuda()
     import numba.cuda.dispatcher as dispatcher

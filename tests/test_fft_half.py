@@ -22,7 +22,7 @@ from mathpy._dtypes import COMPLEX32, dtype_name  # noqa: E402
 from mathpy._packages._torch import TO_NUMPY, TO_TORCH  # noqa: E402
 from mathpy.bindings._types import DataType  # noqa: E402
 from mathpy.host.fft import _stateless  # noqa: E402
-from mathpy.host.fft._plan import plan_cache  # noqa: E402
+from mathpy.host.fft._fft import plan_cache  # noqa: E402
 from test_matmul_orchestration import PosingTorch  # noqa: E402
 
 warnings.filterwarnings("ignore", "ComplexHalf support is experimental")  # torch's, at the first chalf tensor

@@ -26,7 +26,7 @@ def test_import_needs_no_gpu_cupy_or_torch():
 def test_numpy_25_compatibility_fix():
     import numpy
     assert numpy.row_stack is not None  # restored (or never removed) after `import mathpy`
-    from mathpy._compat import patch_numpy_for_numba_cuda
+    from mathpy._numba_cuda_fixes import patch_numpy_for_numba_cuda
     saved = numpy.__dict__.pop("row_stack")
     try:
         patch_numpy_for_numba_cuda()

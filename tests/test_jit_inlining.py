@@ -143,7 +143,7 @@ def test_epilog_without_user_data_is_inlined():
 
 def test_plain_numba_c_abi_callback_is_not_inlined():
     """The control: numba's own abi="c" compile (nvmath-python's way) leaves a call, so the test above can fail."""
-    from mathpy._compat import patch_numpy_for_numba_cuda
+    from mathpy._numba_cuda_fixes import patch_numpy_for_numba_cuda
 
     patch_numpy_for_numba_cuda()
     from numba import cuda, types

@@ -17,7 +17,7 @@ import warnings
 
 import numpy as np
 
-from mathpy._compat import patch_numpy_for_numba_cuda
+from mathpy._numba_cuda_fixes import patch_numpy_for_numba_cuda
 
 patch_numpy_for_numba_cuda()  # numba-cuda 0.30 on NumPy >= 2.5
 

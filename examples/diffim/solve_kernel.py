@@ -1,7 +1,7 @@
 """The numba-cuda kernel of :mod:`.gathered_solve` (imported only where it is compiled: importing numba-cuda takes a
 second). It runs unchanged under numba's CUDA simulator, which the CPU tests use."""
 
-from mathpy._compat import patch_numpy_for_numba_cuda
+from mathpy._numba_cuda_fixes import patch_numpy_for_numba_cuda
 
 patch_numpy_for_numba_cuda()  # numba-cuda 0.30 on NumPy >= 2.5
 

@@ -71,7 +71,7 @@ Design
   converted exactly on load and rounded to nearest-even on store.
 """
 
-from .._compat import patch_numpy_for_numba_cuda
+from .._numba_cuda_fixes import patch_numpy_for_numba_cuda
 
 patch_numpy_for_numba_cuda()  # before any numba-cuda compile, also of the user's kernels (NumPy >= 2.5)
 

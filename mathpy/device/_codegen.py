@@ -13,7 +13,7 @@ import types
 
 import numpy as np
 
-from .._compat import patch_numpy_for_numba_cuda
+from .._numba_cuda_fixes import patch_numpy_for_numba_cuda
 
 __all__ = ["simulator_enabled", "compile_device_functions", "ConstantPool", "DescriptionNamespace"]
 

@@ -20,7 +20,7 @@ import types as pytypes
 
 import numpy as np
 
-from .._compat import patch_numpy_for_numba_cuda
+from .._numba_cuda_fixes import patch_numpy_for_numba_cuda
 from . import _gemm_hopper as HK
 from . import _gemm_kernel as K
 

@@ -19,7 +19,7 @@ is also what a TMA copy with ``CU_TENSOR_MAP_SWIZZLE_128B`` writes. Units of 16 
 
 from llvmlite import ir
 
-from .._compat import patch_numpy_for_numba_cuda
+from .._numba_cuda_fixes import patch_numpy_for_numba_cuda
 
 patch_numpy_for_numba_cuda()
 

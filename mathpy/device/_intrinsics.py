@@ -7,7 +7,7 @@ instructions and L2 transactions of the FFT's global loads and stores. Complex64
 
 from llvmlite import ir
 
-from .._compat import patch_numpy_for_numba_cuda
+from .._numba_cuda_fixes import patch_numpy_for_numba_cuda
 
 patch_numpy_for_numba_cuda()
 

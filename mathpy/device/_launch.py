@@ -7,7 +7,7 @@ launch's argument types and sets the attribute on the compiled function (the ``C
 sets a kernel's shared-memory carveout.
 """
 
-from .._compat import patch_numpy_for_numba_cuda
+from .._numba_cuda_fixes import patch_numpy_for_numba_cuda
 
 __all__ = ["allow_shared_memory"]
 

@@ -4,7 +4,7 @@ complex64). 16-bit values are rounded to nearest even with ``cvt.rn.{bf16,f16}.f
 
 from llvmlite import ir
 
-from .._compat import patch_numpy_for_numba_cuda
+from .._numba_cuda_fixes import patch_numpy_for_numba_cuda
 
 patch_numpy_for_numba_cuda()
 

@@ -103,7 +103,7 @@ def current_compute_capability():
 
 
 def _build(py, spec, key, where):
-    from .._compat import patch_numpy_for_numba_cuda
+    from .._numba_cuda_fixes import patch_numpy_for_numba_cuda
 
     patch_numpy_for_numba_cuda()
     from . import _device  # imports numba-cuda (about a second the first time)

@@ -106,7 +106,7 @@ def wrapper_ltoir(epilog, kinds, result, staged, cc, checked=False):
 def _namespace(epilog, kinds, compute, staged, checked):
     from numba import cuda
 
-    from .._compat import patch_numba_cuda_ufuncs
+    from .._numba_cuda_fixes import patch_numba_cuda_ufuncs
     from . import _epilog_data
 
     patch_numba_cuda_ufuncs()

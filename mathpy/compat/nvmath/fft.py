@@ -47,7 +47,7 @@ from ..._dtypes import dtype_name as _dtype_name
 from ..._errors import InvalidPlanStateError, UnsupportedLayoutError
 from ..._execution import ExecutionCPU, ExecutionCUDA
 from ..._memory import check_allocator
-from ...host.fft._plan import make_engine
+from ...host.fft._fft import make_engine
 from ._common import check_or_create_options, dtype_name, object_logger, operand_package
 
 __all__ = ["FFTDirection", "FFTOptions", "DeviceCallable", "ExecutionCUDA", "ExecutionCPU", "compile_prolog",

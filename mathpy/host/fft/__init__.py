@@ -54,7 +54,7 @@ from ._freq import fftfreq, fftshift, ifftshift, rfftfreq
 from ._functions import (fft, fft2, fftn, hfft, ifft, ifft2, ifftn, ihfft, irfft, irfft2, irfftn, rfft, rfft2,
                          rfftn)
 from ._options import FFTDirection, FFTOptions
-from ._plan import FFT, plan_cache_clear, plan_cache_info, set_plan_cache_size
+from ._fft import FFT, plan_cache_clear, plan_cache_info, set_plan_cache_size
 
 __all__ = [
     "fft", "ifft", "rfft", "irfft", "fft2", "ifft2", "rfft2", "irfft2", "fftn", "ifftn", "rfftn", "irfftn", "hfft",

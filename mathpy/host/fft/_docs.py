@@ -1,4 +1,4 @@
-"""The FFT API's shared docstring text (filled into the docstrings of :mod:`._functions`, :mod:`._plan` and
+"""The FFT API's shared docstring text (filled into the docstrings of :mod:`._functions`, :mod:`._fft` and
 :mod:`._options` by :func:`mathpy._docstrings.fill`): written once, read in every ``help()``."""
 
 from ..._docstrings import COMMON

@@ -1,5 +1,5 @@
 """How a numpy.fft call runs: NumPy's argument rules (:mod:`._numpy_rules`), then one or more FFT plans, each a
-:class:`~._plan.FFT` with an engine from the plan cache whose prepared call runs it; a repeated call with the same
+:class:`~._fft.FFT` with an engine from the plan cache whose prepared call runs it; a repeated call with the same
 argument facts runs the first call's prepared call directly (:mod:`._stateless`).
 
 ``_one_d`` and ``_n_d`` are what the public 1-D and N-D functions of :mod:`._functions` call.
@@ -19,7 +19,7 @@ from . import _stateless
 from ._numpy_rules import (LONG_DOUBLE, check_no_axes, check_norm, check_out, computation_dtype, cook_1d, cook_nd,
                            result_dtype, scale, stage_shape, stages)
 from ._options import FFTOptions
-from ._plan import FFT, plan_cache
+from ._fft import FFT, plan_cache
 from ._problem import fft_problem
 
 __all__ = ["one_d", "n_d", "conj", "scope"]

@@ -3,7 +3,7 @@
 From the operand's signature (package, device, shape, strides, dtype), the axes, the options and the execution space
 it decides the FFT type, the engine's :class:`~._layout.Transform` (the layouts callbacks see), whether the input is
 used where it lies or staged through a dense copy, and which package holds the data on the device. It is immutable
-and memoised (:func:`fft_problem`), so the stateful :class:`~._plan.FFT` and the stateless functions share it
+and memoised (:func:`fft_problem`), so the stateful :class:`~._fft.FFT` and the stateless functions share it
 between calls and threads; the engines consume only its ``transform``.
 
 >>> import numpy as np

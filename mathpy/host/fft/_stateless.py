@@ -2,7 +2,7 @@
 :class:`~._call.FFTCall` of the first one, with its engine from the plan cache.
 
 The first call of a kind goes through :func:`mathpy.host.fft._functions` in full (NumPy's argument rules, promotion,
-padding, a :class:`~._plan.FFT` planned with an engine from :data:`~._plan.plan_cache`) and, when the call is one
+padding, a :class:`~._fft.FFT` planned with an engine from :data:`~._fft.plan_cache`) and, when the call is one
 plan on the operand as it is (no promotion, padding or cropping, no ``out=``), leaves its prepared call here under a
 key made of cheap facts: the function and its parameters, the operand's package, shape, strides, dtype and device,
 the callbacks (function objects, user data by address or scalar value), the options and the execution space. A later
@@ -25,7 +25,7 @@ from ..._errors import InvalidPlanStateError
 from ..._streams import stream_handle
 from ._callback import Callback
 from ._call import FFTCall
-from ._plan import plan_cache
+from ._fft import plan_cache
 
 __all__ = ["reuse", "remember", "forget", "remembered", "MISSED"]
 
