@@ -6,10 +6,10 @@ program on the GPU). Data is moved as needed and results come back where the ope
 
 >>> import mathpy
 >>> mathpy.ExecutionCPU(num_threads=2)
-ExecutionCPU(num_threads=2, fft_library=None)
+ExecutionCPU(num_threads=2, fft_library=None, fp_reports=False)
 >>> with mathpy.execution_space("cpu"):
 ...     mathpy.get_execution_space()
-ExecutionCPU(num_threads=None, fft_library=None)
+ExecutionCPU(num_threads=None, fft_library=None, fp_reports=False)
 >>> mathpy.ExecutionCUDA(device_id=-1)
 Traceback (most recent call last):
 ...
@@ -217,8 +217,8 @@ def execution_space(execution):
     >>> import numpy as np
     >>> import mathpy
     >>> with mathpy.execution_space("cpu") as space:
-    ...     space, mathpy.get_execution_space()
-    (ExecutionCPU(num_threads=None, fft_library=None), ExecutionCPU(num_threads=None, fft_library=None))
+    ...     space == mathpy.get_execution_space(), space
+    (True, ExecutionCPU(num_threads=None, fft_library=None, fp_reports=False))
     """
     token = _default.set(as_execution(execution))
     try:

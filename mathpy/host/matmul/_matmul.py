@@ -70,8 +70,6 @@ def make_engine(problem, execution, options, preferences, allocator):
                                      allocator=allocator)
 
 
-@fill(MATMUL_DOCS)
-
 def _product_shape(a_op, b_op):
     """``(m, n, k, batch shape, result shape)`` of ``a @ b`` with numpy.matmul's rules (1-D operands promoted, batch
     dimensions broadcast); ValueError naming both shapes when they do not match."""
@@ -139,6 +137,7 @@ def _given_inputs(epilog_inputs, epilog, spec, fused):
     return given, aux_scale, wanted
 
 
+@fill(MATMUL_DOCS)
 class Matmul:
     """A planned matrix product ``D = epilog(alpha * a @ b + beta * c)`` with numpy.matmul semantics, executed many
     times (nvmath-python's stateful API). :func:`~mathpy.matmul` is a thin layer over it.
