@@ -56,9 +56,9 @@ def threads_for(execution):
     return count if count is not None else usable_cores()
 
 
-def threads_for_bytes(threads, nbytes):
-    """At most ``threads``, and few enough that each moves at least :data:`MIN_BYTES_PER_THREAD` of ``nbytes``."""
-    return max(1, min(threads, nbytes // MIN_BYTES_PER_THREAD))
+def threads_for_bytes(threads, nbytes, per_thread=MIN_BYTES_PER_THREAD):
+    """At most ``threads``, and few enough that each moves at least ``per_thread`` of ``nbytes``."""
+    return max(1, min(threads, nbytes // per_thread))
 
 
 def _executor(workers):
@@ -109,7 +109,7 @@ def run_chunks(work, count, threads):
 def parallel_sum(array, threads):
     """``numpy.add.reduce(array, axis=None)`` in pieces on up to ``threads`` threads (NumPy releases the GIL in its
     reductions); the pieces' sums are added in another order than NumPy's single pass."""
-    threads = max(1, min(threads, array.nbytes // MIN_BYTES_PER_REDUCING_THREAD))
+    threads = threads_for_bytes(threads, array.nbytes, MIN_BYTES_PER_REDUCING_THREAD)
     if threads <= 1:
         return np.add.reduce(array, axis=None)
     if array.flags.c_contiguous or array.flags.f_contiguous:

@@ -192,8 +192,8 @@ def _third_party_private():
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     if not alias.name.startswith("mathpy"):
-                        roots[alias.asname or alias.name.split(".")[0]] = alias.asname and alias.name or \
-                            alias.name.split(".")[0]
+                        local = alias.asname or alias.name.split(".")[0]  # "import a.b" binds a; "as x" binds a.b
+                        roots[local] = alias.name if alias.asname else local
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and not node.module.startswith("mathpy"):
                 for alias in node.names:
                     dotted = f"{node.module}.{alias.name}"

@@ -2,7 +2,8 @@
 :class:`~._fft.FFT` with an engine from the plan cache whose prepared call runs it; a repeated call with the same
 argument facts runs the first call's prepared call directly (:mod:`._stateless`).
 
-``_one_d`` and ``_n_d`` are what the public 1-D and N-D functions of :mod:`._functions` call.
+``one_d`` and ``n_d`` run the public 1-D and N-D functions of :mod:`._functions` (once they are not routed to
+mathpy.torch) and the kernels of mathpy.torch's FFT ops.
 """
 
 import contextlib

@@ -9,12 +9,13 @@ from ._docs import MATMUL_DOCS
 
 __all__ = ["matmul"]
 
-_torch = []  # mathpy.torch's matmul route, imported on the first routed call: import mathpy never imports torch
+_torch = []  # mathpy.torch's matmul module, imported on the first routed call: import mathpy never imports torch
 
 
-def _torch_route_of_matmul():
-    from ...torch import _matmul  # (once: an import statement costs its import machinery at every call)
-    _torch.append(_matmul.route)
+def _torch_matmul():
+    if not _torch:  # (an import statement here would cost its import machinery at every call)
+        from ...torch import _matmul
+        _torch.append(_matmul)
     return _torch[0]
 
 
@@ -93,8 +94,8 @@ def matmul(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None,
         if out is not None:
             raise TypeError("matmul(out=...) has no backward and no torch.compile form (as torch's own out= "
                             "arguments): leave out= away, or call it under torch.no_grad() with detached tensors")
-        route = _torch[0] if _torch else _torch_route_of_matmul()
-        return route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution, stream)
+        return _torch_matmul().route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution,
+                                     stream)
     return _stateless.run(a, b, c, alpha=alpha, beta=beta, epilog=epilog, epilog_inputs=epilog_inputs, options=options,
                           preferences=preferences, execution=execution, stream=stream,
                           quantization_scales=quantization_scales, out=out)
