@@ -3,7 +3,7 @@
     python benchmarks/bench_overhead.py                          # everything (GPU: about one minute)
     python benchmarks/bench_overhead.py --mathpy-path /tmp/old   # the same against another mathpy tree
     python benchmarks/bench_overhead.py --dry-run                # no GPU: mathpy's GPU paths on stub libraries
-    python benchmarks/bench_overhead.py --hops --sizes           # CPU-only parts: call hops and module sizes
+    python benchmarks/bench_overhead.py --sizes                  # CPU-only: module sizes
 
 ``--mathpy-path DIR`` puts DIR first on ``sys.path`` before mathpy is imported, so one GPU session can measure two
 trees (before/after) with the same script; only mathpy's public API is used. Tables are printed as Markdown;
@@ -32,14 +32,13 @@ What it measures (GPU; torch and CuPy as peers):
 3. The multi-stream cache program: 16 threads, each on its own torch stream, call stateless ``fft`` on 4 sizes with
    and without a callback with user data; the FFT plan cache's hits, misses and evictions over those calls, and
    whether every result matched torch's.
-4. ``--hops``: the mathpy functions (module:function) one warm stateless ``fft`` and one warm ``matmul`` call go
-   through, recorded with ``sys.setprofile`` (device arrays on a GPU or with ``--dry-run``, NumPy arrays otherwise).
-5. ``--sizes``: lines per module of the imported mathpy, with the 600-line limit (800 for device code generators).
+4. ``--sizes``: lines per module of the imported mathpy, with the 600-line limit (800 for device code generators).
 
 ``--dry-run`` (no GPU needed, a C compiler is): the mathpy rows and floors of table 1, host column only, measured as
 thread CPU time (the minimum over rounds: robust on a shared machine), with mathpy's GPU code paths running on stub
-CUDA libraries and torch CPU tensors posing as device arrays (``benchmarks/_dry_run.py``), then the hops of those
-paths. Its figures rank code paths; they are not GPU predictions (no kernel launch, no CUDA allocator).
+CUDA libraries and torch CPU tensors posing as device arrays (``benchmarks/_dry_run.py``). Its figures rank code paths; they are not GPU predictions (no kernel launch, no CUDA allocator).
+
+The calls each path makes (cold and warm, every hop) are ``benchmarks/bench_hops.py``'s.
 """
 
 import argparse
@@ -54,7 +53,6 @@ import time
 def parse():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mathpy-path", help="import mathpy from this directory (put first on sys.path)")
-    parser.add_argument("--hops", action="store_true", help="print the hops of one stateless fft and matmul call")
     parser.add_argument("--sizes", action="store_true", help="print the module size table")
     parser.add_argument("--dry-run", action="store_true", help="no GPU: host cost of the GPU paths on stub libraries")
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
@@ -342,46 +340,7 @@ def many_streams(iterations):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# 4, 5. hops and sizes
-
-
-def hops(device):
-    """``device``: "cuda" (a GPU, or the dry run's posing tensors) or None (NumPy arrays on the CPU)."""
-    package_dir = os.path.dirname(os.path.abspath(mathpy.__file__))
-    root = os.path.dirname(package_dir)
-    if device is not None:
-        import torch
-        x = torch.randn(8, 1024, dtype=torch.complex64, device=device)
-        a = torch.randn(128, 128, dtype=torch.float16, device=device)
-        where = "device arrays" if torch.cuda.is_available() else "device arrays (dry run)"
-    else:
-        x = (np.random.default_rng(0).standard_normal((8, 1024)) + 0j).astype(np.complex64)
-        a = np.random.default_rng(1).standard_normal((128, 128)).astype(np.float32)
-        where = "NumPy arrays (no GPU here)"
-
-    def trace(fn):
-        fn()
-        fn()  # warm: the cached path is what repeats
-        seen = []
-
-        def profile(frame, event, arg):
-            if event == "call":
-                path = os.path.abspath(frame.f_code.co_filename)
-                if path.startswith(package_dir + os.sep):
-                    module = os.path.relpath(path, root)[:-3].replace(os.sep, ".")
-                    seen.append(f"{module}:{frame.f_code.co_name}")
-        sys.setprofile(profile)
-        try:
-            fn()
-        finally:
-            sys.setprofile(None)
-        return seen
-
-    for title, fn in ((f"stateless fft, 8x1024 c64, {where}", lambda: mfft.fft(x)),
-                      (f"stateless matmul, 128^3, {where}", lambda: mathpy.matmul(a, a))):
-        seen = trace(fn)
-        table(f"Hops of one warm {title}: {len(seen)} mathpy calls", ["#", "module:function"],
-              list(enumerate(seen, 1)))
+# 4. sizes
 
 
 def sizes():
@@ -411,21 +370,17 @@ def main():
         from _dry_run import fake_device
         with fake_device():
             small_calls(CPUClock(), rounds, "cpu", peers=False)
-            hops("cpu")
     else:
         if ARGS.sizes:
             sizes()
-        if ARGS.hops:
-            hops("cuda" if mathpy.cuda_is_available() else None)
-        if not (ARGS.sizes or ARGS.hops):
+        if not ARGS.sizes:
             if not mathpy.cuda_is_available():
-                sys.exit("bench_overhead needs a CUDA GPU for the timings (use --dry-run, --hops or --sizes on the "
-                         "CPU)")
+                sys.exit("bench_overhead needs a CUDA GPU for the timings (use --dry-run or --sizes on the CPU, "
+                         "and bench_hops.py for the calls each path makes)")
             clock = GPUClock()
             small_calls(clock, rounds, "cuda", peers=True)
             big_product(clock, 11 if ARGS.quick else 21)
             many_streams(3 if ARGS.quick else 13)
-            hops("cuda")
             sizes()
     if ARGS.json:
         with open(ARGS.json, "w") as f:

@@ -3,3 +3,7 @@
 Each library module declares its functions once (name, result, argument types) and its status names once; every call
 that returns a status goes through one check that raises :class:`mathpy.CUDALibraryError` naming the status.
 """
+
+from ._compiled import enabled as compiled_entries_enabled
+
+__all__ = ["compiled_entries_enabled"]

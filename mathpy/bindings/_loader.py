@@ -19,6 +19,7 @@ import threading
 
 from .._errors import CUDALibraryError, LibraryNotFoundError
 from .._log import logger
+from ._compiled import compiled_entry
 
 __all__ = ["STATUS", "Library", "load_library"]
 
@@ -92,9 +93,10 @@ class Library:
         return c_function
 
     def unchecked(self, function):
-        """A separate ctypes function object for ``function`` (same symbol and argtypes) that returns the raw int
-        status without an errcheck: for hot paths, which test the status inline and raise with :meth:`check` (an
-        errcheck is one more Python call per C call)."""
+        """A callable for ``function`` that returns the raw int status without an errcheck: for hot paths, which test
+        the status inline and raise with :meth:`check` (an errcheck is one more Python call per C call). It is the
+        compiled entry of :mod:`._compiled` where there is one to use, else a separate ctypes function object (same
+        symbol and argtypes)."""
         restype, argtypes, *alternatives = self._table[function]
         cdll = self.cdll
         for symbol in (function, *alternatives):  # the same symbol choice as the checked binding
@@ -106,7 +108,7 @@ class Library:
         else:
             raise AttributeError(f"{self._name} exports none of {[function, *alternatives]}")
         c_function.argtypes, c_function.restype = argtypes, ctypes.c_int
-        return c_function
+        return compiled_entry(self._name, function, c_function) or c_function
 
     def check(self, function, status):
         """Raise the CUDALibraryError of a non-zero ``status`` returned by ``function`` (see :meth:`unchecked`)."""

@@ -54,7 +54,7 @@ from ..._errors import CUDALibraryError, InvalidPlanStateError, UnsupportedLayou
 from ..._log import logger
 from ..._streams import keep_for_graph
 from ..._workspace import WorkspaceSource
-from ...bindings import cufft
+from ...bindings import compiled_entries_enabled, cufft
 from ...bindings._types import cuda_data_type
 from ...jit._spec import CALLBACK_TYPES
 from ._callback import span
@@ -72,14 +72,16 @@ def live_handles():
     return _live_handles[0]
 
 
-_hot = {}  # unchecked ctypes functions of the hot path, made on first use
+_hot = {}  # compiled entries used or not -> the hot path's unchecked functions, made on first use
 
 
 def _hot_functions():
-    if not _hot:
-        _hot.update(exec=cufft.unchecked("cufftXtExec"), set_stream=cufft.unchecked("cufftSetStream"),
-                    set_work_area=cufft.unchecked("cufftSetWorkArea"))
-    return _hot["exec"], _hot["set_stream"], _hot["set_work_area"]
+    compiled = compiled_entries_enabled()  # (read per engine: MATHPY_COMPILED_BINDINGS may change)
+    found = _hot.get(compiled)
+    if found is None:
+        found = _hot[compiled] = tuple(cufft.unchecked(name) for name in
+                                       ("cufftXtExec", "cufftSetStream", "cufftSetWorkArea"))
+    return found
 
 
 class _Resources:
@@ -171,7 +173,7 @@ class CUFFTEngine:
                 raise
         self.workspace_bytes = workspace_bytes
         self._resources = resources
-        self._handle = ctypes.c_int(resources.handle)
+        self._handle = resources.handle  # an int: ctypes and the compiled entries (bindings._compiled) take it
         self._stream = None  # the stream cuFFT was last given
         self._area, self._home_area = home_area, home_area  # the work area cuFFT was last given; the plan's own
         self._ready = None  # the stream on which a bare cufftXtExec is right (stream and work area already set)

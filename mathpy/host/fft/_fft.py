@@ -38,7 +38,8 @@ from ._docs import FFT_DOCS
 from ._options import FFTOptions
 from ._problem import fft_problem, normalize_axes
 
-__all__ = ["FFT", "plan_cache", "plan_cache_info", "plan_cache_clear", "set_plan_cache_size", "make_engine"]
+__all__ = ["FFT", "borrow_call", "plan_cache", "plan_cache_info", "plan_cache_clear", "set_plan_cache_size",
+           "make_engine"]
 
 #: Engines behind the stateless functions, keyed by (Transform, execution, device, prolog key, epilog key). Not by
 #: stream: an engine takes the stream (and a workspace for it) at each execution.
@@ -135,21 +136,65 @@ def _callbacks_key(prolog, epilog, options):
     return key
 
 
+def _check_writable(op, problem):
+    if problem.options.inplace and op.package == "numpy" and not op.tensor.flags.writeable:
+        raise ValueError("an in-place FFT needs a writable operand")
+
+
+def _engine_request(p, prolog, epilog, handle):
+    """What planning ``p`` (an FFTProblem) with these callbacks asks for: ``(bound callbacks, the engine's plan cache
+    key, create)``, ``create()`` making a new engine and returning it with its workspace bytes. ``handle``: the raw
+    stream the plan is made on (None on the CPU)."""
+    t, execution = p.transform, p.execution
+    check = check_bounds(p.options.check_bounds)
+    if check and p.on_gpu and (prolog is not None or epilog is not None):  # binding uploads a header
+        refuse_planning_in_capture(_operands.holder_of(p.holder), p.device_id, handle, "FFT.plan with check_bounds")
+    bound_prolog = bind_callback(as_callback(prolog, "prolog"), "prolog", t.fft_type, t.precision, t.input_shape,
+                                 t.input_strides, execution, check)
+    bound_epilog = bind_callback(as_callback(epilog, "epilog"), "epilog", t.fft_type, t.precision, t.output_shape,
+                                 t.output_strides, execution, check)
+    allocator = _operands.holder_of(p.holder).on(p.device_id, handle) if p.on_gpu else None
+
+    def create():
+        if allocator is not None:
+            refuse_planning_in_capture(allocator.package, p.device_id, handle, "FFT.plan")
+        engine = make_engine(t, execution, bound_prolog, bound_epilog, allocator, p.options.allocator)
+        return engine, engine.workspace_bytes
+
+    # the holder package too: an engine takes other streams' workspaces from its pool, which a capture on a stream of
+    # another package could not use
+    key = PlanKey(p.engine_key + (p.holder, None if bound_prolog is None else bound_prolog.key,
+                                  None if bound_epilog is None else bound_epilog.key))
+    return (bound_prolog, bound_epilog), key, create
+
+
+def borrow_call(op, problem, prolog, epilog, handle):
+    """The stateless functions' planning, with no :class:`FFT` object: ``(call, entry)``, the
+    :class:`~._call.FFTCall` of ``problem`` (the :class:`~._problem.FFTProblem` of Operand ``op``) with these
+    callbacks, on an engine borrowed from :data:`plan_cache` (a hit, or made now); give it back with
+    ``plan_cache.release(entry)`` once the call has run. ``handle``: the raw stream (None on the CPU)."""
+    _check_writable(op, problem)
+    callbacks, key, create = _engine_request(problem, prolog, epilog, handle)
+    entry = plan_cache.acquire(key, create)
+    try:
+        return FFTCall(problem, entry.plan, callbacks, key), entry
+    except BaseException:
+        plan_cache.release(entry)
+        raise
+
+
 class _Resources:
-    """What a live FFT holds: its engine (owned, or a plan cache entry borrowed). The weakref.finalize safety net
-    calls :meth:`release`, so it must not refer to the FFT itself."""
+    """What a live FFT holds: the engine it owns. The weakref.finalize safety net calls :meth:`release`, so it must
+    not refer to the FFT itself."""
 
-    __slots__ = ("engine", "cache", "entry")
+    __slots__ = ("engine",)
 
-    def __init__(self, engine=None, cache=None, entry=None):
-        self.engine, self.cache, self.entry = engine, cache, entry
+    def __init__(self, engine=None):
+        self.engine = engine
 
     def release(self):
-        engine, cache, entry = self.engine, self.cache, self.entry
-        self.engine = self.cache = self.entry = None
-        if entry is not None:
-            cache.release(entry)
-        elif engine is not None:
+        engine, self.engine = self.engine, None
+        if engine is not None:
             engine.free()
 
 
@@ -226,20 +271,11 @@ class FFT:
         op = _operands.wrap_operand(operand, "operand", written=options.inplace)
         execution = resolve_execution(execution, op.device_id)
         problem = fft_problem(op, None if axes is None else normalize_axes(axes, op.ndim), options, execution)
-        self._setup(op, problem, stream, None)
+        self._setup(op, problem, stream)
 
-    @classmethod
-    def for_problem(cls, op, problem, stream=None, cache=None):
-        """An FFT of Operand ``op`` for an already resolved :class:`~._problem.FFTProblem` (the stateless functions
-        resolve it themselves); with ``cache`` (a PlanCache), ``plan()`` borrows its engine from there."""
-        self = cls.__new__(cls)
-        self._setup(op, problem, stream, cache)
-        return self
-
-    def _setup(self, op, problem, stream, cache):
-        if problem.options.inplace and op.package == "numpy" and not op.tensor.flags.writeable:
-            raise ValueError("an in-place FFT needs a writable operand")
-        self._problem, self._op, self._cache = problem, op, cache
+    def _setup(self, op, problem, stream):
+        _check_writable(op, problem)
+        self._problem, self._op = problem, op
         self._facts = (op.package, op.device_id, op.shape, op.strides, op.dtype)  # what reset_operand checks
         self._logger = problem.options.logger or logger
         stream_handle(stream)  # checked now; each call resolves its own stream (see mathpy._streams)
@@ -366,41 +402,17 @@ class FFT:
         p = self._problem
         start = time.perf_counter()
         handle = stream_pointer(stream, p.holder, p.device_id) if p.on_gpu else None
-        t, execution = p.transform, p.execution
-        check = check_bounds(p.options.check_bounds)
-        if check and p.on_gpu and (prolog is not None or epilog is not None):  # binding uploads a header
-            refuse_planning_in_capture(_operands.holder_of(p.holder), p.device_id, handle,
-                                       "FFT.plan with check_bounds")
-        bound_prolog = bind_callback(as_callback(prolog, "prolog"), "prolog", t.fft_type, t.precision, t.input_shape,
-                                     t.input_strides, execution, check)
-        bound_epilog = bind_callback(as_callback(epilog, "epilog"), "epilog", t.fft_type, t.precision,
-                                     t.output_shape, t.output_strides, execution, check)
-        allocator = _operands.holder_of(p.holder).on(p.device_id, handle) if p.on_gpu else None
-
-        def create():
-            if allocator is not None:
-                refuse_planning_in_capture(allocator.package, p.device_id, handle, "FFT.plan")
-            engine = make_engine(t, execution, bound_prolog, bound_epilog, allocator, p.options.allocator)
-            return engine, engine.workspace_bytes
-
-        # the holder package too: an engine takes other streams' workspaces from its pool, which a capture on a stream
-        # of another package could not use
-        key = PlanKey(p.engine_key + (p.holder, None if bound_prolog is None else bound_prolog.key,
-                                      None if bound_epilog is None else bound_epilog.key))
-        if self._cache is not None:
-            entry = self._cache.acquire(key, create)
-            resources = _Resources(entry.plan, self._cache, entry)
-        else:
-            resources = _Resources(create()[0])
+        callbacks, key, create = _engine_request(p, prolog, epilog, handle)
+        resources = _Resources(create()[0])
         self._resources.release()
         self._finalizer.detach()
         self._resources = resources
         self._finalizer = weakref.finalize(self, resources.release)
-        self._call = FFTCall(p, resources.engine, (bound_prolog, bound_epilog), key)
+        self._call = FFTCall(p, resources.engine, callbacks, key)
         self._grad = _torch_route.grad_names(operand=self._op.tensor, prolog=prolog, epilog=epilog)
         self._logger.debug("FFT planned in %.2f ms (workspace %d bytes%s%s)", (time.perf_counter() - start) * 1e3,
-                           resources.engine.workspace_bytes, ", prolog" if bound_prolog is not None else "",
-                           ", epilog" if bound_epilog is not None else "")
+                           resources.engine.workspace_bytes, ", prolog" if callbacks[0] is not None else "",
+                           ", epilog" if callbacks[1] is not None else "")
 
     def free(self):
         """Release the plan and its workspace now; idempotent. The FFT cannot be used afterwards (a
@@ -505,7 +517,7 @@ class FFT:
                 refuse_in_capture(call.holder, p.device_id, stream, "FFT.execute(release_workspace=True)",
                                   "replays would use the workspace given back", "leave it False while capturing")
         result = call.execute(op, direction, stream, None, None, self._staging)
-        if release_workspace and self._cache is None:
+        if release_workspace:
             release = getattr(call.engine, "release_workspace", None)
             if release is not None:
                 release()

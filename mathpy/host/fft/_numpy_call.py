@@ -1,5 +1,5 @@
 """How a numpy.fft call runs: NumPy's argument rules (:mod:`._numpy_rules`), then one or more FFT plans, each a
-:class:`~._fft.FFT` with an engine from the plan cache whose prepared call runs it; a repeated call with the same
+prepared call (:func:`._fft.borrow_call`) on an engine borrowed from the plan cache; a repeated call with the same
 argument facts runs the first call's prepared call directly (:mod:`._stateless`).
 
 ``one_d`` and ``n_d`` run the public 1-D and N-D functions of :mod:`._functions` (once they are not routed to
@@ -20,7 +20,7 @@ from . import _stateless
 from ._numpy_rules import (LONG_DOUBLE, check_no_axes, check_norm, check_out, computation_dtype, cook_1d, cook_nd,
                            result_dtype, scale, stage_shape, stages)
 from ._options import FFTOptions
-from ._fft import FFT, plan_cache
+from ._fft import borrow_call, plan_cache
 from ._problem import fft_problem
 
 __all__ = ["one_d", "n_d", "conj", "scope"]
@@ -111,18 +111,17 @@ def _run(name, kind, op, axes, lengths, norm, out, inverse, prolog, epilog, opti
         stage_options = _stage_options(options, stage_type, options.inplace and not last_index, parity)
         problem = fft_problem(op, stage_axes, stage_options, executing)
         handle = stream_pointer(stream, problem.holder, problem.device_id) if problem.on_gpu else None
-        fft_plan = FFT.for_problem(op, problem, cache=plan_cache)
+        call, entry = borrow_call(op, problem, prolog if first else None, epilog if last else None, handle)
         try:
-            fft_plan.plan(prolog=prolog if first else None, epilog=epilog if last else None, stream=handle)
             stage_out = out_op if (last and not last_index and final_dtype == problem.transform.output_dtype) \
                 else None
             stage_direction = problem.direction(direction if stage_type == "C2C" else None)
             stage_scale = factor if last else None
-            result = fft_plan.prepared_call.execute(op, stage_direction, handle, stage_scale, stage_out)
+            result = call.execute(op, stage_direction, handle, stage_scale, stage_out)
             if not last_index:  # (the prepared call does not depend on out=: reuse() checks each call's out)
-                _stateless.remember(key, fft_plan.prepared_call, stage_direction, stage_scale)
+                _stateless.remember(key, call, stage_direction, stage_scale)
         finally:
-            fft_plan.free()
+            plan_cache.release(entry)
         if not last:
             op, dtype = _operands.wrap_operand(result), result_dtype(dtype, dtype, stage_type, False)
     if last_index:
