@@ -52,6 +52,8 @@ def compiled_entry(library, function, c_function, importer=importlib.import_modu
     module_name, python_name = names
     try:
         module = importer(f"nvmath.bindings.{module_name}")
+        # nvmath's loader module and its introspection helper are private (a third-party private name, used because
+        # no public call tells which address it resolved); a missing one means ctypes, not an error
         internal = importer(f"nvmath.bindings._internal.{module_name}")
         pointer = internal._inspect_function_pointer(f"__{function}")
         entry = getattr(module, python_name)
