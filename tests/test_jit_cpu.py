@@ -167,3 +167,25 @@ def test_check_user_info_rejects():
 def test_check_user_info_torch_dtype():
     torch = pytest.importorskip("torch")
     assert jit.check_user_info(torch.ones(8, dtype=torch.complex64), "complex64", (4, 8)) == 8
+
+
+def test_a_division_by_zero_gives_inf_and_nan_as_on_the_gpu():
+    """numba-cuda compiles callbacks with NumPy's error model: x / 0 is inf or nan, never an exception. The CPU
+    compiles them the same way, so a callback means the same on both (and runs without a check per division)."""
+    a, b = np.zeros((2, 3), np.float32), np.ones((3, 4), np.float32)
+
+    def inverse(value, row, col):
+        return (1.0 + row) / value
+
+    def ratio(value, row, col):
+        return value / value
+
+    assert np.all(np.isposinf(mathpy.matmul(a, b, epilog=inverse, execution="cpu")))
+    assert np.all(np.isnan(mathpy.matmul(a, b, epilog=ratio, execution="cpu")))
+
+    def over_zero(data_out, offset, value, user_info, unused):
+        data_out[offset] = value.real / user_info[0]
+
+    x = np.ones(8, np.complex64)
+    y = mathpy.fft.fft(x, epilog=mathpy.fft.Callback(over_zero, data=np.zeros(1, np.float32)), execution="cpu")
+    assert np.isposinf(y[0].real) and np.all(np.isnan(y[1:].real))  # 8 / 0 and 0 / 0
