@@ -69,7 +69,10 @@ class Trace:
 def summary(seen):
     modules = [m for m, _ in seen]
     switches = sum(1 for a, b in zip(modules, modules[1:]) if a != b)
-    streams = sum(1 for m, f in seen if m == "mathpy._streams" and f in ("stream_pointer", "stream_handle"))
+    # a stream resolution: stream_pointer, or stream_handle called on its own (stream_pointer calls it too)
+    streams = sum(1 for (m, f), (_, before) in zip(seen, [("", "")] + seen[:-1])
+                  if m == "mathpy._streams" and (f == "stream_pointer" or (f == "stream_handle"
+                                                                           and before != "stream_pointer")))
     route = sum(1 for m, _ in seen if m == "mathpy._torch_route")
     stateful = sum(1 for _, f in seen if f in ("FFT._setup", "Matmul.__init__", "Matmul._setup"))
     return len(seen), len(set(modules)), switches, streams, route, stateful

@@ -197,6 +197,9 @@ class _FFTWPlans:
         self._flags = tuple(flags)
         self._limit = FFTW_PLANNING_SECONDS
         self._free = {}  # (aligned, forward, in place) -> [(plan, own input, own output)]
+        # the layout's strides in bytes: an array that has them is passed as it is, without _restrided's work
+        self._byte_strides = tuple(tuple(s * np.dtype(dtype).itemsize for s in strides) for strides, dtype in
+                                   ((t.input_strides, t.input_dtype), (t.output_strides, t.output_dtype)))
 
     def _make(self, aligned, forward, inplace):
         t = self.transform
@@ -215,7 +218,13 @@ class _FFTWPlans:
         t = self.transform
         forward, inplace = bool(forward) or t.fft_type == "R2C", x is out
         # pyFFTW compares strides literally, those of length-1 axes too, which NumPy sets freely: the Transform's
-        x, out = _restrided(x, t.input_strides), (x if inplace else _restrided(out, t.output_strides))
+        in_bytes, out_bytes = self._byte_strides
+        if x.strides != in_bytes:
+            x = _restrided(x, t.input_strides)
+        if inplace:
+            out = x
+        elif out.strides != out_bytes:
+            out = _restrided(out, t.output_strides)
         aligned = (True, forward, inplace) in self._free or (_address(x) | _address(out)) % _SIMD_ALIGNMENT == 0
         if not (aligned and self._run((True, forward, inplace), x, out)):  # SIMD plans first
             if not self._run((False, forward, inplace), x, out):  # pyFFTW refused these arrays' alignment
