@@ -11,6 +11,7 @@ from ._cuda import is_available as cuda_is_available
 from ._errors import *  # noqa: F403
 from ._errors import __all__ as _errors_all
 from ._execution import ExecutionCPU, ExecutionCUDA, execution_space, get_execution_space
+from ._memo import plan_cache_clear, plan_cache_info
 from ._memory import (BaseCUDAMemoryManager, BaseCUDAMemoryManagerAsync, CupyMemoryManager, MemoryPointer,
                       TorchMemoryManager)
 from .bindings._types import CudaDataType
@@ -32,6 +33,8 @@ __all__ = [
     "MatmulOptions",
     "MatmulPlanPreferences",
     "matmul_plan_cache",
+    "plan_cache_info",
+    "plan_cache_clear",
     "MatmulComputeType",
     "CudaDataType",
     "BaseCUDAMemoryManager",

@@ -27,7 +27,7 @@ import collections
 import threading
 from typing import NamedTuple
 
-__all__ = ["Memo", "MemoInfo", "register", "unregister", "clear", "info"]
+__all__ = ["Memo", "MemoInfo", "register", "unregister", "clear", "info", "plan_cache_clear", "plan_cache_info"]
 
 
 class MemoInfo(NamedTuple):
@@ -73,6 +73,44 @@ def info(group=None):
     with _registry_lock:
         caches = [(key, c) for key, c in _registry.items() if group is None or key.split("/", 1)[0] == group]
     return {key: cache.info() for key, cache in caches}
+
+
+def plan_cache_clear():
+    """Empty every plan cache and memo mathpy keeps.
+
+    FFT and matmul plans (their device memory is freed once no call uses them), prepared calls, resolved problems and
+    the compiled callbacks held in memory: later calls plan again (and compile again, or load from the on-disk
+    cache). :func:`mathpy.fft.plan_cache_clear` empties the FFT's only.
+
+    Examples
+    --------
+    >>> import mathpy
+    >>> mathpy.plan_cache_clear()
+    >>> mathpy.plan_cache_info()["fft/stateless"].entries, mathpy.matmul_plan_cache.info().plans
+    (0, 0)
+    """
+    clear()
+
+
+def plan_cache_info():
+    """Report every plan cache and memo mathpy keeps.
+
+    Returns
+    -------
+    dict
+        ``{"group/name": info}`` ("fft/plans", "matmul/stateless", "jit/callbacks", ...): a :class:`MemoInfo`
+        (entries, bytes, hits, misses, evictions and the bounds) or, for the plan caches, their ``CacheInfo``. Each
+        is bounded and evicts its least recently used entries.
+
+    Examples
+    --------
+    >>> import numpy as np, mathpy
+    >>> _ = mathpy.fft.fft(np.ones(8, np.complex64))
+    >>> info = mathpy.plan_cache_info()
+    >>> info["fft/stateless"].entries >= 1, "matmul/plans" in info
+    (True, True)
+    """
+    return info()
 
 
 class Memo:

@@ -48,3 +48,53 @@ def test_memos_are_bounded():
         assert len(memo) == 3 and memo.get(9) == 9 and memo.get(0) is None
     finally:
         _memo.unregister(memo)
+
+
+def test_the_public_clear_empties_every_memo_the_jit_ones_too():
+    """mathpy.plan_cache_clear() reaches the callback compiler's memos as well (a CPU epilog fills several)."""
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+
+    def shifted(value, row, col):
+        return value + row
+
+    expected = a @ a.T + np.arange(3, dtype=np.float32)[:, None]
+    np.testing.assert_array_equal(mathpy.matmul(a, a.T, epilog=shifted, execution="cpu"), expected)
+    entries = _entries()
+    for name in ("jit/function-keys", "jit/matmul-epilog-checks", "jit/cpu-dispatchers", "jit/cpu-pass-kernels"):
+        assert entries.get(name, 0) > 0, (name, entries)
+    mathpy.plan_cache_clear()
+    assert all(n == 0 for n in _entries().values()), _entries()
+    assert set(mathpy.plan_cache_info()) == set(_memo.info())
+    np.testing.assert_array_equal(mathpy.matmul(a, a.T, epilog=shifted, execution="cpu"), expected)
+
+
+#: The caches still cleared whole when full, each on a per-call path where a Memo's bookkeeping would cost more than
+#: the lookup (their keys are streams or types, so they rarely fill): (module, the cache's expression).
+CLEARED_WHOLE = {
+    ("mathpy/_packages/__init__.py", "_by_type"): "the package of an operand's type, asked at every stateless call",
+    ("mathpy/_packages/_torch.py", "self._wrappers"): "torch's stream objects for raw streams, per call",
+    ("mathpy/_packages/_cupy.py", "self._wrappers"): "CuPy's stream objects for raw streams, per call",
+    ("mathpy/_packages/_base.py", "self._streams"): "a package's PackageStream per stream, per call",
+    ("mathpy/host/fft/_call.py", "self._makers"): "a prepared call's output allocator per stream",
+    ("mathpy/host/matmul/_call.py", "self._makers"): "a prepared call's output allocator per stream",
+}
+
+
+def test_every_other_cache_is_a_memo():
+    """A new ``if len(cache) > N: cache.clear()`` outside CLEARED_WHOLE fails: use a :class:`mathpy._memo.Memo`,
+    which evicts the least recently used entries and is reached by plan_cache_clear() and plan_cache_info()."""
+    import ast
+    import pathlib
+
+    root = pathlib.Path(mathpy.__file__).resolve().parent
+    found = set()
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+                    and isinstance(node.test.left, ast.Call) and getattr(node.test.left.func, "id", "") == "len"):
+                continue
+            cleared = [n.func.value for n in ast.walk(node) if isinstance(n, ast.Call)
+                       and isinstance(n.func, ast.Attribute) and n.func.attr == "clear"]
+            if cleared:
+                found.add((path.relative_to(root.parent).as_posix(), ast.unparse(cleared[0])))
+    assert found == set(CLEARED_WHOLE), (sorted(found - set(CLEARED_WHOLE)), sorted(set(CLEARED_WHOLE) - found))

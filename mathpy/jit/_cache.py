@@ -34,10 +34,11 @@ import os
 import struct
 import sys
 import tempfile
-import threading
 import types as pytypes
 
 import numpy as np
+
+from .. import _memo
 
 __all__ = ["Uncacheable", "Snapshot", "callback_key", "function_key", "cache_dir", "load_entry", "store_entry",
            "toolchain_id", "nvvm_file_id"]
@@ -273,9 +274,7 @@ def callback_key(fn, spec, snapshot=None):
     return h.hexdigest()
 
 
-_keys = {}  # (id(fn), spec) -> (fn, key or None, Snapshot or None)
-_keys_lock = threading.Lock()
-_KEYS_MAX = 1024
+_keys = _memo.Memo("function-keys", group="jit", max_entries=1024)  # (id(fn), spec) -> (fn, key, Snapshot)
 
 
 def function_key(fn, spec):
@@ -290,10 +289,7 @@ def function_key(fn, spec):
         key = callback_key(fn, spec, snapshot)
     except Uncacheable:
         key, snapshot = None, None
-    with _keys_lock:
-        if len(_keys) >= _KEYS_MAX:
-            _keys.clear()
-        _keys[(id(fn), spec)] = (fn, key, snapshot)
+    _keys.put((id(fn), spec), (fn, key, snapshot))
     return key, snapshot
 
 

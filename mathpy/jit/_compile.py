@@ -4,6 +4,7 @@ import dataclasses
 import threading
 import time
 
+from .. import _memo
 from .._docstrings import fill
 from .._errors import CallbackCompileError, LibraryNotFoundError, NoDeviceError
 from .._log import logger
@@ -80,8 +81,9 @@ class CompiledCallback:
     function_name: str
 
 
-_memory = {}           # cache key -> CompiledCallback
-_memory_by_identity = {}  # (id(fn), spec) -> (fn, CompiledCallback), for functions that cannot be fingerprinted
+_memory = _memo.Memo("callbacks", group="jit", max_entries=512)  # cache key -> CompiledCallback
+# (id(fn), spec) -> (fn, CompiledCallback), for functions that cannot be fingerprinted
+_memory_by_identity = _memo.Memo("callbacks-by-identity", group="jit", max_entries=256)
 _lock = threading.RLock()
 
 
@@ -204,19 +206,20 @@ def compile_callback(fn, kind, element_dtype, user_info_dtype=None, compute_capa
         if key is not None and cache:
             entry = load_entry(key)
             if entry is not None and entry[0].get("mangled_name") == spec.mangled_name:
-                result = _memory[key] = make(entry[1])
+                result = make(entry[1])
+                _memory.put(key, result)
                 logger.debug("mathpy.jit: %s %s loaded from the disk cache in %.2f ms", kind, where,
                              (time.perf_counter() - start) * 1e3)
                 return result
         ltoir, nvvm_version, nvvm_path = _build(py, spec, key, where)
         result = make(ltoir)
         if key is not None:
-            _memory[key] = result
+            _memory.put(key, result)
             if cache:
                 store_entry(key, {"mangled_name": spec.mangled_name, "function": where,
                                   "nvvm_version": list(nvvm_version), "nvvm_file": nvvm_file_id(nvvm_path)}, ltoir)
         else:
-            _memory_by_identity[(id(py), spec)] = (py, result)
+            _memory_by_identity.put((id(py), spec), (py, result))
     logger.debug("mathpy.jit: compiled %s %s for %s/%s cc %s in %.1f ms", kind, where, spec.element_dtype,
                  spec.user_info_dtype, spec.compute_capability, (time.perf_counter() - start) * 1e3)
     return result

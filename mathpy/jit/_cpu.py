@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from .. import _memo
 from .._errors import CallbackCompileError
 from .._log import logger
 from ._bounds import locate_callback
@@ -27,7 +28,7 @@ __all__ = ["apply_epilog_cpu", "apply_prolog_cpu", "jit_callback", "prepare_user
 
 _lock = threading.RLock()
 _state = {}  # "numba": module, "prolog": loop dispatcher, "epilog": loop dispatcher
-_jitted = {}  # content key (or id) -> (py function, numba CPU dispatcher)
+_jitted = _memo.Memo("cpu-dispatchers", group="jit", max_entries=512)  # content key (or id) -> (py, dispatcher)
 
 
 def _loops():
@@ -87,7 +88,7 @@ def jit_callback(py, kind, check_bounds=False):
         # so a callback means the same on both; and without the exception check per division the callback runs
         # about 3x faster inside the passes' loops
         dispatcher = _loops()["numba"].njit(py, boundscheck=check_bounds, error_model="numpy")
-        _jitted[key] = (py, dispatcher)
+        _jitted.put(key, (py, dispatcher))
         return dispatcher
 
 

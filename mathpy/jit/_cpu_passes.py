@@ -25,13 +25,15 @@ import threading
 
 import numpy as np
 
+from .. import _memo
 from ._cpu import jit_callback, prepare_user_info, run_loop
 from ._spec import compile_error
 
 __all__ = ["loader", "storer", "inner_step", "matmul_epilog_pass", "prepare_user_info"]
 
 _lock = threading.Lock()
-_kernels = {}  # (pass, numba dispatcher of the user's function) -> the pass compiled around it
+_kernels = _memo.Memo("cpu-pass-kernels", group="jit", max_entries=256)  # (pass, user's dispatcher) -> the pass
+_helpers = {}  # the few fixed helpers of the passes ("scaled", the plain load and store), made once
 
 
 def _numba():
@@ -42,7 +44,7 @@ def _numba():
 def _plain(kind):
     """The function of a pass without a callback: a plain load or store."""
     key = ("plain", kind)
-    found = _kernels.get(key)
+    found = _helpers.get(key)
     if found is None:
         numba = _numba()
         if kind == "load":
@@ -53,14 +55,14 @@ def _plain(kind):
             @numba.njit(cache=False)
             def found(data_out, offset, value, user_info, unused):
                 data_out[offset] = value
-        _kernels[key] = found
+        _helpers[key] = found
     return found
 
 
 def _scaler():
     """``scaled(value, factor)``: a real factor times each part of a complex value (as NumPy scales an FFT: a complex
     product would make ``inf+0j`` into ``inf+nanj``), or times a real value."""
-    found = _kernels.get("scaled")
+    found = _helpers.get("scaled")
     if found is None:
         numba = _numba()
         from numba.extending import overload
@@ -73,7 +75,7 @@ def _scaler():
             if isinstance(value, numba.types.Complex):
                 return lambda value, factor: complex(value.real * factor, value.imag * factor)
             return lambda value, factor: value * factor
-        _kernels["scaled"] = found
+        _helpers["scaled"] = found
     return found
 
 
@@ -148,13 +150,8 @@ def _rows(numba, f, with_batch, count, checked):
 
 
 def _kernel(name, f):
-    with _lock:
-        found = _kernels.get((name, f))
-        if found is None:
-            if len(_kernels) > 256:
-                _kernels.clear()
-            found = _kernels[(name, f)] = _define(name, f)
-        return found
+    with _lock:  # (one numba compile of a pass at a time)
+        return _kernels.get_or_make((name, f), lambda: _define(name, f))
 
 
 def inner_step(inner_offsets):

@@ -32,13 +32,14 @@ import numpy as np
 
 from ..device._gemm_kernel import (COMPUTE_OF, EPILOG_SYMBOL, MAX_OPERANDS, OPERAND_FIELDS, epilog_signature,
                                    operand_params)
+from .. import _memo
 from . import _cache
 from ._spec import compile_error
 
 __all__ = ["OperandKind", "wrapper_source", "wrapper_function", "wrapper_ltoir", "wrapper_key", "simulator_function"]
 
 _lock = threading.Lock()
-_memory = {}  # wrapper key (or identity tuple for an uncacheable function) -> LTO-IR
+_memory = _memo.Memo("epilog-wrappers", group="jit", max_entries=256)  # wrapper key (or identity tuple) -> LTO-IR
 
 
 def OperandKind(dtype, ndim):  # noqa: N802 (a tuple, named like the type it stands for)
@@ -99,7 +100,7 @@ def wrapper_ltoir(epilog, kinds, result, staged, cc, checked=False):
             if key is not None:
                 _cache.store_entry(key, {"function": epilog.where, "kind": "matmul-epilog", "checked": checked},
                                    found)
-        _memory[memory_key] = found
+        _memory.put(memory_key, found)
     return found, key
 
 

@@ -34,9 +34,10 @@ import builtins
 import dataclasses
 import inspect
 import textwrap
-import threading
 
 import numpy as np
+
+from .. import _memo
 
 __all__ = ["Access", "IndexRange", "coordinate", "index_ranges", "unconditional_accesses"]
 
@@ -176,8 +177,7 @@ def _single_assignments(function):
     return {name: value for name, value in top.items() if counts.get(name) == 1}, set(counts)
 
 
-_cache = {}  # (code object, arrays) -> (accesses, single assignments, assigned names) or None
-_lock = threading.Lock()
+_cache = _memo.Memo("source-analysis", group="jit", max_entries=1024)  # (code, arrays) -> (accesses, ...) or None
 
 
 def _analysis(fn, arrays):
@@ -192,10 +192,7 @@ def _analysis(fn, arrays):
         finder = _Finder(arrays, first)
         finder.statements(function.body, False)
         result = (tuple(finder.found),) + _single_assignments(function)
-    with _lock:
-        if len(_cache) > 1024:
-            _cache.clear()
-        _cache[key] = result
+    _cache.put(key, result)
     return result
 
 

@@ -47,6 +47,7 @@ import dataclasses
 
 import numpy as np
 
+from .. import _memo
 from .._errors import CallbackCompileError
 from ._spec import CallbackSpec, compile_error, describe_function, returns_of
 
@@ -85,7 +86,7 @@ class MatmulEpilogFunction:
         return self.snapshot is None or self.snapshot.valid()
 
 
-_checked = {}  # (code object, operand names given) -> (with_batch, operands)
+_checked = _memo.Memo("matmul-epilog-checks", group="jit", max_entries=1024)  # (code, names) -> (batch?, operands)
 _KEY_SPEC = CallbackSpec("matmul-epilog", None, None, ())  # the content key: the function alone
 
 
@@ -112,7 +113,7 @@ def as_matmul_epilog(fn, names=None):
             raise TypeError(f"matmul epilog {where} must return the value to store on every path, e.g. "
                             f"`return value * data[row, col]`; it "
                             f"{'returns nothing' if not returns_value else 'returns nothing on some path'}")
-        _checked[(py.__code__, given)] = found
+        _checked.put((py.__code__, given), found)
     with_batch, operands = found
     from ._cache import function_key
 

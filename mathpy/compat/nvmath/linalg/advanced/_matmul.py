@@ -12,7 +12,7 @@ positionally or by name, with no operand, scalar or epilog input it releases the
 
 import numpy as np
 
-from ..... import _cuda, _runtime
+from ..... import _cuda, _memo, _runtime
 from ..... import matmul as _native_matmul
 from ....._errors import InvalidPlanStateError
 from ....._execution import ExecutionCUDA
@@ -114,7 +114,8 @@ def _aux_scale(epilog_inputs, preferences, required):
             for name, value in epilog_inputs.items()}
 
 
-_native = {}  # nvmath's option values -> mathpy's MatmulOptions (made once: the stateless calls key on them)
+# nvmath's option values -> mathpy's MatmulOptions (made once: the stateless calls key on them)
+_native = _memo.Memo("native-options", group="compat", max_entries=256)
 
 
 def _native_options(*values):
@@ -123,9 +124,7 @@ def _native_options(*values):
         names = ("compute_type", "scale_type", "result_type", "blocking", "fast_accumulation", "inplace",
                  "result_amax", "block_scaling", "sm_count_target", "logger", "allocator")
         found = _NativeOptions(**dict(zip(names, values)))
-        if len(_native) > 256:
-            _native.clear()
-        _native[values] = found
+        _native.put(values, found)
     return found
 
 
