@@ -126,7 +126,7 @@ class EmulatedCufft:
         status = self._failure("cufftXtExec")
         if status:
             return status
-        kind, n, in_dims, in_side, in_dtype, out_dims, out_side, out_dtype, batch = self.plans[handle.value]
+        kind, n, in_dims, in_side, in_dtype, out_dims, out_side, out_dtype, batch = self.plans[handle]  # (an int: the engine passes its handle as one)
         self.executes += 1
         complex_size = np.dtype(in_dtype if kind == "C2R" else out_dtype).itemsize
         real_pointer = input_pointer if kind == "R2C" else output_pointer

@@ -187,9 +187,22 @@ class Matmul:
 
     def __init__(self, a, b, c=None, *, alpha=1, beta=None, options=None, execution=None, stream=None,
                  quantization_scales=None):
+        self._setup(a, b, c, alpha, beta, options, execution, stream, quantization_scales, None)
+
+    @classmethod
+    def for_cache(cls, cache, a, b, c=None, *, alpha=1, beta=None, options=None, execution=None, stream=None,
+                  quantization_scales=None):
+        """A Matmul for the stateless call, whose ``plan()`` borrows its engine from ``cache`` (a PlanCache). The
+        stateless call has already asked the torch route (nothing here needs a gradient) and resolves the stream
+        when it plans, so neither is asked again."""
+        self = cls.__new__(cls)
+        self._setup(a, b, c, alpha, beta, options, execution, stream, quantization_scales, cache)
+        return self
+
+    def _setup(self, a, b, c, alpha, beta, options, execution, stream, quantization_scales, cache):
         self._state = _FREED  # until construction succeeds
         self._engine = self._release = self._call = None
-        self._cache, self._released = None, False
+        self._cache, self._released = cache, False
         options = check_or_create_options(MatmulOptions, options, "options")
         options, self._scale_tensors = split_scales(quantization_scales, options)
         self._logger = options.logger or logger
@@ -197,7 +210,8 @@ class Matmul:
             if value is None:  # wrap_operands takes None for "no operand" (c)
                 _operands.wrap_operand(value, name)  # TypeError: "a: expected an array, got NoneType"
         ops = _operands.wrap_operands({"a": a, "b": b, "c": c}, written=("c",) if options.inplace else ())
-        self._grad = _torch_route.grad_names(a=a, b=b, c=c)  # no backward here: execute refuses in grad mode
+        # no backward here: execute refuses in grad mode (the stateless call asked the route already)
+        self._grad = () if cache is not None else _torch_route.grad_names(a=a, b=b, c=c)
         a_op, b_op, c_op = ops["a"], ops["b"], ops["c"]
         m, n, k, batch_shape, result_shape = _product_shape(a_op, b_op)
         execution = resolve_execution(execution, a_op.device_id)
@@ -240,17 +254,11 @@ class Matmul:
         self._c_shape = None if c_op is None else tuple(c_op.shape)
         self._device_id = execution.device_id if on_gpu else None
         self._holder = _result_holder(a_op, on_gpu, moves)
-        stream_handle(stream)  # checked now; each call resolves its own stream (see mathpy._streams)
+        if cache is None or not on_gpu:  # (the stateless call's plan() resolves it on a GPU)
+            stream_handle(stream)  # checked now; each call resolves its own stream (see mathpy._streams)
         self._state = _CREATED
         self._logger.debug("Matmul %s x %s -> %s (batch %s), %s, %s on %s%s", (m, k), (k, n), result_shape,
                            batch_shape, types.result, types.compute, execution, ", in place" if options.inplace else "")
-
-    @classmethod
-    def for_cache(cls, cache, *args, **kwargs):
-        """A Matmul whose ``plan()`` borrows its engine from ``cache`` (a PlanCache: the stateless call's)."""
-        self = cls(*args, **kwargs)
-        self._cache = cache
-        return self
 
     # -- planning -----------------------------------------------------------------------------------------------------
 
@@ -316,8 +324,9 @@ class Matmul:
         cache_key = self._bind_engine(problem, preferences, algorithms, handle)
         self._problem, self._spec, self._inputs, self._cache_key = problem, spec, inputs, cache_key
         self._plan_arguments = arguments  # (a reset of scales given as numbers plans again with them)
-        self._grad = tuple(n for n in self._grad if n != "epilog_inputs") + \
-            _torch_route.grad_names(epilog_inputs=epilog_inputs)
+        if self._cache is None:
+            self._grad = tuple(n for n in self._grad if n != "epilog_inputs") + \
+                _torch_route.grad_names(epilog_inputs=epilog_inputs)
         self._state = _PLANNED
         self._make_call()
         self._logger.debug("Matmul planned: epilog %s, %d candidate algorithms, workspace %d bytes", spec.name,
