@@ -11,7 +11,9 @@ Cases: ``fft`` (8 x 1024 complex64), ``matmul`` (128^3), ``matmul + RELU_BIAS`` 
 Python epilog`` (``silu(x) * gate[row, col]``). "Cold" is the first call with these argument facts: imports done and
 one call of another shape made first (so lazy imports and one-time set-up are not counted), every memo and plan
 cache emptied, and the Python epilog a new function object (its compiled kernel may still come from numba's and
-mathpy's on-disk caches). "Warm" is the third call with the same facts. Counts are deterministic: no timing.
+mathpy's on-disk caches). "Warm" is the third call with the same facts. Counts are deterministic but for the CPU
+FFT's: its first call times the candidate libraries for as many rounds as a time budget allows, and the library it
+keeps (FFTW or pocketfft) has its own number of calls.
 """
 
 import argparse
