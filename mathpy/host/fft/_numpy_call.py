@@ -8,6 +8,7 @@ mathpy.torch) and the kernels of mathpy.torch's FFT ops.
 
 import contextlib
 import dataclasses
+from typing import NamedTuple
 
 import numpy as np
 
@@ -62,10 +63,27 @@ def scope(op, stream):
 
 # --- the one code path -------------------------------------------------------------------------------------------
 
-def _run(name, kind, op, axes, lengths, norm, out, inverse, prolog, epilog, options, execution, stream, key):
-    """Transform Operand ``op`` as numpy.fft's ``name`` does: the 1-D transforms of ``kind`` ("C2C", "R2C", "C2R")
-    over ``axes`` (repeats allowed) to logical ``lengths``, grouped into plans (:func:`._numpy_rules.stages`).
-    ``key``: the call's key for :mod:`._stateless` (None: nothing to remember)."""
+class Arguments(NamedTuple):
+    """A numpy.fft call's arguments as the public function took them, frozen, for the full path (made only when the
+    memo of prepared calls misses): ``kind`` is "C2C", "R2C" or "C2R", ``inverse`` the direction."""
+
+    name: str
+    kind: str
+    inverse: bool
+    norm: object
+    out: object
+    prolog: object
+    epilog: object
+    options: object
+    execution: object
+    stream: object
+
+
+def _run(call, op, axes, lengths, key):
+    """Transform Operand ``op`` as numpy.fft's ``call.name`` does (``call``: the :class:`Arguments`): the 1-D
+    transforms of ``call.kind`` over ``axes`` (repeats allowed) to logical ``lengths``, grouped into plans
+    (:func:`._numpy_rules.stages`). ``key``: the call's key for :mod:`._stateless` (None: nothing to remember)."""
+    name, kind, inverse, norm, out, prolog, epilog, options, execution, stream = call
     norm = check_norm(norm)
     out_op = None if out is None else out_operand(out, op)
     options = _DEFAULT_OPTIONS if options is None else check_or_create_options(FFTOptions, options, "options")
@@ -183,7 +201,8 @@ def one_d(name, kind, inverse, a, n, axis, norm, out, prolog, epilog, options, e
         return result
     op = _operands.wrap_operand(a, "a", written=_inplace(options))
     lengths, axes = cook_1d(op.shape, n, axis, kind == "C2R", odd=kind == "C2R" and _odd(options))
-    return _run(name, kind, op, axes, lengths, norm, out, inverse, prolog, epilog, options, execution, stream, key)
+    call = Arguments(name, kind, inverse, norm, out, prolog, epilog, options, execution, stream)
+    return _run(call, op, axes, lengths, key)
 
 
 def n_d(name, kind, inverse, a, s, axes, norm, out, prolog, epilog, options, execution, stream):
@@ -201,7 +220,8 @@ def n_d(name, kind, inverse, a, s, axes, norm, out, prolog, epilog, options, exe
         check_no_axes(name, kind)
         check_norm(norm)
         return _finish_out(None if out is None else out_operand(out, op), op.tensor)  # NumPy: the input as it is
-    return _run(name, kind, op, axes, lengths, norm, out, inverse, prolog, epilog, options, execution, stream, key)
+    call = Arguments(name, kind, inverse, norm, out, prolog, epilog, options, execution, stream)
+    return _run(call, op, axes, lengths, key)
 
 
 def _hashable(value):
