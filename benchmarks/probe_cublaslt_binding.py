@@ -57,6 +57,8 @@ def main():
     import mathpy
     import mathpy.fft as mfft
     from mathpy.bindings import _compiled
+    if not mathpy.cuda_is_available():
+        sys.exit("probe_cublaslt_binding needs a CUDA GPU (and torch with CUDA)")
     try:
         from nvmath.bindings import cublasLt as compiled
     except ImportError:
