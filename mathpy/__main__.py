@@ -11,6 +11,7 @@ import numpy as np
 
 import mathpy
 from mathpy import _cuda
+from mathpy.bindings import compiled_entries_enabled
 
 
 def _version(distribution):
@@ -73,6 +74,10 @@ def report():
         names = [distribution] if distribution else ["cupy-cuda13x", "cupy-cuda12x", "cupy"]
         version = next((v for v in map(_version, names) if v), None)
         packages.append((module, version or "not installed"))
+    nvmath = _version("nvmath-python")
+    packages.append(("nvmath-python", f"{nvmath}: its compiled bindings run the hot cuBLASLt/cuFFT calls"
+                     + ("" if compiled_entries_enabled() else " (off: MATHPY_COMPILED_BINDINGS=0)") if nvmath else
+                     "not installed (pip install -e '.[fast]': compiled bindings for the hot library calls)"))
     return [("mathpy", [("version", mathpy.__version__), ("python", platform.python_version())]),
             ("GPU", gpu), ("CUDA libraries", libraries), ("packages", packages)]
 
