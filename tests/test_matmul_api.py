@@ -432,3 +432,21 @@ def test_cuda_execution_without_a_gpu_is_a_clear_error():
 def test_option_errors(options, error, match):
     with pytest.raises(error, match=match):
         matmul(rand(2, 2), rand(2, 2), options=options)
+
+
+def test_the_stateless_call_asks_the_route_once(monkeypatch):
+    """mathpy.matmul asks mathpy._torch_route once (``wanted``); the Matmul it plans with does not ask again for
+    gradient names (issue 21: each fact resolved once), while a Matmul built by the user does."""
+    import mathpy
+    from mathpy import _torch_route
+
+    asked = []
+    real = _torch_route.grad_names
+    monkeypatch.setattr(_torch_route, "grad_names", lambda **kw: asked.append(kw) or real(**kw))
+    mathpy.matmul_plan_cache.clear()
+    a = np.arange(20, dtype=np.float64).reshape(4, 5)
+    np.testing.assert_array_equal(mathpy.matmul(a, a.T, epilog="relu"), np.maximum(a @ a.T, 0))
+    assert asked == []
+    with mathpy.Matmul(a, a.T) as mm:
+        mm.plan()
+        assert len(asked) == 2  # the constructor's operands, plan()'s epilog inputs
