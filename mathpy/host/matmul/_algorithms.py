@@ -12,16 +12,21 @@ pays this (a few ms) once per cached plan. The engine's ``autotune_first_execute
 
 **Tiny products** (at most :data:`HOST_BOUND_FLOPS`) are bound by the host's cost per call:
 :func:`single_kernel_first` moves the first candidate that runs as one kernel (no split-K) to the front.
+
+When cuBLASLt has no algorithm at all, :func:`no_algorithm_message` says what the product was and what to change.
 """
 
 import contextlib
 
+from ... import _cuda
 from ..._log import logger
 from ...bindings import cublaslt as lt
 from ...bindings._cublaslt_tables import CLUSTER_SHAPE_IDS, CLUSTER_SHAPES, STAGE_IDS, STAGES, TILE_IDS, TILES
+from ._epilog import MatmulEpilog
+from ._orient import Operation
 
 __all__ = ["CublasLtAlgorithm", "Candidates", "needs_autotune", "single_kernel_first", "HOST_BOUND_FLOPS", "using",
-           "adopt", "release_workspace"]
+           "adopt", "release_workspace", "no_algorithm_message"]
 
 
 def needs_autotune(m, n, k, batch, candidates):
@@ -229,3 +234,21 @@ def release_workspace(engine):
     release = getattr(engine, "release_workspace", None)
     if release is not None:
         release()
+
+
+def no_algorithm_message(p, device_id, op_a, op_b, float8):
+    """Why cuBLASLt found no algorithm for MatmulProblem ``p`` on ``device_id`` with these operations, and what to
+    change."""
+    what = (f"cuBLASLt {lt.version()} has no algorithm for this product: {p.m} x {p.n} x {p.k}, batch {p.batch}, "
+            f"{p.a.dtype.name} @ {p.b.dtype.name} -> {p.d.dtype.name}, compute {p.compute_type}, "
+            f"op(A)={op_a.name}, op(B)={op_b.name}, epilog {None if p.epilog is None else p.epilog.name}, "
+            f"device {device_id} (cc {'.'.join(map(str, _cuda.compute_capability(device_id)))})")
+    if p.epilog is MatmulEpilog.BGRADA and op_a is not Operation.N:
+        what += ". BGRADA needs op(A) = N: a column-major A (the matmul API copies A so)"
+    if p.epilog is MatmulEpilog.BGRADB and op_b is not Operation.T:
+        what += ". BGRADB needs op(B) = T: a row-major B (the matmul API copies B so)"
+    if float8 and (op_a, op_b) != (Operation.T, Operation.N):
+        what += (". float8 needs A row-major and B column-major (cuBLASLt's 'TN' form: pass b as a transposed "
+                 "row-major array, e.g. b = bt.T)")
+    what += ". int8: M, K, leading dimensions multiple of 4, or execution='cpu'" if p.compute_type == "32I" else ""
+    return what

@@ -34,7 +34,8 @@ from ..._log import logger
 from ..._streams import keep_for_graph
 from ..._workspace import WorkspaceSource
 from ...bindings import cublaslt as lt
-from ._algorithms import HOST_BOUND_FLOPS, Candidates, CublasLtAlgorithm, needs_autotune, single_kernel_first
+from ._algorithms import (HOST_BOUND_FLOPS, Candidates, CublasLtAlgorithm, needs_autotune, no_algorithm_message,
+                          single_kernel_first)
 from ._epilog import MatmulEpilog
 from ._epilog_operands import HANDLERS, SCALE_NAMES, c_stand_in
 from ._options import FLOAT8_DTYPES, MatmulPlanPreferences
@@ -257,9 +258,9 @@ class CublasLtEngine:
         try:
             found = lt.heuristics(self._handle, res.desc, *self._layouts, res.preference, preferences.limit)
         except CUDALibraryError as e:  # e.g. CUBLAS_STATUS_INVALID_VALUE for a combination it rejects outright
-            raise ValueError(f"{self._no_algorithm_message(*described)} ({e})") from e
+            raise ValueError(f"{no_algorithm_message(self.problem, self.device_id, *described)} ({e})") from e
         if not found:
-            raise ValueError(self._no_algorithm_message(*described))
+            raise ValueError(no_algorithm_message(self.problem, self.device_id, *described))
         candidates = [CublasLtAlgorithm(result, rank) for rank, result in enumerate(found)]
         if 2.0 * problem.m * problem.n * problem.k * problem.batch <= HOST_BOUND_FLOPS:
             candidates = single_kernel_first(candidates)
@@ -336,22 +337,6 @@ class CublasLtEngine:
             lt.destroy_preference(preference)
             raise
         return preference
-
-    def _no_algorithm_message(self, op_a, op_b, float8):
-        p = self.problem
-        what = (f"cuBLASLt {lt.version()} has no algorithm for this product: {p.m} x {p.n} x {p.k}, batch {p.batch}, "
-                f"{p.a.dtype.name} @ {p.b.dtype.name} -> {p.d.dtype.name}, compute {p.compute_type}, "
-                f"op(A)={op_a.name}, op(B)={op_b.name}, epilog {None if p.epilog is None else p.epilog.name}, "
-                f"device {self.device_id} (cc {'.'.join(map(str, _cuda.compute_capability(self.device_id)))})")
-        if p.epilog is MatmulEpilog.BGRADA and op_a is not Operation.N:
-            what += ". BGRADA needs op(A) = N: a column-major A (the matmul API copies A so)"
-        if p.epilog is MatmulEpilog.BGRADB and op_b is not Operation.T:
-            what += ". BGRADB needs op(B) = T: a row-major B (the matmul API copies B so)"
-        if float8 and (op_a, op_b) != (Operation.T, Operation.N):
-            what += (". float8 needs A row-major and B column-major (cuBLASLt's 'TN' form: pass b as a transposed "
-                     "row-major array, e.g. b = bt.T)")
-        what += ". int8: M, K, leading dimensions multiple of 4, or execution='cpu'" if p.compute_type == "32I" else ""
-        return what
 
     def _chosen_by_caller(self, algorithm):
         """The caller changed ``algorithms``: use its first one, and no longer autotune on its own."""

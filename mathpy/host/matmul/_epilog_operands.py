@@ -3,7 +3,8 @@
 GELU aux's amax (outputs returned with the epilog's) and the quantization scales given as tensors (inputs read at
 every execution).
 
-Each handler owns everything about its operand (formats in :mod:`._epilog`):
+:func:`given_inputs` checks which ``epilog_inputs`` an epilog takes. Each handler owns everything about its operand
+(formats in :mod:`._epilog`):
 
 - ``stage(op, product, spec, d_dtype)``: validate a given input (dtype, shape) and choose its layout (inputs only);
 - ``layout(product, batch, d_dtype)``: the layout of an output the API allocates, and ``shape(layout, batch_shape)``
@@ -28,13 +29,13 @@ import math
 import numpy as np
 
 from ..._strides import c_strides
-from ._epilog import gelu_aux_rows, relu_aux_rows
+from ._epilog import EPILOG_INPUT_NAMES, gelu_aux_rows, relu_aux_rows
 from ._layouts import Staged, batch_stride, strided_view
 from ._options import BF16, E4M3, F16, FLOAT8_DTYPES
 from ._problem import MatrixLayout
 
-__all__ = ["HANDLERS", "output_layouts", "SCALE_NAMES", "scale_items", "split_scales", "gelu_aux_dtype", "is_number",
-           "c_stand_in", "Data"]
+__all__ = ["HANDLERS", "given_inputs", "output_layouts", "SCALE_NAMES", "scale_items", "split_scales",
+           "gelu_aux_dtype", "is_number", "c_stand_in", "Data"]
 
 
 def _lt():
@@ -400,3 +401,26 @@ def split_scales(scales, options):
         else:
             tensors[name] = value
     return (dataclasses.replace(options, **numbers) if numbers else options), tensors
+
+
+def given_inputs(epilog_inputs, epilog, spec, fused):
+    """``(inputs by name, aux_scale, the names the epilog takes)`` from ``epilog_inputs``; TypeError for a non-dict,
+    ValueError naming an unknown or a missing input."""
+    given = {} if epilog_inputs is None else epilog_inputs
+    if not isinstance(given, dict):
+        raise TypeError(f"epilog_inputs must be a dict, not {type(given).__name__}")
+    given = dict(given)
+    aux_scale = given.pop("aux_scale", None)  # a float8 GELU aux's scale: checked with its dtype by plan()
+    wanted = fused.operands if fused is not None else spec.inputs
+    missing = [name for name in spec.inputs if name not in given]
+    unknown = sorted(set(given) - set(wanted), key=str)
+    if unknown:  # first: a misspelled name is also a missing one, and the misspelling is what to fix
+        allowed = list(wanted) or "none"
+        name = fused.where if fused is not None else "None" if epilog is None else spec.name
+        raise ValueError(f"epilog_inputs {unknown} are not inputs of epilog {name}: it takes {allowed}"
+                         + (f" (missing {missing})" if missing else "")
+                         + f"; the inputs of all epilogs are {list(EPILOG_INPUT_NAMES)}, and 'data' of a "
+                           f"Python epilog")
+    if missing:
+        raise ValueError(f"epilog {spec.name} needs epilog_inputs {list(spec.inputs)}; missing {missing}")
+    return given, aux_scale, wanted

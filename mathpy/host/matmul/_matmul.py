@@ -39,12 +39,14 @@ from ..._plan_cache import PlanCache, PlanKey
 from ..._streams import refuse_in_capture, refuse_planning_in_capture, stream_handle, stream_pointer
 from ._call import Finish, MatmulCall, holder_for
 from ._docs import MATMUL_DOCS
-from ._epilog import EPILOG_INPUT_NAMES, as_epilog, epilog_spec
+from ._epilog import as_epilog, epilog_spec
 from . import _algorithms
-from ._epilog_operands import HANDLERS, Data, gelu_aux_dtype, is_number, output_layouts, scale_items, split_scales
+from ._epilog_operands import (HANDLERS, Data, gelu_aux_dtype, given_inputs, is_number, output_layouts, scale_items,
+                               split_scales)
 from ._fused import check_fused_problem, fused_epilog, plan_fused
 from ._layouts import (Product, c_in_d_order, check_inplace, expand_c, inplace_layout, result_layout, stage_a, stage_b,
                        stage_matrix)
+from ._numpy_rules import check_c_shape, product_shape
 from ._options import (FLOAT8_DTYPES, I8, MatmulOptions, MatmulPlanPreferences, check_scalar, is_floating,
                        refuse_block_scaling,
                        resolve_types)
@@ -70,40 +72,6 @@ def make_engine(problem, execution, options, preferences, allocator):
                                      allocator=allocator)
 
 
-def _product_shape(a_op, b_op):
-    """``(m, n, k, batch shape, result shape)`` of ``a @ b`` with numpy.matmul's rules (1-D operands promoted, batch
-    dimensions broadcast); ValueError naming both shapes when they do not match."""
-    if a_op.ndim == 0 or b_op.ndim == 0:
-        raise ValueError(f"matmul operands must have at least one dimension; a has shape {a_op.shape}, b has shape "
-                         f"{b_op.shape}")
-    a_shape = (1, *a_op.shape) if a_op.ndim == 1 else a_op.shape
-    b_shape = (*b_op.shape, 1) if b_op.ndim == 1 else b_op.shape
-    m, k = a_shape[-2:]
-    k_b, n = b_shape[-2:]
-    if k != k_b:
-        raise ValueError(f"matmul: a of shape {a_op.shape} and b of shape {b_op.shape} do not match: a has {k} "
-                         f"columns (K) but b has {k_b} rows")
-    try:
-        batch_shape = tuple(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
-    except ValueError:
-        raise ValueError(f"matmul: the batch dimensions of a {a_op.shape[:-2]} and b {b_op.shape[:-2]} do not "
-                         f"broadcast") from None
-    result_shape = (*batch_shape, *([m] if a_op.ndim > 1 else []), *([n] if b_op.ndim > 1 else []))
-    return m, n, k, batch_shape, result_shape
-
-
-def _check_c_shape(c_op, result_shape):
-    """ValueError when operand ``c`` (or None) does not broadcast to the result's shape."""
-    if c_op is None or tuple(c_op.shape) == result_shape:
-        return
-    try:
-        ok = np.broadcast_shapes(c_op.shape, result_shape) == result_shape
-    except ValueError:
-        ok = False
-    if not ok:
-        raise ValueError(f"c has shape {c_op.shape}, which does not broadcast to the result's shape {result_shape}")
-
-
 def _result_holder(a_op, on_gpu, moves):
     """The package results are allocated in: ``a``'s where it can hold them on the execution device, else the device
     package (GPU) or NumPy (CPU); ``moves``: the operands change device."""
@@ -112,29 +80,6 @@ def _result_holder(a_op, on_gpu, moves):
             _operands.device_package()
         return holder_for(holder, True)
     return holder_for(a_op.package if (not moves and a_op.package in ("numpy", "torch")) else "numpy", False)
-
-
-def _given_inputs(epilog_inputs, epilog, spec, fused):
-    """``(inputs by name, aux_scale, the names the epilog takes)`` from ``epilog_inputs``; TypeError for a non-dict,
-    ValueError naming an unknown or a missing input."""
-    given = {} if epilog_inputs is None else epilog_inputs
-    if not isinstance(given, dict):
-        raise TypeError(f"epilog_inputs must be a dict, not {type(given).__name__}")
-    given = dict(given)
-    aux_scale = given.pop("aux_scale", None)  # a float8 GELU aux's scale: checked with its dtype by plan()
-    wanted = fused.operands if fused is not None else spec.inputs
-    missing = [name for name in spec.inputs if name not in given]
-    unknown = sorted(set(given) - set(wanted), key=str)
-    if unknown:  # first: a misspelled name is also a missing one, and the misspelling is what to fix
-        allowed = list(wanted) or "none"
-        name = fused.where if fused is not None else "None" if epilog is None else spec.name
-        raise ValueError(f"epilog_inputs {unknown} are not inputs of epilog {name}: it takes {allowed}"
-                         + (f" (missing {missing})" if missing else "")
-                         + f"; the inputs of all epilogs are {list(EPILOG_INPUT_NAMES)}, and 'data' of a "
-                           f"Python epilog")
-    if missing:
-        raise ValueError(f"epilog {spec.name} needs epilog_inputs {list(spec.inputs)}; missing {missing}")
-    return given, aux_scale, wanted
 
 
 @fill(MATMUL_DOCS)
@@ -213,7 +158,7 @@ class Matmul:
         # no backward here: execute refuses in grad mode (the stateless call asked the route already)
         self._grad = () if cache is not None else _torch_route.grad_names(a=a, b=b, c=c)
         a_op, b_op, c_op = ops["a"], ops["b"], ops["c"]
-        m, n, k, batch_shape, result_shape = _product_shape(a_op, b_op)
+        m, n, k, batch_shape, result_shape = product_shape(a_op, b_op)
         execution = resolve_execution(execution, a_op.device_id)
         on_gpu = isinstance(execution, ExecutionCUDA)
         if on_gpu:
@@ -231,7 +176,7 @@ class Matmul:
         beta = check_scalar(beta, "beta", types)
         if options.inplace:
             check_inplace(c_op, result_shape, types.result)
-        _check_c_shape(c_op, result_shape)
+        check_c_shape(c_op, result_shape)
         moves = (a_op.device_id is None) == on_gpu or (on_gpu and a_op.device_id != execution.device_id)
 
         # cuBLASLt has float8 and int8 kernels only in its "TN" form: the API stages A row-major, B column-major
@@ -281,7 +226,7 @@ class Matmul:
         preferences = check_or_create_options(MatmulPlanPreferences, preferences, "preferences")
         d_dtype = self._d_dtype
         self._check_epilog(epilog, spec)
-        given, aux_scale, wanted = _given_inputs(epilog_inputs, epilog, spec, fused)
+        given, aux_scale, wanted = given_inputs(epilog_inputs, epilog, spec, fused)
         self._fused = fused  # (a Python epilog's operands may have any name: _stage_input)
         aux_dtype = gelu_aux_dtype(spec, preferences.aux_type, preferences.aux_amax, aux_scale is not None,
                                    self._staged["a"].op.dtype, self._staged["b"].op.dtype, d_dtype,

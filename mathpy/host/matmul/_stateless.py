@@ -21,6 +21,7 @@ from ..._operands import wrap_operand
 from ..._out import check_writable, copy_into, out_operand
 from ..._streams import stream_handle, stream_pointer
 from ._matmul import Matmul, matmul_plan_cache
+from ._numpy_rules import check_out_shape
 
 __all__ = ["run", "forget", "remembered"]
 
@@ -116,38 +117,6 @@ def _into(out, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences
     handle = None if out_op.on_host or stream is None else stream_pointer(stream, out_op.package, out_op.device_id)
     copy_into(out_op, d, handle)
     return out_op.tensor if outputs is None else (out_op.tensor, outputs)
-
-
-_SIGNATURE = "(n?,k),(k,m?)->(n?,m?)"
-
-
-def check_out_shape(shape, batch_shape, core):
-    """numpy.matmul's rule for ``out``'s ``shape``: its last ``len(core)`` axes are the result's core dimensions
-    (M and N, without those of 1-D operands), and the operands' ``batch_shape`` broadcasts to the axes before them
-    (NumPy's ValueErrors and words otherwise).
-
-    >>> check_out_shape((5, 2, 4), (), (2, 4))          # the result, repeated 5 times
-    >>> check_out_shape((2, 3), (), (2, 4))
-    Traceback (most recent call last):
-    ...
-    ValueError: matmul: Output operand 0 has a mismatch in its core dimension 1, with gufunc signature \
-(n?,k),(k,m?)->(n?,m?) (size 3 is different from 4)
-    """
-    if len(shape) < len(core):
-        raise ValueError(f"matmul: Output operand 0 does not have enough dimensions (has {len(shape)}, gufunc core "
-                         f"with signature {_SIGNATURE} requires {len(core)})")
-    for index, (extent, wanted) in enumerate(zip(shape[len(shape) - len(core):], core)):
-        if extent != wanted:
-            raise ValueError(f"matmul: Output operand 0 has a mismatch in its core dimension {index}, with gufunc "
-                             f"signature {_SIGNATURE} (size {extent} is different from {wanted})")
-    loop = shape[:len(shape) - len(core)]
-    try:
-        broadcast = tuple(np.broadcast_shapes(loop, batch_shape))
-    except ValueError:
-        broadcast = batch_shape
-    if broadcast != loop:
-        raise ValueError(f"non-broadcastable output operand with shape {shape} doesn't match the broadcast shape "
-                         f"{(*broadcast, *core)}")
 
 
 def remembered():
