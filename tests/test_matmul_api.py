@@ -400,13 +400,13 @@ def test_row_major_c_with_an_epilog_is_given_in_the_results_order():
     a, b, c, bias = rand(2, 4, 5), rand(5, 6), rand(2, 4, 6), rand(4)
     with Matmul(a, b, c, beta=0.5) as mm:
         mm.plan(epilog="relu_bias", epilog_inputs={"bias": bias})
-        assert mm._staged["c"].layout.is_col_major and mm._staged["c"].mode == "colmajor"
+        assert mm._r.staged["c"].layout.is_col_major and mm._r.staged["c"].mode == "colmajor"
         np.testing.assert_allclose(mm.execute(), np.maximum(a @ b + 0.5 * c + bias[:, None], 0), rtol=1e-12)
         c2 = rand(2, 4, 6)
         mm.reset_operands(c=c2)
         np.testing.assert_allclose(mm.execute(), np.maximum(a @ b + 0.5 * c2 + bias[:, None], 0), rtol=1e-12)
         mm.plan()  # no epilog: D takes c's row-major order, c is used as it is
-        assert mm._staged["c"].mode is None
+        assert mm._r.staged["c"].mode is None
         np.testing.assert_allclose(mm.execute(), a @ b + 0.5 * c2, rtol=1e-12)
 
 

@@ -1,6 +1,6 @@
 """The matmul API's public function: :func:`matmul`, numpy.matmul's semantics on cuBLASLt or the CPU, routed to
 :mod:`mathpy.torch` when a tensor needs a gradient or a torch.compile trace (:mod:`mathpy._torch_route`), else run by
-:func:`._stateless.run` (the memo of prepared calls, over :class:`~._matmul.Matmul`)."""
+:func:`._stateless.run` (the memo of prepared calls, planned by :mod:`._resolve` as :class:`~._matmul.Matmul` plans)."""
 
 from ... import _torch_route
 from ..._docstrings import fill

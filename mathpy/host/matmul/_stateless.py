@@ -1,10 +1,10 @@
-"""The stateless matmul's work (:func:`run`, behind :func:`mathpy.matmul` of :mod:`._functions`): a thin layer over
-:class:`~._matmul.Matmul` with plans from :data:`~._matmul.matmul_plan_cache`, and a memo of prepared calls for
-repeated calls.
+"""The stateless matmul's work (:func:`run`, behind :func:`mathpy.matmul` of :mod:`._functions`): the planning steps
+of :mod:`._resolve` with engines from :data:`~._matmul.matmul_plan_cache`, and a memo of prepared calls for repeated
+calls.
 
-The first call of a kind goes through ``Matmul`` in full (validation, layouts, an engine borrowed from the cache) and,
-when its :class:`~._call.MatmulCall` reads every operand where it lies (``direct``: device operands that need no copy),
-leaves that call here under a key of cheap facts: each operand's package, shape, strides, dtype and device, and every
+The first call of a kind plans in full, with no Matmul object (validation, layouts, an engine borrowed from the
+cache) and, when its :class:`~._call.MatmulCall` reads every operand where it lies (``direct``: device operands that
+need no copy), leaves that call here under a key of cheap facts: each operand's package, shape, strides, dtype and device, and every
 other argument. A later call with the same key borrows the engine (a cache hit) and runs the call on the new operands'
 addresses, on the current (or given) stream: plans do not depend on streams.
 
@@ -20,8 +20,9 @@ from ... import _execution, _memo, _packages
 from ..._operands import wrap_operand
 from ..._out import check_writable, copy_into, out_operand
 from ..._streams import stream_handle, stream_pointer
-from ._matmul import Matmul, matmul_plan_cache
+from ._matmul import matmul_plan_cache
 from ._numpy_rules import check_out_shape
+from ._resolve import engine_request, make_call, plan_problem, resolve
 
 __all__ = ["run", "forget", "remembered"]
 
@@ -32,7 +33,7 @@ _host_calls = _memo.Memo("stateless-host", group="matmul", max_entries=128)  # k
 def run(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None, options=None, preferences=None,
         execution=None, stream=None, quantization_scales=None, out=None):
     """:func:`mathpy.matmul` (:mod:`._functions`) once it is not routed to mathpy.torch: the memo's prepared call, or
-    a :class:`~._matmul.Matmul` planned from the cache."""
+    one planned now (:func:`_prepared`) on an engine from the cache."""
     if out is not None:
         return _into(out, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution, stream,
                      quantization_scales)
@@ -61,11 +62,9 @@ def run(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None, op
             finally:
                 matmul_plan_cache.release(entry)
         _calls.pop(key, None)  # evicted: plan again
-    mm = Matmul.for_cache(matmul_plan_cache, a, b, c, alpha=alpha, beta=beta, options=options, execution=execution,
-                          quantization_scales=quantization_scales)
+    call, entry, handle = _prepared(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution,
+                                    stream, quantization_scales)
     try:
-        mm.plan(epilog=epilog, epilog_inputs=epilog_inputs, preferences=preferences, stream=stream)
-        call = mm.prepared_call
         if key is not None and call.direct:
             _calls.put(key, call.detached())
         elif host_key is not None and not call.on_gpu:
@@ -73,9 +72,27 @@ def run(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None, op
             host = host and host(call, a, b, epilog_inputs)
             if host is not None:
                 _host_calls.put(host_key, (call.cache_key, host))
-        return mm.execute(stream=stream)
+        return call.execute(handle)
     finally:
-        mm.free()
+        matmul_plan_cache.release(entry)
+
+
+def _prepared(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution, stream,
+              quantization_scales):
+    """The first call's planning, with no Matmul object: ``(call, entry, handle)``, the prepared call on an engine
+    borrowed from the plan cache (give ``entry`` back with ``matmul_plan_cache.release``) and the raw stream to run
+    it on (None: the current one)."""
+    r = resolve(a, b, c, alpha, beta, options, execution, quantization_scales)
+    handle = stream_pointer(stream, r.holder.name, r.device_id) if r.on_gpu else stream_handle(stream)
+    problem, _, inputs, preferences = plan_problem(r, epilog, epilog_inputs, preferences)
+    cache_key, create = engine_request(r, problem, preferences, handle, "Matmul.plan")
+    entry = matmul_plan_cache.acquire(cache_key, create)
+    try:
+        call = make_call(r, problem, entry.plan, inputs, cache_key)
+    except BaseException:
+        matmul_plan_cache.release(entry)
+        raise
+    return call, entry, handle if (r.on_gpu and stream is not None) else None
 
 
 def _current(problem):
@@ -101,18 +118,16 @@ def _into(out, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences
     if out_op is None:  # out=(None,): no out
         return run(a, b, c, alpha=alpha, beta=beta, epilog=epilog, epilog_inputs=epilog_inputs, options=options,
                    preferences=preferences, execution=execution, stream=stream, quantization_scales=quantization_scales)
-    mm = Matmul.for_cache(matmul_plan_cache, a, b, c, alpha=alpha, beta=beta, options=options, execution=execution,
-                          quantization_scales=quantization_scales)
+    call, entry, handle = _prepared(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution,
+                                    stream, quantization_scales)
     try:
-        mm.plan(epilog=epilog, epilog_inputs=epilog_inputs, preferences=preferences, stream=stream)
-        call = mm.prepared_call
         p, finish = call.problem, call.finish
         core = tuple(extent for extent, vector in ((p.m, finish.vector_a), (p.n, finish.vector_b)) if not vector)
         check_out_shape(tuple(out_op.shape), tuple(p.batch_shape), core)
         check_writable(out_op, p.d.dtype if finish.cast is None else finish.cast, "matmul")
-        result = mm.execute(stream=stream)
+        result = call.execute(handle)
     finally:
-        mm.free()
+        matmul_plan_cache.release(entry)
     d, outputs = result if isinstance(result, tuple) else (result, None)
     handle = None if out_op.on_host or stream is None else stream_pointer(stream, out_op.package, out_op.device_id)
     copy_into(out_op, d, handle)
