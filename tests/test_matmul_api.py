@@ -434,19 +434,30 @@ def test_option_errors(options, error, match):
         matmul(rand(2, 2), rand(2, 2), options=options)
 
 
-def test_the_stateless_call_asks_the_route_once(monkeypatch):
-    """mathpy.matmul asks mathpy._torch_route once (``wanted``); the Matmul it plans with does not ask again for
-    gradient names (issue 21: each fact resolved once), while a Matmul built by the user does."""
+def test_the_stateless_call_asks_the_route_once_and_makes_no_matmul(monkeypatch):
+    """mathpy.matmul asks mathpy._torch_route once (``wanted``) and plans with _resolve's steps, with no Matmul object
+    (issue 21: a flat path, each fact resolved once); a Matmul built by the user asks for gradient names itself."""
     import mathpy
     from mathpy import _torch_route
+    from mathpy.host.matmul import Matmul
 
     asked = []
     real = _torch_route.grad_names
     monkeypatch.setattr(_torch_route, "grad_names", lambda **kw: asked.append(kw) or real(**kw))
+    real_init = Matmul.__init__
+
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("the stateless call built a Matmul")
+
+    monkeypatch.setattr(Matmul, "__init__", refuse)
     mathpy.matmul_plan_cache.clear()
     a = np.arange(20, dtype=np.float64).reshape(4, 5)
     np.testing.assert_array_equal(mathpy.matmul(a, a.T, epilog="relu"), np.maximum(a @ a.T, 0))
+    out = np.empty((4, 4))
+    assert mathpy.matmul(a, a.T, out=out) is out  # out=: the same flat path
+    np.testing.assert_array_equal(out, a @ a.T)
     assert asked == []
-    with mathpy.Matmul(a, a.T) as mm:
+    monkeypatch.setattr(Matmul, "__init__", real_init)
+    with Matmul(a, a.T) as mm:
         mm.plan()
         assert len(asked) == 2  # the constructor's operands, plan()'s epilog inputs
