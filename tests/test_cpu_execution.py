@@ -576,3 +576,18 @@ def test_repeated_out_calls_run_the_remembered_call_and_odd_outs_take_the_full_p
     double = np.empty(x.shape, np.complex128)
     assert mfft.fft(x, out=double) is double
     check(double, expected, np.complex64, 64, "complex128 out=")
+
+
+@pytest.mark.parametrize("call", ["fft", "matmul"])
+def test_a_bad_stream_is_an_error_on_the_cpu_too_first_and_repeated_calls(call):
+    """The CPU runs on no stream, but ``stream=`` is checked as on the GPU: the first call (full path) and a repeated
+    one (the remembered prepared call) alike."""
+    x = np.ones((4, 8), np.complex64) if call == "fft" else np.ones((4, 4))
+    run = (lambda **kw: mfft.fft(x, **kw)) if call == "fft" else (lambda **kw: mathpy.matmul(x, x, **kw))
+    mathpy.plan_cache_clear()
+    with pytest.raises(TypeError, match="stream must be"):
+        run(stream="default")
+    run(), run()  # remembered
+    with pytest.raises(TypeError, match="stream must be"):
+        run(stream="default")
+    run(stream=0)  # an int handle is a valid stream (unused on the CPU)

@@ -16,7 +16,7 @@ from ... import _cuda, _memo, _operands
 from ..._execution import ExecutionCUDA, resolve_execution
 from ..._options import check_or_create_options
 from ..._out import copy_into, out_operand
-from ..._streams import stream_pointer
+from ..._streams import stream_handle, stream_pointer
 from . import _stateless
 from ._numpy_rules import (LONG_DOUBLE, check_no_axes, check_norm, check_out, computation_dtype, cook_1d, cook_nd,
                            result_dtype, scale, stage_shape, stages)
@@ -91,6 +91,8 @@ def _run(call, op, axes, lengths, key):
     on_gpu = isinstance(executing, ExecutionCUDA)
     if on_gpu:
         _cuda.require_device(executing.device_id)  # before a GPU array package is looked for
+    elif stream is not None:
+        stream_handle(stream)  # the CPU runs on no stream, but a bad one is an error there too
     dtype = computation_dtype(op.dtype, kind != "R2C")
     if on_gpu and dtype in LONG_DOUBLE:
         raise TypeError(f"{name}: {op.dtype} FFTs run only on the CPU (cuFFT has no long double); run this one with "

@@ -103,6 +103,8 @@ def reuse(name, params, a, out, prolog, epilog, options, execution, stream):
         if call is None:  # evicted: plan again
             return None, key
         if host:
+            if stream is not None:
+                stream_handle(stream)  # checked, as on the full path
             return call.execute_host(a, found.direction, found.scale, out), None
         try:
             return call.execute_direct(pointer, found.direction, stream if stream is None else stream_handle(stream),

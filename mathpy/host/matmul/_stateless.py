@@ -42,6 +42,8 @@ def run(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None, op
         found, host_key = _lookup(_host_calls, _host_key(a, b, alpha, beta, epilog, epilog_inputs, options,
                                                          preferences, execution))
         if found is not None:
+            if stream is not None:
+                stream_handle(stream)  # checked, as on the full path (the CPU runs on no stream)
             if matmul_plan_cache.touch(found[0]) is found[1].engine and _current(found[1].engine.problem):
                 return found[1](a, b, epilog_inputs)  # (CPU engines hold nothing to free)
             _host_calls.pop(host_key, None)  # evicted, planned again, or its epilog changed: plan again
