@@ -13,6 +13,7 @@ addresses, on the current (or given) stream: plans do not depend on streams.
 """
 
 import types
+from typing import NamedTuple
 
 import numpy as np
 
@@ -35,8 +36,8 @@ def run(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None, op
     """:func:`mathpy.matmul` (:mod:`._functions`) once it is not routed to mathpy.torch: the memo's prepared call, or
     one planned now (:func:`_prepared`) on an engine from the cache."""
     if out is not None:
-        return _into(out, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution, stream,
-                     quantization_scales)
+        return _into(out, Arguments(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution,
+                                    stream, quantization_scales))
     host_key = None
     if type(a) is np.ndarray and type(b) is np.ndarray and c is None and quantization_scales is None:
         found, host_key = _lookup(_host_calls, _host_key(a, b, alpha, beta, epilog, epilog_inputs, options,
@@ -64,8 +65,8 @@ def run(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None, op
             finally:
                 matmul_plan_cache.release(entry)
         _calls.pop(key, None)  # evicted: plan again
-    call, entry, handle = _prepared(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution,
-                                    stream, quantization_scales)
+    call, entry, handle = _prepared(Arguments(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences,
+                                              execution, stream, quantization_scales))
     try:
         if key is not None and call.direct:
             _calls.put(key, call.detached())
@@ -79,14 +80,32 @@ def run(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None, op
         matmul_plan_cache.release(entry)
 
 
-def _prepared(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution, stream,
-              quantization_scales):
-    """The first call's planning, with no Matmul object: ``(call, entry, handle)``, the prepared call on an engine
-    borrowed from the plan cache (give ``entry`` back with ``matmul_plan_cache.release``) and the raw stream to run
-    it on (None: the current one)."""
-    r = resolve(a, b, c, alpha, beta, options, execution, quantization_scales)
+class Arguments(NamedTuple):
+    """A matmul call's arguments as :func:`run` took them, frozen, for the full path (made only when no remembered
+    call serves it)."""
+
+    a: object
+    b: object
+    c: object
+    alpha: object
+    beta: object
+    epilog: object
+    epilog_inputs: object
+    options: object
+    preferences: object
+    execution: object
+    stream: object
+    quantization_scales: object
+
+
+def _prepared(args):
+    """The first call's planning for :class:`Arguments` ``args``, with no Matmul object: ``(call, entry, handle)``,
+    the prepared call on an engine borrowed from the plan cache (give ``entry`` back with
+    ``matmul_plan_cache.release``) and the raw stream to run it on (None: the current one)."""
+    r = resolve(args.a, args.b, args.c, args.alpha, args.beta, args.options, args.execution, args.quantization_scales)
+    stream = args.stream
     handle = stream_pointer(stream, r.holder.name, r.device_id) if r.on_gpu else stream_handle(stream)
-    problem, _, inputs, preferences = plan_problem(r, epilog, epilog_inputs, preferences)
+    problem, _, inputs, preferences = plan_problem(r, args.epilog, args.epilog_inputs, args.preferences)
     cache_key, create = engine_request(r, problem, preferences, handle, "Matmul.plan")
     entry = matmul_plan_cache.acquire(cache_key, create)
     try:
@@ -112,16 +131,13 @@ def _lookup(memo, key):
         return None, None
 
 
-def _into(out, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution, stream,
-          quantization_scales):
-    """matmul(..., out=out): NumPy's checks of ``out`` (its type, package, shape and dtype) before the product runs,
-    then the product into a new array, copied into ``out``."""
-    out_op = out_operand(out, wrap_operand(a, "a"))
+def _into(out, args):
+    """matmul(..., out=out) of :class:`Arguments` ``args``: NumPy's checks of ``out`` (its type, package, shape and
+    dtype) before the product runs, then the product into a new array, copied into ``out``."""
+    out_op = out_operand(out, wrap_operand(args.a, "a"))
     if out_op is None:  # out=(None,): no out
-        return run(a, b, c, alpha=alpha, beta=beta, epilog=epilog, epilog_inputs=epilog_inputs, options=options,
-                   preferences=preferences, execution=execution, stream=stream, quantization_scales=quantization_scales)
-    call, entry, handle = _prepared(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution,
-                                    stream, quantization_scales)
+        return run(args.a, args.b, args.c, **{name: getattr(args, name) for name in Arguments._fields[3:]})
+    call, entry, handle = _prepared(args)
     try:
         p, finish = call.problem, call.finish
         core = tuple(extent for extent, vector in ((p.m, finish.vector_a), (p.n, finish.vector_b)) if not vector)
@@ -131,7 +147,8 @@ def _into(out, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences
     finally:
         matmul_plan_cache.release(entry)
     d, outputs = result if isinstance(result, tuple) else (result, None)
-    handle = None if out_op.on_host or stream is None else stream_pointer(stream, out_op.package, out_op.device_id)
+    handle = None if out_op.on_host or args.stream is None else stream_pointer(args.stream, out_op.package,
+                                                                                out_op.device_id)
     copy_into(out_op, d, handle)
     return out_op.tensor if outputs is None else (out_op.tensor, outputs)
 
