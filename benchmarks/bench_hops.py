@@ -76,7 +76,7 @@ def summary(seen):
                   if m == "mathpy._streams" and (f == "stream_pointer" or (f == "stream_handle"
                                                                            and before != "stream_pointer")))
     route = sum(1 for m, _ in seen if m == "mathpy._torch_route")
-    stateful = sum(1 for _, f in seen if f in ("FFT._setup", "Matmul.__init__", "Matmul._setup"))
+    stateful = sum(1 for _, f in seen if f in ("FFT.__init__", "FFT._setup", "Matmul.__init__", "Matmul._setup"))
     return len(seen), len(set(modules)), switches, streams, route, stateful
 
 

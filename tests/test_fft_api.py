@@ -331,17 +331,17 @@ def test_plan_execute_free_loop_does_not_leak():
 
 def test_the_stateless_call_plans_without_an_fft_object(monkeypatch):
     """The stateless functions ask _fft.borrow_call for a prepared call (issue 21's flat path): a first call with new
-    facts works with the FFT class unable to set itself up, and leaves its engine in the plan cache."""
+    facts works with the FFT class unable to be constructed, and leaves its engine in the plan cache."""
     from mathpy.host.fft import _fft
 
     def refuse(*args, **kwargs):
         raise AssertionError("the stateless path built an FFT object")
 
-    monkeypatch.setattr(_fft.FFT, "_setup", refuse)
+    monkeypatch.setattr(_fft.FFT, "__init__", refuse)
     mfft.plan_cache_clear()
     x = rand((3, 40), np.complex64, seed=5)
     assert_fft_close(mfft.fft(x), np.fft.fft(x.astype(np.complex128)), np.float32, 40)
     assert_fft_close(mfft.irfft2(x), np.fft.irfft2(x.astype(np.complex128)), np.float32, 3 * 78)  # two stages
     assert mfft.plan_cache_info().plans >= 2
     with pytest.raises(AssertionError, match="built an FFT object"):
-        mfft.FFT(x)  # (the stateful API does set itself up)
+        mfft.FFT(x)  # (the stateful API does construct one)

@@ -19,12 +19,13 @@ from .._log import logger
 
 __all__ = ["compiled_entry", "ENTRIES", "enabled"]
 
-#: (library, C function) -> (nvmath.bindings module, its Python function): the hot calls that have a compiled entry.
+#: (library, C function) -> (nvmath.bindings module, its Python function, the exception it raises with ``.status``):
+#: the hot calls that have a compiled entry.
 ENTRIES = {
-    ("cublasLt", "cublasLtMatmul"): ("cublasLt", "matmul"),
-    ("cufft", "cufftXtExec"): ("cufft", "xt_exec"),
-    ("cufft", "cufftSetStream"): ("cufft", "set_stream"),
-    ("cufft", "cufftSetWorkArea"): ("cufft", "set_work_area"),
+    ("cublasLt", "cublasLtMatmul"): ("cublasLt", "matmul", "cuBLASLtError"),
+    ("cufft", "cufftXtExec"): ("cufft", "xt_exec", "cuFFTError"),
+    ("cufft", "cufftSetStream"): ("cufft", "set_stream", "cuFFTError"),
+    ("cufft", "cufftSetWorkArea"): ("cufft", "set_work_area", "cuFFTError"),
 }
 
 
@@ -49,14 +50,14 @@ def compiled_entry(library, function, c_function, importer=importlib.import_modu
     names = ENTRIES.get((library, function))
     if names is None or not enabled():
         return None
-    module_name, python_name = names
+    module_name, python_name, error_name = names
     try:
         module = importer(f"nvmath.bindings.{module_name}")
         # nvmath's loader module and its introspection helper are private (a third-party private name, used because
         # no public call tells which address it resolved); a missing one means ctypes, not an error
         internal = importer(f"nvmath.bindings._internal.{module_name}")
         pointer = internal._inspect_function_pointer(f"__{function}")
-        entry = getattr(module, python_name)
+        entry, error = getattr(module, python_name), getattr(module, error_name)
     except Exception as e:  # not importable here, no driver, an older nvmath: ctypes it is
         logger.debug("no compiled entry for %s (%s: %s); ctypes is used", function, type(e).__name__, e)
         return None
@@ -65,17 +66,12 @@ def compiled_entry(library, function, c_function, importer=importlib.import_modu
         logger.debug("nvmath.bindings resolved %s at %#x, mathpy at %#x (another copy of %s): ctypes is used",
                      function, pointer or 0, mine or 0, library)
         return None
-    error = next((v for k, v in vars(module).items() if k.endswith("Error") and isinstance(v, type)
-                  and issubclass(v, Exception)), None)
     logger.debug("%s: nvmath.bindings' compiled entry (the same function as mathpy's)", function)
     return _status_returning(entry, error)
 
 
 def _status_returning(entry, error):
     """``entry`` (which raises ``error``, carrying ``.status``, on failure) as a callable returning the status."""
-    if error is None:
-        return None
-
     def call(*args):
         try:
             entry(*args)

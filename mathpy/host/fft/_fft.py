@@ -271,9 +271,6 @@ class FFT:
         op = _operands.wrap_operand(operand, "operand", written=options.inplace)
         execution = resolve_execution(execution, op.device_id)
         problem = fft_problem(op, None if axes is None else normalize_axes(axes, op.ndim), options, execution)
-        self._setup(op, problem, stream)
-
-    def _setup(self, op, problem, stream):
         _check_writable(op, problem)
         self._problem, self._op = problem, op
         self._facts = (op.package, op.device_id, op.shape, op.strides, op.dtype)  # what reset_operand checks

@@ -79,11 +79,11 @@ class Arguments(NamedTuple):
     stream: object
 
 
-def _run(call, op, axes, lengths, key):
-    """Transform Operand ``op`` as numpy.fft's ``call.name`` does (``call``: the :class:`Arguments`): the 1-D
-    transforms of ``call.kind`` over ``axes`` (repeats allowed) to logical ``lengths``, grouped into plans
+def _run(args, op, axes, lengths, key):
+    """Transform Operand ``op`` as numpy.fft's ``args.name`` does (``args``: the :class:`Arguments`): the 1-D
+    transforms of ``args.kind`` over ``axes`` (repeats allowed) to logical ``lengths``, grouped into plans
     (:func:`._numpy_rules.stages`). ``key``: the call's key for :mod:`._stateless` (None: nothing to remember)."""
-    name, kind, inverse, norm, out, prolog, epilog, options, execution, stream = call
+    name, kind, inverse, norm, out, prolog, epilog, options, execution, stream = args
     norm = check_norm(norm)
     out_op = None if out is None else out_operand(out, op)
     options = _DEFAULT_OPTIONS if options is None else check_or_create_options(FFTOptions, options, "options")
@@ -203,8 +203,8 @@ def one_d(name, kind, inverse, a, n, axis, norm, out, prolog, epilog, options, e
         return result
     op = _operands.wrap_operand(a, "a", written=_inplace(options))
     lengths, axes = cook_1d(op.shape, n, axis, kind == "C2R", odd=kind == "C2R" and _odd(options))
-    call = Arguments(name, kind, inverse, norm, out, prolog, epilog, options, execution, stream)
-    return _run(call, op, axes, lengths, key)
+    args = Arguments(name, kind, inverse, norm, out, prolog, epilog, options, execution, stream)
+    return _run(args, op, axes, lengths, key)
 
 
 def n_d(name, kind, inverse, a, s, axes, norm, out, prolog, epilog, options, execution, stream):
@@ -222,8 +222,8 @@ def n_d(name, kind, inverse, a, s, axes, norm, out, prolog, epilog, options, exe
         check_no_axes(name, kind)
         check_norm(norm)
         return _finish_out(None if out is None else out_operand(out, op), op.tensor)  # NumPy: the input as it is
-    call = Arguments(name, kind, inverse, norm, out, prolog, epilog, options, execution, stream)
-    return _run(call, op, axes, lengths, key)
+    args = Arguments(name, kind, inverse, norm, out, prolog, epilog, options, execution, stream)
+    return _run(args, op, axes, lengths, key)
 
 
 def _hashable(value):
