@@ -142,6 +142,14 @@ class FakeCuPy(_packages.ArrayPackage):
         self.events.append(("copy", self.current))
         np.copyto(destination._a, np.asarray(source), casting="same_kind")
 
+    def _copy_scaled(self, destination, source, factor):
+        self.events.append(("copy-scaled", self.current))
+        np.multiply(np.asarray(source), factor, out=destination._a, casting="same_kind")
+
+    def _scale(self, array, factor):
+        self.events.append(("scale", self.current))
+        array._a *= factor
+
     def _to_numpy(self, array, stream):
         self.events.append(("download", stream))
         return np.array(array._a, order="A")
@@ -173,6 +181,7 @@ class FakeCUFFTEngine:
                 if cb.data is not None:
                     assert cb.data.package == "cupy" and cb.data_ptr == cb.data.data_ptr
         self.transform, self.stream, self.freed, self.calls = transform, allocator.stream, False, []
+        self.callbacks = (prolog, epilog)  # as CUFFTEngine's: what the plan was made with
         self.lock = threading.RLock()  # as CUFFTEngine's: the API executes under it, free() takes it
         self.workspace_bytes = 1024
         self.overwrites_input = transform.fft_type == "C2R"
@@ -435,6 +444,10 @@ def filter_epilog(data_out, offset, value, user_info, unused):
     data_out[offset] = value * user_info[offset]
 
 
+def square_epilog(data_out, offset, value, user_info, unused):
+    data_out[offset] = value * value
+
+
 def test_callbacks_bound_for_the_gpu(fake_gpu):
     """Real LTO-IR compiled for sm_90; user data from the host is moved to the device, device data used in place."""
     pytest.importorskip("numba.cuda")
@@ -512,6 +525,34 @@ def test_stateless_prepared_calls(fake_gpu):
         assert len(engine.calls) == calls and len(FakeCUFFTEngine.instances) == 3
     finally:
         mfft.set_plan_cache_size(max_bytes=1 << 30)
+
+
+@pytest.mark.parametrize("norm", ["backward", "ortho", "forward"])
+def test_stateless_c2r_scales_its_input_copy(fake_gpu, norm):
+    """cuFFT's C2R overwrites its input, so a device operand is copied first: a repeated stateless call copies it,
+    scaled by the norm's factor in the same pass, and never scales the result; the operand is left as it was."""
+    x = rand((6, 9), np.complex64)
+    device_x = fake_gpu.array(x)
+    for _ in range(3):
+        fake_gpu.events.clear()
+        y = mfft.irfft(device_x, n=16, norm=norm)
+        np.testing.assert_allclose(np.asarray(y), np.fft.irfft(x, n=16, norm=norm), rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(np.asarray(device_x), x)
+    scaled = norm != "forward"  # (forward: the inverse's factor is 1, nothing to scale)
+    assert fake_gpu.events == [("alloc", 0), ("copy-scaled" if scaled else "copy", 0), ("alloc", 0)]
+    assert _stateless.remembered() == 1
+
+
+def test_c2r_with_an_epilog_scales_the_result(fake_gpu):
+    """With a callback the norm's factor is applied after the epilog, as documented: the copy is plain."""
+    pytest.importorskip("numba.cuda")
+    x = rand((4, 9), np.complex64)
+    for _ in range(2):
+        fake_gpu.events.clear()
+        y = mfft.irfft(fake_gpu.array(x), n=16, epilog=square_epilog)
+        reference = np.fft.irfft(x, n=16, norm="forward") ** 2 / 16  # unnormalised, squared, then the 1/n
+        np.testing.assert_allclose(np.asarray(y), reference, rtol=1e-4, atol=1e-4)
+        assert ("scale", 0) in fake_gpu.events and ("copy-scaled", 0) not in fake_gpu.events
 
 
 class _LockThatLetsAnEvictionIn:

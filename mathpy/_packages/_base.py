@@ -159,6 +159,10 @@ class ArrayPackage:
     def _scale(self, array, factor):
         array *= factor
 
+    def _copy_scaled(self, destination, source, factor):
+        self._copy_into(destination, source)
+        self._scale(destination, factor)
+
     def _to_numpy(self, array, stream):
         raise NotImplementedError
 
@@ -217,6 +221,11 @@ class PackageStream:
         """``destination[...] = source`` (both of this package, on this device)."""
         with self.scope():
             self.package._copy_into(destination, source)
+
+    def copy_scaled(self, destination, source, factor):
+        """``destination[...] = source * factor`` (a real ``factor``) in one pass where the package can."""
+        with self.scope():
+            self.package._copy_scaled(destination, source, factor)
 
     def scale(self, array, factor):
         """``array *= factor`` in place."""

@@ -110,6 +110,11 @@ class CuPyPackage(ArrayPackage):
             source = cupy.from_dlpack(source)
         cupy.copyto(destination, source, casting="same_kind")
 
+    def _copy_scaled(self, destination, source, factor):
+        if not isinstance(source, cupy.ndarray):
+            source = cupy.from_dlpack(source)
+        cupy.multiply(source, factor, out=destination)
+
     def _to_numpy(self, array, stream):
         return array.get(stream=None if stream is None else self._stream(stream), order="A")  # keeps the layout
 

@@ -204,6 +204,11 @@ class TorchPackage(ArrayPackage):
             source = torch.from_dlpack(source)
         destination.copy_(source)
 
+    def _copy_scaled(self, destination, source, factor):
+        if not isinstance(source, torch.Tensor):
+            source = torch.from_dlpack(source)
+        torch.mul(source, float(factor), out=destination)
+
     def _scale(self, tensor, factor):
         tensor.mul_(float(factor) if not np.iscomplexobj(factor) else complex(factor))
 

@@ -38,9 +38,9 @@ class FFTCall:
     """``problem`` executed by ``engine``; the bound callbacks are kept for as long as the call may run, and
     ``cache_key`` is the engine's key in a plan cache (what the stateless functions borrow it under)."""
 
-    __slots__ = ("problem", "engine", "callbacks", "cache_key", "holder", "locked", "host_direct", "_lock", "_run",
-                 "_out_shape", "_out_dtype", "_out_order", "_scale_type", "_device_id", "_pointer", "_current_stream",
-                 "_makers", "_checked", "_report_threads")
+    __slots__ = ("problem", "engine", "callbacks", "cache_key", "holder", "locked", "host_direct", "staged", "_lock",
+                 "_run", "_out_shape", "_out_dtype", "_out_order", "_scale_type", "_device_id", "_pointer",
+                 "_current_stream", "_makers", "_checked", "_report_threads", "_scaled_copy")
 
     def __init__(self, problem, engine, callbacks=(), cache_key=None):
         self.problem, self.engine, self.callbacks, self.cache_key = problem, engine, tuple(callbacks), cache_key
@@ -59,6 +59,15 @@ class FFTCall:
         # the CPU engine reads the caller's NumPy array where it lies and writes a new one: execute_host()
         self.host_direct = not problem.on_gpu and problem.local and not problem.copy_input and \
             not problem.options.inplace
+        # a device operand copied into a dense buffer (cuFFT's C2R overwrites its input), nothing else: execute_staged()
+        self.staged = problem.on_gpu and problem.local and problem.copy_input and not problem.options.inplace and \
+            problem.options.blocking is not True
+        # The norm's factor rides on that copy (one pass instead of a copy and a scale of the result; a linear
+        # transform commutes with a real factor), unless a callback would see the scaled values; not for complex32,
+        # which not every package multiplies.
+        plan_callbacks = getattr(engine, "callbacks", None)  # (None: an engine that does not say)
+        self._scaled_copy = problem.copy_input and plan_callbacks is not None and \
+            not any(cb is not None for cb in plan_callbacks) and problem.scale_type is not np.float16
         # NumPy's floating-point reports: a pass over each result on this many threads (0: none, the default)
         self._report_threads = threads_for(problem.execution) if getattr(problem.execution, "fp_reports", False) \
             else 0
@@ -86,6 +95,32 @@ class FFTCall:
             self.holder.on(self._device_id, stream).scale(result, self._scale_type(scale))
         return result
 
+    def execute_staged(self, x, direction, stream=None, scale=None):
+        """:meth:`execute_direct` for a device operand ``x`` of the holder package that the engine reads through a
+        dense copy (``staged``); returns the new output array."""
+        if self._checked:
+            self._refuse_in_capture(stream)
+        if stream is None:
+            stream = self._current_stream(self._device_id)
+        queue = self.holder.on(self._device_id, stream)
+        make = self._makers.get((stream, "staging"))
+        copy = (make or self._maker(stream, staging=True))()
+        if scale is not None and self._scaled_copy:
+            queue.copy_scaled(copy, x, self._scale_type(scale))
+            scale = None
+        else:
+            queue.copy_into(copy, x)
+        keep_for_graph(self.engine, self.holder, self._device_id, stream, copy)  # (a capture's replays read it)
+        make = self._makers.get(stream)
+        result = (make or self._maker(stream))()
+        with self._lock:
+            self._run(self._pointer(copy), self._pointer(result), direction, stream)
+        if self._checked:
+            self._raise_recorded(stream)
+        if scale is not None:
+            queue.scale(result, self._scale_type(scale))
+        return result
+
     def _refuse_in_capture(self, stream):
         refuse_in_capture(self.holder, self._device_id, stream, "an FFT whose callbacks check bounds (check_bounds)",
                           "each execution waits on the host to read the callbacks' error records",
@@ -96,11 +131,18 @@ class FFTCall:
         give this call an engine planned with other bindings of equal keys: theirs hold the records)."""
         raise_recorded(getattr(self.engine, "callbacks", None) or (), self._device_id, stream)
 
-    def _maker(self, stream):
+    def _maker(self, stream, staging=False):
+        """The allocation of the output (``staging``: of the input's dense copy) on ``stream``, resolved once."""
         if len(self._makers) > 64:  # streams come and go
             self._makers.clear()
-        make = self._makers[stream] = self.holder.on(self._device_id, stream).maker(self._out_shape, self._out_dtype,
-                                                                                    self._out_order)
+        if staging:
+            t, p = self.problem.transform, self.problem
+            make = self.holder.on(self._device_id, stream).maker(t.input_shape, t.input_dtype, p.in_order)
+            self._makers[stream, "staging"] = make
+        else:
+            make = self._makers[stream] = self.holder.on(self._device_id, stream).maker(self._out_shape,
+                                                                                        self._out_dtype,
+                                                                                        self._out_order)
         return make
 
     # --- the direct CPU case ---------------------------------------------------------------------------------------
@@ -162,7 +204,11 @@ class FFTCall:
                 queue.upload_into(x, op.numpy().transpose(order))
             else:
                 x = queue.empty(t.input_shape, t.input_dtype, p.in_order)
-                queue.copy_into(x, op.tensor)
+                if scale is not None and self._scaled_copy:  # the norm rides on the copy (__init__)
+                    queue.copy_scaled(x, op.tensor, self._scale_type(scale))
+                    scale = None
+                else:
+                    queue.copy_into(x, op.tensor)
             x_ptr = self._pointer(x)
             keep_for_graph(self.engine, self.holder, self._device_id, stream, x)  # (a capture's replays read it)
         else:

@@ -10,9 +10,10 @@ call with the same key checks that the callbacks' compiled code is still valid (
 a rebound global means a new compile and a new plan), finds the engine in the plan cache (a cache hit) and runs the
 call on the new operand's address, on the current (or given) stream: plans do not depend on streams.
 
-A call that is one engine call on device memory (``problem.direct``) runs under the engine's lock, which the
-engine's ``free()`` takes too: it looks the engine up with :meth:`~mathpy._plan_cache.PlanCache.touch` (one lock)
-and plans again if an eviction on another thread freed it in between. Other calls (staging copies, the CPU) borrow
+A call that is one engine call on device memory (``problem.direct``, or ``staged``: a dense copy of a device operand
+first) runs under the engine's lock, which the engine's ``free()`` takes too: it looks the engine up with
+:meth:`~mathpy._plan_cache.PlanCache.touch` (one lock) and plans again if an eviction on another thread freed it in
+between. Other calls (staging copies, the CPU) borrow
 the engine for the whole call (:meth:`~mathpy._plan_cache.PlanCache.acquire` / ``release``).
 """
 
@@ -98,7 +99,7 @@ def reuse(name, params, a, out, prolog, epilog, options, execution, stream):
     host = call.host_direct and type(a) is np.ndarray  # the CPU engine: its free() leaves it runnable
     if out is not None and not (host and call.takes_out(out, a)):  # the full path judges and copies
         return None, None
-    if host or (call.problem.direct and call.locked):  # one engine call (GPU: under its lock): no borrow needed
+    if host or ((call.problem.direct or call.staged) and call.locked):  # one engine call (GPU: under its lock)
         call = _touched(found, key)
         if call is None:  # evicted: plan again
             return None, key
@@ -106,9 +107,11 @@ def reuse(name, params, a, out, prolog, epilog, options, execution, stream):
             if stream is not None:
                 stream_handle(stream)  # checked, as on the full path
             return call.execute_host(a, found.direction, found.scale, out), None
+        handle = stream if stream is None else stream_handle(stream)
         try:
-            return call.execute_direct(pointer, found.direction, stream if stream is None else stream_handle(stream),
-                                       found.scale), None
+            if call.staged:
+                return call.execute_staged(a, found.direction, handle, found.scale), None
+            return call.execute_direct(pointer, found.direction, handle, found.scale), None
         except InvalidPlanStateError:  # evicted and freed by another thread since touch(): plan again
             _calls.pop(key, None)
             return None, key
