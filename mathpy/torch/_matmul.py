@@ -1,7 +1,8 @@
 """mathpy.matmul for torch tensors that need a gradient or a place in a torch.compile graph.
 
 One custom op, ``mathpy::matmul(a, b, c, alpha, beta, epilog, bias, aux, options, preferences) -> (d, extra)``, runs
-``mathpy.matmul`` (``extra``: the epilog's one output, or an empty tensor). Its backward, for
+``mathpy.matmul`` (``extra``: the epilog's one output, or an empty tensor); the plain product ``a @ b``, most calls,
+runs as ``mathpy::mm(a, b) -> d``, whose two arguments and one output cost an eager call less. The backward, for
 ``D = act(alpha * a @ b + beta * c + bias)`` with numpy.matmul's broadcasting and 1-D operands:
 
 - ``G = dD * act'(X)``: RELU from ``D > 0``; GELU from the pre-activation ``X``, which the forward keeps by running the
@@ -32,7 +33,7 @@ from ..host.matmul._epilog import epilog_spec, gelu_aux_rows, relu_aux_rows
 from ._common import (PLAIN_TENSORS, compiling, grad_enabled, call, define, reason, refuse, refuse_placement,
                       requires_grad)
 
-__all__ = ["decode_options", "matmul", "route", "product", "gelu_backward", "relu_backward", "encode_options",
+__all__ = ["decode_options", "matmul", "mm", "route", "product", "gelu_backward", "relu_backward", "encode_options",
            "clear_aux_padding", "torch_options"]
 
 _ANY_ORDER = ("DEFAULT", "RELU", "GELU")  # epilogs without a per-row operand: D may be stored either way
@@ -229,20 +230,10 @@ def _backward(ctx, grad_d, grad_extra):
     if g is None:
         return (None,) * 10
     needs = ctx.needs_input_grad
-    need_a, need_b, need_c, need_bias = needs[0], needs[1], needs[2], needs[6] and ctx.bias_shape is not None
-    g_op = g.to(a.dtype)  # a result_type other than the operands' (float16 operands, float32 result)
-    a2 = a.unsqueeze(0) if a_vec else a
-    b2 = b.unsqueeze(-1) if b_vec else b
-    alpha = ctx.alpha.conjugate()
-    grad_a = grad_b = grad_c = grad_bias = bias_sums = None
-    if need_a:
-        full, bias_sums = product(g_op, _adjoint(b2), alpha, row_major=not _col_major(a2), sum_a=need_bias,
-                                  options=ctx.options, preferences=ctx.preferences)
-        grad_a = full.sum_to_size(a2.shape).reshape(a.shape)
-    if need_b:
-        full, _ = product(_adjoint(a2), g_op, alpha, row_major=not _col_major(b2), options=ctx.options,
-                          preferences=ctx.preferences)
-        grad_b = full.sum_to_size(b2.shape).reshape(b.shape)
+    need_c, need_bias = needs[2], needs[6] and ctx.bias_shape is not None
+    grad_a, grad_b, bias_sums = _operand_grads(g, a, b, ctx.alpha.conjugate(), needs[0], needs[1], need_bias,
+                                               ctx.options, ctx.preferences)
+    grad_c = grad_bias = None
     if need_c:
         grad_c = (g * ctx.beta.conjugate()).reshape(ctx.d_shape).sum_to_size(ctx.c_shape)
     if need_bias:
@@ -250,6 +241,26 @@ def _backward(ctx, grad_d, grad_extra):
         shape = ctx.bias_shape
         grad_bias = sums.squeeze(-1).sum_to_size(shape) if len(shape) == 1 else sums.sum_to_size(shape)
     return grad_a, grad_b, grad_c, None, None, None, grad_bias, None, None, None
+
+
+def _operand_grads(g, a, b, alpha, need_a, need_b, need_bias, options, preferences):
+    """``(da, db, the sums of G over N or None)`` of ``alpha * a @ b`` for the result's gradient ``G`` (as matrices):
+    ``da = alpha G @ b^H``, ``db = alpha a^H @ G`` (``alpha`` already conjugated), each in its operand's order and
+    summed over broadcast batch axes; the sums come out of the ``da`` product's kernel when ``need_bias``."""
+    a_vec, b_vec = a.dim() == 1, b.dim() == 1
+    g_op = g.to(a.dtype)  # a result_type other than the operands' (float16 operands, float32 result)
+    a2 = a.unsqueeze(0) if a_vec else a
+    b2 = b.unsqueeze(-1) if b_vec else b
+    grad_a = grad_b = bias_sums = None
+    if need_a:
+        full, bias_sums = product(g_op, _adjoint(b2), alpha, row_major=not _col_major(a2), sum_a=need_bias,
+                                  options=options, preferences=preferences)
+        grad_a = full.sum_to_size(a2.shape).reshape(a.shape)
+    if need_b:
+        full, _ = product(_adjoint(a2), g_op, alpha, row_major=not _col_major(b2), options=options,
+                          preferences=preferences)
+        grad_b = full.sum_to_size(b2.shape).reshape(b.shape)
+    return grad_a, grad_b, bias_sums
 
 
 _MATMUL = define("matmul(Tensor a, Tensor b, Tensor? c, Scalar alpha, Scalar beta, str epilog, Tensor? bias, "
@@ -261,6 +272,42 @@ def matmul(a, b, c, alpha, beta, epilog, bias, aux, options, preferences):
     """The op ``mathpy::matmul``, differentiable: ``(d, extra)`` of ``epilog(alpha * a @ b + beta * c + bias)`` (see
     :func:`_kernel`)."""
     return call(_MATMUL, (a, b, c, bias, aux), a, b, c, alpha, beta, epilog, bias, aux, options, preferences)
+
+
+# The plain product ``a @ b`` (no c, scalars, epilog or options: most calls) as an op of its own: one output and two
+# arguments make its eager call and its autograd node cheaper than the general op's ten arguments and two outputs.
+
+def _mm_kernel(a, b):
+    return _mathpy_matmul(a, b)
+
+
+def _mm_strict(a, b):
+    return _strict_kernel(a, b, None, 1, 0, "DEFAULT", None, None, "", "")[0]
+
+
+def _mm_fake(a, b):
+    return _fake(a, b, None, 1, 0, "DEFAULT", None, None, "", "")[0]
+
+
+def _mm_save(ctx, output, a, b):
+    ctx.save_for_backward(a, b)
+
+
+def _mm_backward(ctx, grad_d):
+    if grad_d is None:
+        return None, None
+    a, b = ctx.saved_tensors
+    g = _matrices(grad_d, a.dim() == 1, b.dim() == 1)
+    grad_a, grad_b, _ = _operand_grads(g, a, b, 1, *ctx.needs_input_grad, False, "", "")
+    return grad_a, grad_b
+
+
+_MM = define("mm(Tensor a, Tensor b) -> Tensor", _mm_kernel, _mm_fake, _mm_save, _mm_backward, strict=_mm_strict)
+
+
+def mm(a, b):
+    """The op ``mathpy::mm``: ``a @ b`` with numpy.matmul's rules, differentiable."""
+    return call(_MM, (a, b), a, b)
 
 
 def _matrices(t, a_vec, b_vec):
@@ -410,6 +457,8 @@ def route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, exe
             if key is not None:
                 _resolved.put(key, found)
         run, alpha, beta, output = found
+        if run == "DEFAULT" and c is None and bias is None and aux is None and alpha in (None, 1):
+            return mm(a, b)
         d, extra = matmul(a, b, c, alpha, beta, run, bias, aux, "", "")
         return d if output is None else (d, {output: extra})
     return _route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, execution, stream)
