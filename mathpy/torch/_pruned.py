@@ -55,37 +55,71 @@ def _dense(x):
 
 # --- kernels and fakes -------------------------------------------------------------------------------------------
 
+# Each kernel runs mathpy's transform unscaled and applies the norm's factor on the small side, the kept bins, inside a
+# copy it makes anyway (the cut, the padding): no pass over the full spectrum scales it.
+_UNSCALED = {True: "backward", False: "forward"}  # forward (inverse) transforms with this norm are not scaled
+
+
+def _factor(norm, n, forward):
+    """What ``norm`` multiplies a length-``n`` forward (``forward``) or inverse transform by; None for 1."""
+    return {"backward": None, "ortho": 1 / math.sqrt(n), "forward": 1 / n}[norm if forward else swap_norm(norm)]
+
+
 def _r2c_low_kernel(x, keep, norm):
-    _check_keep(keep, x.shape[-1] // 2 + 1, "fft_r2c_low")
-    spectrum = _mathpy_fft.rfft(_dense(x), axis=-1, norm=norm)
-    return spectrum if keep == spectrum.shape[-1] else spectrum[..., :keep].contiguous()
+    n = x.shape[-1]
+    _check_keep(keep, n // 2 + 1, "fft_r2c_low")
+    if keep == n // 2 + 1:
+        return _mathpy_fft.rfft(_dense(x), axis=-1, norm=norm)
+    kept = _mathpy_fft.rfft(_dense(x), axis=-1, norm="backward")[..., :keep]
+    factor = _factor(norm, n, True)
+    return kept.contiguous() if factor is None else torch.mul(kept, factor).contiguous()
 
 
 def _c2r_low_kernel(x, n, norm):
-    _check_keep(x.shape[-1], n // 2 + 1, "fft_c2r_low")
-    return _mathpy_fft.irfft(_dense(x), n=n, axis=-1, norm=norm)  # NumPy's rule: the missing bins are zeros
+    keep, bins = x.shape[-1], n // 2 + 1
+    _check_keep(keep, bins, "fft_c2r_low")
+    if keep == bins:
+        return _mathpy_fft.irfft(_dense(x), n=n, axis=-1, norm=norm)
+    # the missing bins are zeros; padded here (scaled on the way), so that the transform is a remembered stateless
+    # call (NumPy's padding rule would take the full path at every call)
+    padded = x.new_zeros((*x.shape[:-1], bins))
+    _scaled_into(padded[..., :keep], x, _factor(norm, n, False))
+    return _mathpy_fft.irfft(padded, n=n, axis=-1, norm=_UNSCALED[False])
 
 
 def _c2c_low_kernel(x, keep, norm, forward):
-    _check_keep(keep, x.shape[-1], "fft_c2c_low")
-    spectrum = (_mathpy_fft.fft if forward else _mathpy_fft.ifft)(_dense(x), axis=-1, norm=norm)
-    n = spectrum.shape[-1]
+    n = x.shape[-1]
+    _check_keep(keep, n, "fft_c2c_low")
+    transform = _mathpy_fft.fft if forward else _mathpy_fft.ifft
     if keep == n:
-        return spectrum
+        return transform(_dense(x), axis=-1, norm=norm)
+    spectrum = transform(_dense(x), axis=-1, norm=_UNSCALED[forward])
     positive, negative = split(keep)
-    return torch.cat((spectrum[..., :positive], spectrum[..., n - negative:]), dim=-1)
+    kept = torch.cat((spectrum[..., :positive], spectrum[..., n - negative:]), dim=-1)
+    factor = _factor(norm, n, forward)
+    return kept if factor is None else kept.mul_(factor)
 
 
 def _c2c_pad_kernel(x, n, norm, forward):
     keep = x.shape[-1]
     _check_keep(keep, n, "fft_c2c_pad")
-    if keep < n:
-        positive, negative = split(keep)
-        padded = x.new_zeros((*x.shape[:-1], n))
-        padded[..., :positive] = x[..., :positive]
-        padded[..., n - negative:] = x[..., positive:]
-        x = padded
-    return (_mathpy_fft.fft if forward else _mathpy_fft.ifft)(_dense(x), axis=-1, norm=norm)
+    transform = _mathpy_fft.fft if forward else _mathpy_fft.ifft
+    if keep == n:
+        return transform(_dense(x), axis=-1, norm=norm)
+    positive, negative = split(keep)
+    padded = x.new_zeros((*x.shape[:-1], n))
+    factor = _factor(norm, n, forward)
+    _scaled_into(padded[..., :positive], x[..., :positive], factor)
+    _scaled_into(padded[..., n - negative:], x[..., positive:], factor)
+    return transform(padded, axis=-1, norm=_UNSCALED[forward])
+
+
+def _scaled_into(destination, source, factor):
+    """``destination[...] = source * factor`` in one kernel (``factor`` None: a copy)."""
+    if factor is None:
+        destination.copy_(source)
+    else:
+        torch.mul(source, factor, out=destination)
 
 
 def _check_keep(keep, n, what):
