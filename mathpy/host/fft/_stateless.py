@@ -13,8 +13,8 @@ call on the new operand's address, on the current (or given) stream: plans do no
 A call that is one engine call on device memory (``problem.direct``, or ``staged``: a dense copy of a device operand
 first) runs under the engine's lock, which the engine's ``free()`` takes too: it looks the engine up with
 :meth:`~mathpy._plan_cache.PlanCache.touch` (one lock) and plans again if an eviction on another thread freed it in
-between. Other calls (staging copies, the CPU) borrow
-the engine for the whole call (:meth:`~mathpy._plan_cache.PlanCache.acquire` / ``release``).
+between. Other calls (host operands, in-place plans, the CPU's staging copies) borrow the engine for the whole call
+(:meth:`~mathpy._plan_cache.PlanCache.acquire` / ``release``).
 """
 
 import types
