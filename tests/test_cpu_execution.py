@@ -4,6 +4,8 @@ epilogs equal to their unfused references, and the stateless matmul's remembered
 
 Tolerances come from tests/_tolerance.py (FFT: normwise, u log2(n); matmul: elementwise gamma_k |A||B| bounds)."""
 
+import importlib
+import sys
 import threading
 import time
 import types
@@ -166,6 +168,45 @@ def test_without_pyfftw_the_default_runs_on_pocketfft_and_naming_fftw_says_what_
         mfft.fft(x, execution=mathpy.ExecutionCPU(fft_library="fftw"))
 
 
+def _binding_calls(monkeypatch, modules):
+    """A fresh pocketfft library that looks for its binding among ``modules`` (name -> module or None for missing),
+    run on C2C, R2C and C2R transforms against NumPy; returns the binding it found."""
+    for name, module in modules.items():
+        monkeypatch.setitem(sys.modules, name, module)  # (None: the import fails)
+    library = libraries._Pocketfft()
+    monkeypatch.setattr(library, "modules", tuple(modules))
+    x = operand((3, 16), np.complex64)
+    cases = [(Transform("C2C", np.float32, (3, 16), (16, 1), (3, 16), (16, 1), (1,)), x, np.fft.fft(x)),
+             (Transform("R2C", np.float32, (3, 16), (16, 1), (3, 9), (9, 1), (1,)), x.real.copy(),
+              np.fft.rfft(x.real)),
+             (Transform("C2R", np.float32, (3, 9), (9, 1), (3, 16), (16, 1), (1,)), x[:, :9].copy(),
+              np.fft.irfft(x[:, :9], 16, norm="forward"))]  # (unnormalised: norm code 0)
+    for t, data, want in cases:
+        out = np.empty(t.output_shape, t.output_dtype)
+        library.executor(t, 1)(data, out, True, 0)
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+    return library.binding
+
+
+def test_scipy_118s_ducc_binding_is_found_where_pocketffts_is_gone(monkeypatch):
+    """SciPy 1.18 replaced pypocketfft with ducc0's binding (the same calls): it is called directly, not through
+    SciPy's public functions and a copy; a binding that takes other calls is passed over."""
+    real = importlib.import_module(libraries._Pocketfft.modules[0])
+    calls = []
+
+    def counted(name):
+        def call(*args):
+            calls.append(name)
+            return getattr(real, name)(*args)
+        return call
+
+    ducc = types.SimpleNamespace(__name__="fake_scipy_fft_duccfft", **{f: counted(f) for f in ("c2c", "r2c", "c2r")})
+    found = _binding_calls(monkeypatch, {"fake_gone_pypocketfft": None, "fake_scipy_fft_duccfft": ducc})
+    assert found == "fake_scipy_fft_duccfft" and calls == ["c2c", "c2c", "r2c", "c2r"]  # (the first: the probe)
+    other = types.SimpleNamespace(__name__="fake_other", c2c=lambda a, axes: None)  # another signature
+    assert _binding_calls(monkeypatch, {"fake_gone_pypocketfft": None, "fake_other": other}) is None
+
+
 def test_a_library_that_cannot_take_the_transform_leaves_it_to_pocketfft():
     t = Transform("C2C", np.longdouble, (2, 8), (8, 1), (2, 8), (8, 1), (1,))
     assert [lib.name for lib in libraries.candidates("pocketfft", t)] == ["pocketfft"]
@@ -187,6 +228,31 @@ def test_the_fastest_library_is_chosen_at_the_first_call_and_kept():
     timings = dict(executor.timings)
     executor(x, out, True, 0)
     assert executor.timings == timings and len(slow.threads) == len(fast.threads) == 1  # planned once
+
+
+class _SlowToScale(_Stub):
+    """A library whose scaling is an extra pass that costs ``delay`` (as FFTW's and MKL's do); unscaled, it is free."""
+
+    def executor(self, t, threads, destroy_input=False, limit=None):
+        run = POCKETFFT.executor(t, threads)
+
+        def scaled_apart(x, out, forward, norm):
+            run(x, out, forward, norm)
+            if norm:
+                time.sleep(self.delay)
+        return scaled_apart
+
+
+@pytest.mark.parametrize("norm", [0, 2])
+def test_the_choice_times_the_first_calls_norm(norm):
+    """A library that scales in a pass of its own pays it in the timing when the call asks for a norm."""
+    scales_apart, steady = _SlowToScale("scales apart", delay=0.004), _Stub("steady", delay=0.001)
+    t = Transform("C2C", np.float64, (4, 32), (32, 1), (4, 32), (32, 1), (1,))
+    executor = libraries.Executor(t, [scales_apart, steady], threads=1)
+    x, out = operand((4, 32), np.complex128), np.empty((4, 32), np.complex128)
+    executor(x, out, True, norm)
+    assert executor.library == ("steady" if norm else "scales apart")
+    check(out, reference("fft", x, norm="forward" if norm else "backward"), np.complex128, 32, "the chosen result")
 
 
 class _Nudged(_Stub):

@@ -116,21 +116,41 @@ class _Library:
 
 
 class _Pocketfft(_Library):
-    """SciPy's pocketfft through its own binding (``out=`` and the norm inside the transform); SciPy's public
-    functions and one copy where that binding changed."""
+    """SciPy's FFT through its own binding (``out=`` and the norm inside the transform): pocketfft's up to SciPy 1.17,
+    ducc0's from 1.18 (pocketfft's successor, by the same author, with the same calls); SciPy's public functions and
+    one copy where neither binding is found or takes these calls."""
 
-    name, package, module = "pocketfft", "scipy", "scipy.fft._pocketfft.pypocketfft"
+    name, package = "pocketfft", "scipy"
+    modules = ("scipy.fft._pocketfft.pypocketfft", "scipy.fft._duccfft.pyduccfft")
+    module = modules[0]
 
-    def loaded(self, module):
+    def load(self):
+        if self._module is None:
+            self._module = False
+            for name in self.modules:
+                try:
+                    module = importlib.import_module(name)
+                except ImportError:
+                    continue
+                if self._takes_our_calls(module):
+                    self._module = module
+                    break
+        return self._module or _PublicScipy
+
+    @staticmethod
+    def _takes_our_calls(module):
         probe = np.ones(2, np.complex64)
         try:
             module.c2c(probe, (0,), True, 2, probe.copy(), 1)
-        except TypeError:  # pragma: no cover (a SciPy whose binding takes other arguments)
-            self._module = False
+        except TypeError:  # a binding that takes other arguments
+            return False
+        return True
 
-    def load(self):
-        module = super().load()
-        return module if module is not None else _PublicScipy
+    @property
+    def binding(self):
+        """The module the transforms call (None: SciPy's public functions)."""
+        module = self.load()
+        return None if module is _PublicScipy else module.__name__
 
     def executor(self, t, threads, destroy_input=False):
         pp, axes = self.load(), t.axes
@@ -355,10 +375,12 @@ class Executor:
         if self._run is None:
             with self._choosing:  # the other threads wait: every call runs the chosen plan
                 if self._run is None:
-                    self._choose(x, out, forward)
+                    self._choose(x, out, forward, norm)
         return self._run(x, out, forward, norm)
 
-    def _choose(self, x, out, forward):
+    def _choose(self, x, out, forward, norm):
+        """Time every library on copies of the first call's arrays, with its norm: a library that cannot scale inside
+        its transform (FFTW, MKL) pays its extra pass in the timing too."""
         measured = {lib.name: self._make(lib) for lib in self._libraries}
         library = self._libraries[0].name
         if len(measured) > 1:
@@ -369,7 +391,7 @@ class Executor:
                 for name, run in measured.items():
                     np.copyto(x_copy, x)
                     start = time.perf_counter()
-                    run(x_copy, x_copy if out_copy is None else out_copy, forward, 0)
+                    run(x_copy, x_copy if out_copy is None else out_copy, forward, norm)
                     samples[name].append(time.perf_counter() - start)
                 if len(samples[library]) == 2:  # small transforms: more rounds, as many as TUNING_SECONDS allow
                     spent = sum(times[1] for times in samples.values())
