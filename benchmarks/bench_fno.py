@@ -21,7 +21,9 @@ bfloat16 input; the plain torch layer casts to float32 (torch.fft has no bfloat1
 - **torch**: rfftn, index_select of the kept modes, einsum, index_put into a zero spectrum, irfftn, bias add.
 
 GPU time per step (``y = layer(x); y.backward(g)``, x requiring grad): CUDA events around 3 steps, median of 5 rounds,
-the three layers interleaved in each round; peak extra memory of one step. Prints an Environment line and the table
+the three layers interleaved in each round; peak extra memory of one step. On a GPU, mathpy's and the torch layer's
+steps are also timed captured in CUDA graphs (``torch.cuda.make_graphed_callables``, each checked against its eager
+self first): the GPU's work without the host's launches, which decide the eager time of small grids. Prints an Environment line and the table
 (ratios: peer time / mathpy time), and writes benchmarks/results/bench_fno.{md,json,png}.
 """
 
@@ -164,6 +166,11 @@ def bench_row(grid, modes, dtype_name, batch, width, device, rounds, reps):
     errors = _check(layers, x)
     timer = Timer(device)
     steps = {name: _stepper(layer, x, g) for name, layer in layers.items()}
+    if device.type == "cuda":  # both layers captured in CUDA graphs: the GPU work without the host's launches
+        for name in ("mathpy", "torch"):
+            graphed = _graphed(layers[name], x, name)
+            if graphed is not None:
+                steps[f"{name} graphed"] = _stepper(graphed, x, g)
     for name, step in list(steps.items()):  # warm-up: plans, allocator
         try:
             step()
@@ -180,10 +187,29 @@ def bench_row(grid, modes, dtype_name, batch, width, device, rounds, reps):
             samples[name].append(timer.ms(step, reps))
     row = {"grid": list(grid), "modes": modes, "dtype": dtype_name, "batch": batch, "width": width,
            "step_ms": {name: statistics.median(values) for name, values in samples.items()},
-           "extra_gb": {name: timer.extra_gb(step) for name, step in steps.items()}, "error_vs_mathpy": errors}
+           "extra_gb": {name: timer.extra_gb(step) for name, step in steps.items() if not name.endswith("graphed")},
+           "error_vs_mathpy": errors}
     label = f"{'x'.join(map(str, grid))} m{modes} {dtype_name}"
     print(f"  {label:<24} " + "  ".join(f"{name} {ms:8.3f} ms" for name, ms in row["step_ms"].items()), flush=True)
     return row
+
+
+def _graphed(layer, x, name):
+    """``layer``'s forward and backward captured in CUDA graphs (``torch.cuda.make_graphed_callables``, on a wrapper
+    that shares its parameters, so the layer itself stays eager), checked against the eager layer; None, with a
+    note, when the capture fails."""
+    with torch.no_grad():
+        want = layer(x).float()
+    try:
+        graphed = torch.cuda.make_graphed_callables(torch.nn.Sequential(layer), (x,))
+        got = graphed(x).detach().float()
+    except Exception as e:  # noqa: BLE001 - reported, and the column left empty
+        print(f"  ({name} could not be captured in a CUDA graph: {type(e).__name__}: {str(e).splitlines()[0][:200]})")
+        return None
+    error = float(torch.linalg.vector_norm(got - want) / torch.linalg.vector_norm(want))
+    if error > 1e-5:
+        raise AssertionError(f"{name} in a CUDA graph differs from its eager self by {error:.3g} (relative)")
+    return graphed
 
 
 def _stepper(layer, x, g):

@@ -253,3 +253,27 @@ def test_train_fno_example_learns():
     initial = float(re.search(r"initial relative L2 test error: ([0-9.]+)", proc.stdout).group(1))
     final = float(re.search(r"final relative L2 test error: ([0-9.]+)", proc.stdout).group(1))
     assert final < 0.6 * initial, (initial, final)
+
+
+def test_layer_runs_captured_in_cuda_graphs(device):
+    """A training step of the layer captured with torch.cuda.make_graphed_callables (its forward and backward replayed
+    as CUDA graphs: mathpy's FFTs and GEMMs allocate from torch's graph pool) gives the eager step's output and
+    gradients, on fresh inputs at every replay."""
+    if device != "cuda":
+        pytest.skip("CUDA graphs need a GPU")
+    torch.manual_seed(0)
+    layer = mt.SpectralConv(4, 5, (8, 6), device=device)
+    x = randn(3, 4, 32, 24, dtype=torch.float32, device=device).requires_grad_()
+    graphed = torch.cuda.make_graphed_callables(torch.nn.Sequential(layer), (x,))
+    params = [layer.weight, layer.bias]
+    for seed in (1, 2):  # replays read the new values of the same input tensor
+        with torch.no_grad():
+            x.copy_(randn(3, 4, 32, 24, dtype=torch.float32, device=device, seed=seed))
+        g = randn(3, 5, 32, 24, dtype=torch.float32, device=device, seed=10 + seed)
+        want = layer(x)
+        want_grads = torch.autograd.grad(want, [x] + params, g)
+        got = graphed(x)
+        got_grads = torch.autograd.grad(got, [x] + params, g)
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+        for a, b in zip(got_grads, want_grads):
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)

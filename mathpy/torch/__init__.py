@@ -11,8 +11,8 @@ Public here:
 
 - :class:`Linear`: a drop-in :class:`torch.nn.Linear` whose bias and activation (``"relu"``, ``"gelu"``) run in the
   GEMM's epilog, and whose backward gets the bias gradient out of the weight-gradient GEMM (BGRADB);
-- :class:`MLP`: ``Linear -> activation -> Linear`` as one node, so the activation's derivative and the first bias
-  gradient come out of the second layer's input-gradient GEMM (DGELU_BGRAD / DRELU_BGRAD);
+- :class:`MLP`: ``Linear -> activation -> Linear`` as one node, so the activation's derivative comes out of the
+  second layer's input-gradient GEMM (DGELU / DRELU_BGRAD, the latter with the first bias gradient);
 - :func:`linear`, :func:`mlp`: the same as functions;
 - :class:`SpectralConv`: the Fourier layer of a Fourier Neural Operator (neuraloperator's ``SpectralConv``) with a
   pruned multi-dimensional transform (the later FFT passes run over the kept modes only), the channel mixing as one
