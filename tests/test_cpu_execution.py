@@ -230,6 +230,59 @@ def test_the_fastest_library_is_chosen_at_the_first_call_and_kept():
     assert executor.timings == timings and len(slow.threads) == len(fast.threads) == 1  # planned once
 
 
+class _Clock:
+    """A stand-in for the time module: calls advance it by what they "take"; a spinning library's call leaves the
+    cores busy for 50 ms, in which another library's calls take 4 times as long."""
+
+    def __init__(self):
+        self.now, self.busy_until, self.busy_by = 0.0, -1.0, None
+
+    def perf_counter(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+class _Timed(libraries._Library):
+    def __init__(self, name, clock, seconds, spins):
+        super().__init__()
+        self.name = self.package = name
+        self.clock, self.seconds, self.spins = clock, seconds, spins
+
+    def available(self):
+        return True
+
+    def executor(self, t, threads, destroy_input=False, limit=None):
+        run = POCKETFFT.executor(t, threads)
+
+        def timed(x, out, forward, norm):
+            run(x, out, forward, norm)
+            clock = self.clock  # (its own spinning workers are the ones it wakes: they slow only the others)
+            slowed = clock.now < clock.busy_until and clock.busy_by is not self
+            clock.now += 4 * self.seconds if slowed else self.seconds
+            if self.spins:
+                clock.busy_until, clock.busy_by = clock.now + 0.05, self
+        return timed
+
+
+@pytest.mark.parametrize("spinner_first", [False, True])
+def test_the_choice_times_spinning_libraries_apart(monkeypatch, spinner_first):
+    """A library whose threads spin after its calls (OpenMP's) would make the library timed after it look slow: the
+    choice times each library in a block of its own, the spinning ones last, and finds the truly faster one. (In
+    rounds, the quiet library's calls after the first all follow a spinning call: 4 ms against the spinner's 2.)"""
+    clock = _Clock()
+    monkeypatch.setattr(libraries, "time", clock)
+    quiet, spinner = _Timed("quiet", clock, 0.001, False), _Timed("spinner", clock, 0.002, True)
+    t = Transform("C2C", np.float64, (64, 512), (512, 1), (64, 512), (512, 1), (1,))
+    executor = libraries.Executor(t, [spinner, quiet] if spinner_first else [quiet, spinner], threads=2)
+    assert executor.threads == 2  # (spinning counts only for a multi-threaded call)
+    x, out = operand((64, 512), np.complex128), np.empty((64, 512), np.complex128)
+    executor(x, out, True, 0)
+    assert executor.library == "quiet" and executor.timings == pytest.approx({"quiet": 0.001, "spinner": 0.002})
+    check(out, reference("fft", x), np.complex128, 512, "the chosen library's result")
+
+
 class _SlowToScale(_Stub):
     """A library whose scaling is an extra pass that costs ``delay`` (as FFTW's and MKL's do); unscaled, it is free."""
 

@@ -15,7 +15,8 @@ can (pocketfft) and in a parallel pass otherwise (FFTW, MKL).
 
 :class:`Executor` chooses at a transform's first call: with one library named (``ExecutionCPU(fft_library=...)``),
 that library's plan (FFTW: measured); with none named, every installed library's plan is timed on copies of the
-call's arrays, in interleaved rounds, and the fastest kept (:attr:`Executor.timings` says what it measured). Every
+call's arrays, in blocks of calls (the libraries whose threads spin last), and the fastest kept
+(:attr:`Executor.timings` says what it measured). Every
 call then runs that plan: a transform gives the same bits at every call and on every thread.
 
 >>> [library.name for library in candidates("pocketfft", None)]
@@ -42,6 +43,8 @@ FFTW_PLANNING_SECONDS = 2.0
 #: Rounds of timing when several libraries can run a transform: every library once per round, the first round cold;
 #: small transforms get more rounds, up to MAX_TUNING_ROUNDS or about TUNING_SECONDS in all.
 TUNING_ROUNDS, MAX_TUNING_ROUNDS, TUNING_SECONDS = 6, 40, 0.05
+#: How long the choice waits after timing a library whose threads spin (OpenMP's default spin lasts milliseconds).
+SPIN_SECONDS = 0.02
 _SIMD_ALIGNMENT = 16  # FFTW's: plans made on 16-byte aligned arrays run on any 16-byte aligned arrays
 _INVERSE_NORMS = ("forward", "ortho", "backward")  # NumPy's norm names of codes 0 / 1 / 2 for an inverse transform
 _FORWARD_NORMS = ("backward", "ortho", "forward")
@@ -89,6 +92,7 @@ class _Library:
     name = package = module = ""
     precisions = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.longdouble))
     plans = False  # whether a plan owns arrays of the layouts (pyFFTW's: FFTW_MEASURE writes into what it plans on)
+    spins = False  # whether its threads keep spinning after a multi-threaded call (OpenMP's; see Executor._choose)
     chunks = True  # whether it may run the chunks of a fused pass, one thread each
 
     def __init__(self):
@@ -194,7 +198,7 @@ class _FFTW(_Library):
     on the caller's arrays with ``update_arrays``."""
 
     name, package, module = "fftw", "pyFFTW", "pyfftw"
-    plans = True
+    plans = spins = True  # (pyFFTW's wheels run FFTW's threads on OpenMP)
 
     def executor(self, t, threads, destroy_input=False):
         return _FFTWPlans(self.load(), t, threads, destroy_input)
@@ -299,6 +303,7 @@ class _MKL(_Library):
 
     name, package, module = "mkl", "mkl_fft", "mkl_fft"
     precisions = (np.dtype(np.float32), np.dtype(np.float64))
+    spins = True  # (MKL's OpenMP threads)
     chunks = False  # one MKL thread per chunk would be a process-wide setting (threadpoolctl) per chunk
 
     def loaded(self, module):
@@ -380,22 +385,33 @@ class Executor:
 
     def _choose(self, x, out, forward, norm):
         """Time every library on copies of the first call's arrays, with its norm: a library that cannot scale inside
-        its transform (FFTW, MKL) pays its extra pass in the timing too."""
+        its transform (FFTW, MKL) pays its extra pass in the timing too.
+
+        Each library is timed in a block of calls of its own, the libraries whose threads spin after a call
+        (``spins``: OpenMP's workers, FFTW's in pyFFTW's wheels and MKL's, keep their cores busy for milliseconds)
+        last, with a pause after such a block: timed right after one of their calls, another library's threads
+        share the cores with the spinning ones (on 16 cores, SciPy's FFT took 2.2 ms after an FFTW call against 1.3
+        alone), and an interleaved order would choose the spinning library for that."""
         measured = {lib.name: self._make(lib) for lib in self._libraries}
         library = self._libraries[0].name
         if len(measured) > 1:
             x_copy, out_copy = like(x), (None if x is out else like(out))
+            spins = {lib.name: lib.spins and self.threads > 1 for lib in self._libraries}
             samples = {name: [] for name in measured}
-            rounds = TUNING_ROUNDS
-            while len(samples[library]) < rounds:  # in rounds: drift and load reach every library alike
-                for name, run in measured.items():
+            after_spin = False
+            for name in sorted(measured, key=spins.get):  # (a stable sort: the table's order otherwise)
+                if after_spin:
+                    time.sleep(SPIN_SECONDS)
+                run, times, rounds = measured[name], samples[name], TUNING_ROUNDS
+                while len(times) < rounds:
                     np.copyto(x_copy, x)
                     start = time.perf_counter()
                     run(x_copy, x_copy if out_copy is None else out_copy, forward, norm)
-                    samples[name].append(time.perf_counter() - start)
-                if len(samples[library]) == 2:  # small transforms: more rounds, as many as TUNING_SECONDS allow
-                    spent = sum(times[1] for times in samples.values())
-                    rounds = max(TUNING_ROUNDS, min(MAX_TUNING_ROUNDS, int(TUNING_SECONDS / max(spent, 1e-9))))
+                    times.append(time.perf_counter() - start)
+                    if len(times) == 2:  # small transforms: more calls, as many as TUNING_SECONDS allow
+                        share = TUNING_SECONDS / len(measured)
+                        rounds = max(TUNING_ROUNDS, min(MAX_TUNING_ROUNDS, int(share / max(times[1], 1e-9))))
+                after_spin = spins[name]
             self.timings = {name: statistics.median(times[1:]) for name, times in samples.items()}  # [0]: cold
             library = min(self.timings, key=self.timings.get)
             logger.debug("CPU FFT %s threads=%d: %s (measured %s)", self.transform, self.threads, library,
