@@ -41,7 +41,7 @@ import numpy as np
 from .. import _memo
 
 __all__ = ["Uncacheable", "Snapshot", "callback_key", "function_key", "cache_dir", "load_entry", "store_entry",
-           "toolchain_id", "nvvm_file_id"]
+           "toolchain_id", "nvvm_file_id", "code_names"]
 
 _FORMAT = b"MPJIT1\n"
 _SKIP_GLOBALS = frozenset(("__builtins__",))
@@ -117,11 +117,12 @@ def _update_code(h, code, seen):
             _update_value(h, const, seen)
 
 
-def _code_names(code):
+def code_names(code):
+    """The global and attribute names ``code`` reads, its nested functions' included."""
     names = set(code.co_names)
     for const in code.co_consts:
         if isinstance(const, pytypes.CodeType):
-            names |= _code_names(const)
+            names |= code_names(const)
     return names
 
 
@@ -185,7 +186,7 @@ def _update_function(h, fn, seen, snapshot=None):
     code = fn.__code__
     if snapshot is not None:
         snapshot.add(_same_code, fn, code, fn.__defaults__, fn.__kwdefaults__)
-    names = _code_names(code)
+    names = code_names(code)
     _update_code(h, code, seen)
     _update_value(h, fn.__defaults__, seen, snapshot=snapshot)
     _update_value(h, fn.__kwdefaults__, seen, snapshot=snapshot)

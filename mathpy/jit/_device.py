@@ -26,7 +26,9 @@ from numba.cuda.extending import core_models, register_model
 from numba.cuda.typing.templates import AbstractTemplate, signature
 
 from . import _bounds_ir as B
+from ..device._gemm_build import compiling_for
 from ._bounds import HEADER_WORDS, RECORD_WORDS
+from ._helpers import with_compiled_helpers
 from ._spec import CallbackSpec
 
 __all__ = ["CC_ERRORS", "CallbackPointer", "MISSING_NVVM_ERRORS", "NUMBA_ERRORS", "build_llvm_ir", "build_ltoir",
@@ -211,11 +213,18 @@ def build_llvm_ir(spec: CallbackSpec, fn, inner_name):
     return _build_library(spec, fn, inner_name).get_llvm_str()
 
 
+def _device_function(helper):
+    from numba import cuda
+    return cuda.jit(device=True)(helper)
+
+
 def _build_library(spec, fn, inner_name):
     return_type, args = _numba_signature(spec)
     cc = tuple(spec.compute_capability)
-    cres = compile_cuda(fn, return_type, args, cc=cc, nvvm_options={"opt": 3, "gen-lto": None}, abi="c",
-                        abi_info={"abi_name": inner_name})
+    fn = with_compiled_helpers(fn, _device_function)  # (plain Python helpers it calls: CUDA device functions)
+    with compiling_for(cc):  # (typing a call to a device function asks for the current device's cc)
+        cres = compile_cuda(fn, return_type, args, cc=cc, nvvm_options={"opt": 3, "gen-lto": None}, abi="c",
+                            abi_info={"abi_name": inner_name})
     if spec.kind == "prolog" and cres.signature.return_type != return_type:  # pragma: no cover (numba casts)
         raise TypeError(f"prolog returns {cres.signature.return_type}, expected {return_type}")
 
