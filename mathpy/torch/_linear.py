@@ -74,21 +74,22 @@ def linear(x, weight, bias=None, activation=None):
         raise ValueError(f"{call}: activation {activation!r} is not supported; allowed are {list(_ACTIVATIONS)}")
     x, weight, bias = _autocast(x, weight, bias)
     _check(call, x.shape[-1] if x.dim() else None, x.dtype, weight, bias)
-    x2 = x.reshape(-1, weight.shape[1])
+    flat = x.dim() == 2  # (a batch of rows as it is: no reshape in or out, a view each)
+    x2 = x if flat else x.reshape(-1, weight.shape[1])
     options = torch_options(x2)
     if weight.is_complex():
         if activation is not None:
             raise ValueError(f"{call}: activation {activation!r} is not defined for complex tensors")
         y, _ = product(x2, weight.mT, row_major=True)
         y = y if bias is None else y + bias
-        return y.reshape(*x.shape[:-1], weight.shape[0])
-    epilog = _epilog(activation, bias is not None, activation == "gelu" and requires_grad(x, weight, bias))
-    if epilog in ("DEFAULT", "RELU", "GELU"):  # no per-row operand: either order, row-major y
-        y, _ = product(x2, weight.mT, row_major=True, epilog=epilog, options=options)
-    else:  # the bias is per row of W @ x^T, whose column-major result is y row-major
-        d, _ = matmul(weight, x2.mT, None, 1, 0, epilog, bias, None, options, "")
-        y = d.mT
-    return y.reshape(*x.shape[:-1], weight.shape[0])
+    else:
+        epilog = _epilog(activation, bias is not None, activation == "gelu" and requires_grad(x, weight, bias))
+        if epilog in ("DEFAULT", "RELU", "GELU"):  # no per-row operand: either order, row-major y
+            y, _ = product(x2, weight.mT, row_major=True, epilog=epilog, options=options)
+        else:  # the bias is per row of W @ x^T, whose column-major result is y row-major
+            d, _ = matmul(weight, x2.mT, None, 1, 0, epilog, bias, None, options, "")
+            y = d.mT
+    return y if flat else y.reshape(*x.shape[:-1], weight.shape[0])
 
 
 class Linear(torch.nn.Linear):
