@@ -206,6 +206,12 @@ def test_scipy_118s_ducc_binding_is_found_where_pocketffts_is_gone(monkeypatch):
     other = types.SimpleNamespace(__name__="fake_other", c2c=lambda a, axes: None)  # another signature
     assert _binding_calls(monkeypatch, {"fake_gone_pypocketfft": None, "fake_other": other}) is None
 
+    def fails(*args):
+        raise RuntimeError("not this way")
+    wrong = types.SimpleNamespace(__name__="fake_wrong", c2c=lambda *args: None)  # the same call, another meaning
+    assert _binding_calls(monkeypatch, {"fake_failing": types.SimpleNamespace(__name__="fake_failing", c2c=fails),
+                                        "fake_wrong": wrong}) is None
+
 
 def test_a_library_that_cannot_take_the_transform_leaves_it_to_pocketfft():
     t = Transform("C2C", np.longdouble, (2, 8), (8, 1), (2, 8), (8, 1), (1,))
@@ -248,7 +254,7 @@ class _Timed(libraries._Library):
     def __init__(self, name, clock, seconds, spins):
         super().__init__()
         self.name = self.package = name
-        self.clock, self.seconds, self.spins = clock, seconds, spins
+        self.clock, self.seconds, self.spin_seconds = clock, seconds, 0.05 if spins else 0.0
 
     def available(self):
         return True
@@ -261,18 +267,28 @@ class _Timed(libraries._Library):
             clock = self.clock  # (its own spinning workers are the ones it wakes: they slow only the others)
             slowed = clock.now < clock.busy_until and clock.busy_by is not self
             clock.now += 4 * self.seconds if slowed else self.seconds
-            if self.spins:
-                clock.busy_until, clock.busy_by = clock.now + 0.05, self
+            if self.spin_seconds:
+                _spin(clock, self)
         return timed
 
 
-@pytest.mark.parametrize("spinner_first", [False, True])
-def test_the_choice_times_spinning_libraries_apart(monkeypatch, spinner_first):
+def _spin(clock, by):
+    """A multi-threaded call of a spinning library: its threads keep the cores busy for 50 ms, and it says so."""
+    clock.busy_until, clock.busy_by = clock.now + 0.05, by
+    libraries.spun(0.05)
+
+
+@pytest.mark.parametrize("spinner_first, spun_before", [(False, False), (True, False), (False, True)])
+def test_the_choice_times_spinning_libraries_apart(monkeypatch, spinner_first, spun_before):
     """A library whose threads spin after its calls (OpenMP's) would make the library timed after it look slow: the
-    choice times each library in a block of its own, the spinning ones last, and finds the truly faster one. (In
-    rounds, the quiet library's calls after the first all follow a spinning call: 4 ms against the spinner's 2.)"""
+    choice times each library in a block of its own, the spinning ones last, never while some library's threads may
+    still spin (another transform's call just before, ``spun_before``), and finds the truly faster one. (In rounds,
+    the quiet library's calls after the first all follow a spinning call: 4 ms against the spinner's 2.)"""
     clock = _Clock()
     monkeypatch.setattr(libraries, "time", clock)
+    monkeypatch.setitem(libraries._spinning, "until", 0.0)
+    if spun_before:
+        _spin(clock, None)
     quiet, spinner = _Timed("quiet", clock, 0.001, False), _Timed("spinner", clock, 0.002, True)
     t = Transform("C2C", np.float64, (64, 512), (512, 1), (64, 512), (512, 1), (1,))
     executor = libraries.Executor(t, [spinner, quiet] if spinner_first else [quiet, spinner], threads=2)

@@ -120,3 +120,33 @@ def test_matmul_epilogs_with_helpers_link_into_the_gpu_pass_inlined():
     cubin, ptx = _link.link({"pass": skeleton, "epilog": wrapper}, "sm_90", inlined=EPILOG_SYMBOL)
     assert cubin and not re.search(r"\bcall", ptx)
     assert "ex2.approx" in ptx or "lg2.approx" in ptx  # (exp and log1p, from the helpers)
+
+
+def test_functions_numba_types_itself_are_left_as_they_are():
+    """A function with an ``@overload`` (and numba-cuda's libdevice stubs) is a plain Python function too: numba's
+    own typing of it wins, not a compile of its Python body."""
+    pytest.importorskip("numba")
+    from numba.extending import overload
+
+    def plus_one(v):  # the Python body says + 10: the overload's + 1 must be what runs
+        return v + 10
+
+    @overload(plus_one)
+    def _plus_one(v):
+        return lambda v: v + 1
+
+    def epilog(value, row, col, bias):
+        return plus_one(value) + bias[col]
+
+    a = np.eye(2, dtype=np.float32)
+    d = mathpy.matmul(a, a, epilog=epilog, epilog_inputs={"bias": np.zeros(2, np.float32)})
+    np.testing.assert_allclose(d, a + 1)
+
+
+def test_libdevice_functions_stay_libdevices_on_the_gpu():
+    pytest.importorskip("numba.cuda")
+    from numba.cuda.libdevice import fast_sinf
+
+    def sine(data_out, offset, value, user_info, unused):
+        data_out[offset] = fast_sinf(value)
+    assert len(mfft.compile_epilog(sine, "float32", compute_capability=(9, 0))) > 0

@@ -197,6 +197,17 @@ def test_matmul_gradcheck(device, case, dtype):
     assert gradcheck(f, inputs)
 
 
+@pytest.mark.parametrize("kwargs, error, match", [({"beta": 0.5}, ValueError, "beta = 0.5 needs an operand c"),
+                                                    ({"alpha": None}, TypeError, "alpha must be a number")])
+def test_matmul_with_grad_refuses_what_it_refuses_without(device, kwargs, error, match):
+    """The plain product's lean op is taken only for a plain product: a beta without c or a missing alpha is refused
+    with grad as without."""
+    a, b = randn(3, 4, device=device), randn(4, 2, device=device)
+    for x in (a, a.detach()):
+        with pytest.raises(error, match=match):
+            mathpy.matmul(x, b, **kwargs)
+
+
 def test_matmul_transposed_operands(device):
     """Strided (transposed) views are read in place; their gradients come back in their own shape."""
     a, b = randn(4, 3, device=device), randn(5, 4, device=device)

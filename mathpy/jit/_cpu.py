@@ -22,7 +22,7 @@ from .._errors import CallbackCompileError
 from .._log import logger
 from ._bounds import locate_callback
 from ._cache import function_key
-from ._helpers import with_compiled_helpers
+from ._helpers import known_to, with_compiled_helpers
 from ._spec import CallbackSpec, check_function, describe_function
 
 __all__ = ["apply_epilog_cpu", "apply_prolog_cpu", "jit_callback", "prepare_user_info", "run_loop"]
@@ -89,8 +89,10 @@ def jit_callback(py, kind, check_bounds=False):
         # so a callback means the same on both; and without the exception check per division the callback runs
         # about 3x faster inside the passes' loops
         njit = _loops()["numba"].njit
+        from numba.core.registry import cpu_target
         compiled = with_compiled_helpers(py, lambda helper: njit(helper, boundscheck=check_bounds,
-                                                                 error_model="numpy"))
+                                                                 error_model="numpy"),
+                                         known_to(cpu_target.typing_context))
         dispatcher = njit(compiled, boundscheck=check_bounds, error_model="numpy")
         _jitted.put(key, (py, dispatcher))
         return dispatcher

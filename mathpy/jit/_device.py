@@ -19,6 +19,7 @@ from llvmlite import ir
 from numba.core import errors as numba_errors
 from numba.cuda import types
 from numba.cuda.compiler import compile_cuda
+from numba.cuda.descriptor import cuda_target
 from numba.cuda.cudadecl import registry as typing_registry
 from numba.cuda.cudadrv.error import CCSupportError, NvvmError, NvvmSupportError
 from numba.cuda.cudaimpl import registry as lowering_registry
@@ -28,7 +29,7 @@ from numba.cuda.typing.templates import AbstractTemplate, signature
 from . import _bounds_ir as B
 from ..device._gemm_build import compiling_for
 from ._bounds import HEADER_WORDS, RECORD_WORDS
-from ._helpers import with_compiled_helpers
+from ._helpers import known_to, with_compiled_helpers
 from ._spec import CallbackSpec
 
 __all__ = ["CC_ERRORS", "CallbackPointer", "MISSING_NVVM_ERRORS", "NUMBA_ERRORS", "build_llvm_ir", "build_ltoir",
@@ -221,7 +222,8 @@ def _device_function(helper):
 def _build_library(spec, fn, inner_name):
     return_type, args = _numba_signature(spec)
     cc = tuple(spec.compute_capability)
-    fn = with_compiled_helpers(fn, _device_function)  # (plain Python helpers it calls: CUDA device functions)
+    # plain Python helpers it calls: CUDA device functions
+    fn = with_compiled_helpers(fn, _device_function, known_to(cuda_target.typing_context))
     with compiling_for(cc):  # (typing a call to a device function asks for the current device's cc)
         cres = compile_cuda(fn, return_type, args, cc=cc, nvvm_options={"opt": 3, "gen-lto": None}, abi="c",
                             abi_info={"abi_name": inner_name})

@@ -34,7 +34,7 @@ from ..device._gemm_kernel import (COMPUTE_OF, EPILOG_SYMBOL, MAX_OPERANDS, OPER
                                    operand_params)
 from .. import _memo
 from . import _cache
-from ._helpers import with_compiled_helpers
+from ._helpers import known_to, with_compiled_helpers
 from ._spec import compile_error
 
 __all__ = ["OperandKind", "wrapper_source", "wrapper_function", "wrapper_ltoir", "wrapper_key", "simulator_function"]
@@ -112,8 +112,11 @@ def _namespace(epilog, kinds, compute, staged, checked):
     from . import _epilog_data
 
     patch_numba_cuda_ufuncs()
+    from numba.cuda.descriptor import cuda_target
+
     device_function = cuda.jit(device=True, forceinline=True)
-    ns = {"USER": device_function(with_compiled_helpers(epilog.function, device_function)),
+    user = with_compiled_helpers(epilog.function, device_function, known_to(cuda_target.typing_context))
+    ns = {"USER": device_function(user),
           "COMPUTE": {"float32": np.float32, "float64": np.float64, "complex64": np.complex64}[compute]}
     for i, kind in enumerate(kinds):
         if kind is not None:

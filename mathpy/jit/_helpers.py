@@ -20,31 +20,54 @@ import types
 
 from ._cache import code_names
 
-__all__ = ["with_compiled_helpers"]
+__all__ = ["with_compiled_helpers", "known_to"]
 
 
-def with_compiled_helpers(fn, compile_helper):
+def with_compiled_helpers(fn, compile_helper, known=lambda value: False):
     """``fn``, or a copy of it whose globals and closure cells that hold plain Python functions hold
     ``compile_helper(helper)`` instead (each helper given the same treatment first); ``fn`` itself when it calls none.
-    A helper that calls itself is left plain (numba's error then names it)."""
-    return _rebuild(fn, compile_helper, {id(fn): fn})
+    Functions that ``known(function)`` says numba types itself (:func:`known_to`) are left as they are. A helper that
+    calls itself is left plain (numba's error then names it)."""
+    return _rebuild(fn, _Helpers(compile_helper, known), {id(fn): fn})
 
 
-def _is_helper(value):
-    return type(value) is types.FunctionType  # (not numba's dispatchers, builtins, classes or other callables)
+def known_to(typing_context):
+    """Whether numba's ``typing_context`` types a value itself: numba-cuda's libdevice stubs and functions with an
+    ``@overload`` are plain Python functions too, and compiling their Python bodies instead would change what they
+    compute."""
+    typing_context.refresh()  # (overloads registered since the context was last used)
+
+    def known(value):
+        try:
+            typing_context.resolve_value_type(value)
+        except Exception:  # noqa: BLE001 - numba's way of saying it cannot type the value (a ValueError today)
+            return False
+        return True
+    return known
 
 
-def _rebuild(fn, compile_helper, done):
-    replaced = {name: _compiled(value, compile_helper, done) for name in code_names(fn.__code__)
-                if _is_helper(value := fn.__globals__.get(name))}
+class _Helpers:
+    __slots__ = ("compile", "known")
+
+    def __init__(self, compile_helper, known):
+        self.compile, self.known = compile_helper, known
+
+    def __contains__(self, value):
+        # (not numba's dispatchers, builtins, classes or other callables; not what numba types itself)
+        return type(value) is types.FunctionType and not self.known(value)
+
+
+def _rebuild(fn, helpers, done):
+    replaced = {name: _compiled(value, helpers, done) for name in code_names(fn.__code__)
+                if (value := fn.__globals__.get(name)) in helpers}
     cells, changed = [], False
     for cell in fn.__closure__ or ():
         try:
             value = cell.cell_contents
         except ValueError:  # an empty cell
             value = None
-        if _is_helper(value):
-            cells.append(types.CellType(_compiled(value, compile_helper, done)))
+        if value in helpers:
+            cells.append(types.CellType(_compiled(value, helpers, done)))
             changed = True
         else:
             cells.append(cell)
@@ -56,9 +79,9 @@ def _rebuild(fn, compile_helper, done):
     return copy
 
 
-def _compiled(helper, compile_helper, done):
+def _compiled(helper, helpers, done):
     if id(helper) in done:  # compiled already, or being compiled (a recursive helper: left plain)
         return done[id(helper)]
     done[id(helper)] = helper
-    done[id(helper)] = compile_helper(_rebuild(helper, compile_helper, done))
+    done[id(helper)] = helpers.compile(_rebuild(helper, helpers, done))
     return done[id(helper)]

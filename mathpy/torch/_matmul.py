@@ -41,6 +41,7 @@ _DIFFERENTIABLE = ("DEFAULT", "RELU", "BIAS", "RELU_BIAS", "GELU", "GELU_BIAS", 
                    "GELU_AUX", "GELU_AUX_BIAS")
 _KEEP_PRE_ACTIVATION = {"GELU": "GELU_AUX", "GELU_BIAS": "GELU_AUX_BIAS"}
 _FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+_NUMBERS = (int, float, complex)
 
 
 # --- the op ------------------------------------------------------------------------------------------------------
@@ -457,7 +458,8 @@ def route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, exe
             if key is not None:
                 _resolved.put(key, found)
         run, alpha, beta, output = found
-        if run == "DEFAULT" and c is None and bias is None and aux is None and alpha in (None, 1):
+        if run == "DEFAULT" and c is None and bias is None and aux is None and type(alpha) in _NUMBERS \
+                and alpha == 1 and beta == 0:  # (not alpha=None or a beta without c: the general op refuses them)
             return mm(a, b)
         d, extra = matmul(a, b, c, alpha, beta, run, bias, aux, "", "")
         return d if output is None else (d, {output: extra})

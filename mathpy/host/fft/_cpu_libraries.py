@@ -35,7 +35,8 @@ from ... import _threads
 from ..._log import logger
 from ._call import scale_parts
 
-__all__ = ["LIBRARIES", "candidates", "Executor", "FFTW_PLANNING_SECONDS", "like", "scale_in_place", "transform_bytes"]
+__all__ = ["LIBRARIES", "candidates", "Executor", "FFTW_PLANNING_SECONDS", "like", "scale_in_place", "spun",
+           "transform_bytes"]
 
 #: At most this many seconds of FFTW_MEASURE planning per plan (pyFFTW's ``planning_timelimit``): large 2-D plans
 #: measured without a limit took 13 s on 2 cores.
@@ -43,8 +44,14 @@ FFTW_PLANNING_SECONDS = 2.0
 #: Rounds of timing when several libraries can run a transform: every library once per round, the first round cold;
 #: small transforms get more rounds, up to MAX_TUNING_ROUNDS or about TUNING_SECONDS in all.
 TUNING_ROUNDS, MAX_TUNING_ROUNDS, TUNING_SECONDS = 6, 40, 0.05
-#: How long the choice waits after timing a library whose threads spin (OpenMP's default spin lasts milliseconds).
-SPIN_SECONDS = 0.02
+# Until when (time.perf_counter) some library's threads may still spin after its last multi-threaded call (OpenMP's
+# workers do, for milliseconds): the library choice does not time another library before then (Executor._choose).
+_spinning = {"until": 0.0}
+
+
+def spun(seconds):
+    """Note a multi-threaded call of a library whose threads spin for about ``seconds`` after it."""
+    _spinning["until"] = time.perf_counter() + seconds
 _SIMD_ALIGNMENT = 16  # FFTW's: plans made on 16-byte aligned arrays run on any 16-byte aligned arrays
 _INVERSE_NORMS = ("forward", "ortho", "backward")  # NumPy's norm names of codes 0 / 1 / 2 for an inverse transform
 _FORWARD_NORMS = ("backward", "ortho", "forward")
@@ -92,7 +99,7 @@ class _Library:
     name = package = module = ""
     precisions = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.longdouble))
     plans = False  # whether a plan owns arrays of the layouts (pyFFTW's: FFTW_MEASURE writes into what it plans on)
-    spins = False  # whether its threads keep spinning after a multi-threaded call (OpenMP's; see Executor._choose)
+    spin_seconds = 0.0  # how long its threads keep spinning after a multi-threaded call (OpenMP's; Executor._choose)
     chunks = True  # whether it may run the chunks of a fused pass, one thread each
 
     def __init__(self):
@@ -128,27 +135,25 @@ class _Pocketfft(_Library):
     modules = ("scipy.fft._pocketfft.pypocketfft", "scipy.fft._duccfft.pyduccfft")
     module = modules[0]
 
+    _loading = threading.Lock()
+
     def load(self):
         if self._module is None:
-            self._module = False
-            for name in self.modules:
-                try:
-                    module = importlib.import_module(name)
-                except ImportError:
-                    continue
-                if self._takes_our_calls(module):
-                    self._module = module
-                    break
+            with self._loading:  # (one thread looks; the others wait for its answer)
+                if self._module is None:
+                    self._module = next((module for module in map(_imported, self.modules)
+                                         if module is not None and self._takes_our_calls(module)), False)
         return self._module or _PublicScipy
 
     @staticmethod
     def _takes_our_calls(module):
-        probe = np.ones(2, np.complex64)
+        """Whether ``module.c2c`` is the call mathpy makes: a 1/N-normalised FFT of [1, 1] into ``out`` is [1, 0]."""
+        probe, out = np.ones(2, np.complex64), np.zeros(2, np.complex64)
         try:
-            module.c2c(probe, (0,), True, 2, probe.copy(), 1)
-        except TypeError:  # a binding that takes other arguments
+            module.c2c(probe, (0,), True, 2, out, 1)
+        except Exception:  # noqa: BLE001 - a binding that takes other arguments, or fails: not ours to call
             return False
-        return True
+        return bool(np.allclose(out, [1, 0]))
 
     @property
     def binding(self):
@@ -170,6 +175,14 @@ class _Pocketfft(_Library):
             def run(x, out, forward, norm):
                 pp.c2r(x, axes, last, False, norm, out, threads)
         return run
+
+
+def _imported(name):
+    """Module ``name``, or None when it cannot be imported."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
 
 
 class _PublicScipy:
@@ -198,7 +211,8 @@ class _FFTW(_Library):
     on the caller's arrays with ``update_arrays``."""
 
     name, package, module = "fftw", "pyFFTW", "pyfftw"
-    plans = spins = True  # (pyFFTW's wheels run FFTW's threads on OpenMP)
+    plans = True
+    spin_seconds = 0.02  # pyFFTW's wheels run FFTW's threads on GNU OpenMP (libgomp), which spins for milliseconds
 
     def executor(self, t, threads, destroy_input=False):
         return _FFTWPlans(self.load(), t, threads, destroy_input)
@@ -271,6 +285,8 @@ class _FFTWPlans:
             except ValueError:
                 return False
             plan.execute()
+            if self.threads > 1:
+                spun(_FFTW.spin_seconds)
             plan.update_arrays(own_x, own_out)  # hold no caller's array between calls
             return True
         finally:
@@ -303,7 +319,7 @@ class _MKL(_Library):
 
     name, package, module = "mkl", "mkl_fft", "mkl_fft"
     precisions = (np.dtype(np.float32), np.dtype(np.float64))
-    spins = True  # (MKL's OpenMP threads)
+    spin_seconds = 0.2  # MKL's threads on Intel OpenMP, which spin for its KMP_BLOCKTIME, 200 ms by default
     chunks = False  # one MKL thread per chunk would be a process-wide setting (threadpoolctl) per chunk
 
     def loaded(self, module):
@@ -328,6 +344,7 @@ class _MKL(_Library):
         def run(x, out, forward, norm):
             with _threads.blas_threads(limit):
                 transform(x, out, forward)
+            spun(_MKL.spin_seconds)  # (MKL's thread count is its own: assume it ran on several)
             inverse = t.fft_type == "C2R" or (t.fft_type == "C2C" and not forward)  # MKL divided it by N
             if inverse and norm != 2:
                 scale_in_place(out, n if norm == 0 else np.sqrt(n), threads)
@@ -388,20 +405,21 @@ class Executor:
         its transform (FFTW, MKL) pays its extra pass in the timing too.
 
         Each library is timed in a block of calls of its own, the libraries whose threads spin after a call
-        (``spins``: OpenMP's workers, FFTW's in pyFFTW's wheels and MKL's, keep their cores busy for milliseconds)
-        last, with a pause after such a block: timed right after one of their calls, another library's threads
-        share the cores with the spinning ones (on 16 cores, SciPy's FFT took 2.2 ms after an FFTW call against 1.3
-        alone), and an interleaved order would choose the spinning library for that."""
+        (``spin_seconds``: OpenMP's workers, FFTW's in pyFFTW's wheels and MKL's, keep their cores busy for
+        milliseconds) last, and no block starts while some library's threads may still spin (:func:`spun`, noted
+        by every multi-threaded call, this transform's or another's): timed right after one of their calls, another
+        library's threads share the cores with the spinning ones (on 16 cores, SciPy's FFT took 2.2 ms after an FFTW
+        call against 1.3 alone), and an interleaved order would choose the spinning library for that."""
         measured = {lib.name: self._make(lib) for lib in self._libraries}
         library = self._libraries[0].name
         if len(measured) > 1:
             x_copy, out_copy = like(x), (None if x is out else like(out))
-            spins = {lib.name: lib.spins and self.threads > 1 for lib in self._libraries}
+            spins = {lib.name: lib.spin_seconds > 0 for lib in self._libraries}
             samples = {name: [] for name in measured}
-            after_spin = False
             for name in sorted(measured, key=spins.get):  # (a stable sort: the table's order otherwise)
-                if after_spin:
-                    time.sleep(SPIN_SECONDS)
+                pause = _spinning["until"] - time.perf_counter()
+                if pause > 0:
+                    time.sleep(pause)
                 run, times, rounds = measured[name], samples[name], TUNING_ROUNDS
                 while len(times) < rounds:
                     np.copyto(x_copy, x)
@@ -411,7 +429,6 @@ class Executor:
                     if len(times) == 2:  # small transforms: more calls, as many as TUNING_SECONDS allow
                         share = TUNING_SECONDS / len(measured)
                         rounds = max(TUNING_ROUNDS, min(MAX_TUNING_ROUNDS, int(share / max(times[1], 1e-9))))
-                after_spin = spins[name]
             self.timings = {name: statistics.median(times[1:]) for name, times in samples.items()}  # [0]: cold
             library = min(self.timings, key=self.timings.get)
             logger.debug("CPU FFT %s threads=%d: %s (measured %s)", self.transform, self.threads, library,
