@@ -178,8 +178,8 @@ class FakeCUFFTEngine:
                 assert cb.ltoir[:4] and isinstance(cb.ltoir, bytes) and cb.symbol is None
                 element = transform.input_dtype if kind == "prolog" else transform.output_dtype
                 assert cb.cufft_type == mathpy.jit.CALLBACK_TYPES[(kind, np.dtype(element).name)]
-                if cb.data is not None:
-                    assert cb.data.package == "cupy" and cb.data_ptr == cb.data.data_ptr
+                if cb.data is not None:  # (with check_bounds cuFFT is given the checked header's address)
+                    assert cb.data.package == "cupy" and (cb.check_bounds or cb.data_ptr == cb.data.data_ptr)
         self.transform, self.stream, self.freed, self.calls = transform, allocator.stream, False, []
         self.callbacks = (prolog, epilog)  # as CUFFTEngine's: what the plan was made with
         self.lock = threading.RLock()  # as CUFFTEngine's: the API executes under it, free() takes it
@@ -685,3 +685,18 @@ def test_stateful_fast_path_follows_reset_and_free(fake_gpu):
     f.free()
     with pytest.raises(mathpy.InvalidPlanStateError, match="freed"):
         f.execute()
+
+
+def test_repeated_checked_calls_still_read_their_records(fake_gpu, monkeypatch):
+    """A stateless call with check_bounds reads its callbacks' error records after every execution, the first one's
+    and the remembered calls' alike (a remembered call is bound without callbacks: the engine's say it is checked)."""
+    pytest.importorskip("numba.cuda")
+    from mathpy.host.fft import _call
+    reads = []
+    monkeypatch.setattr(_call, "raise_recorded", lambda callbacks, device_id, stream: reads.append(len(callbacks)))
+    x = fake_gpu.array(rand((4, 32)))
+    window = fake_gpu.array(np.hanning(32).astype(np.float32))
+    options = mfft.FFTOptions(check_bounds=True)
+    for _ in range(3):
+        mfft.fft(x, prolog=mfft.Callback(window_prolog, data=window), options=options)
+    assert _stateless.remembered() == 1 and len(reads) == 3

@@ -71,8 +71,10 @@ class FFTCall:
         # NumPy's floating-point reports: a pass over each result on this many threads (0: none, the default)
         self._report_threads = threads_for(problem.execution) if getattr(problem.execution, "fp_reports", False) \
             else 0
-        # GPU callbacks compiled with check_bounds: each execution reads their error records afterwards
-        self._checked = problem.on_gpu and any(cb is not None and cb.check_bounds for cb in self.callbacks)
+        # GPU callbacks compiled with check_bounds: each execution reads their error records afterwards (the plan's
+        # callbacks say so: the stateless functions remember their calls bound without callbacks)
+        checked = plan_callbacks if plan_callbacks else self.callbacks
+        self._checked = problem.on_gpu and any(cb is not None and getattr(cb, "check_bounds", False) for cb in checked)
 
     # --- the direct GPU case ---------------------------------------------------------------------------------------
     def execute_direct(self, x_ptr, direction, stream=None, scale=None):
