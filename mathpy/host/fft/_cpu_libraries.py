@@ -41,9 +41,12 @@ __all__ = ["LIBRARIES", "candidates", "Executor", "FFTW_PLANNING_SECONDS", "like
 #: At most this many seconds of FFTW_MEASURE planning per plan (pyFFTW's ``planning_timelimit``): large 2-D plans
 #: measured without a limit took 13 s on 2 cores.
 FFTW_PLANNING_SECONDS = 2.0
-#: Rounds of timing when several libraries can run a transform: every library once per round, the first round cold;
-#: small transforms get more rounds, up to MAX_TUNING_ROUNDS or about TUNING_SECONDS in all.
+#: Timed calls of each library when several can run a transform, the first one cold; small transforms get more calls,
+#: up to MAX_TUNING_ROUNDS each or about TUNING_SECONDS in all.
 TUNING_ROUNDS, MAX_TUNING_ROUNDS, TUNING_SECONDS = 6, 40, 0.05
+_SIMD_ALIGNMENT = 16  # FFTW's: plans made on 16-byte aligned arrays run on any 16-byte aligned arrays
+_INVERSE_NORMS = ("forward", "ortho", "backward")  # NumPy's norm names of codes 0 / 1 / 2 for an inverse transform
+_FORWARD_NORMS = ("backward", "ortho", "forward")
 # Until when (time.perf_counter) some library's threads may still spin after its last multi-threaded call (OpenMP's
 # workers do, for milliseconds): the library choice does not time another library before then (Executor._choose).
 _spinning = {"until": 0.0}
@@ -52,9 +55,6 @@ _spinning = {"until": 0.0}
 def spun(seconds):
     """Note a multi-threaded call of a library whose threads spin for about ``seconds`` after it."""
     _spinning["until"] = time.perf_counter() + seconds
-_SIMD_ALIGNMENT = 16  # FFTW's: plans made on 16-byte aligned arrays run on any 16-byte aligned arrays
-_INVERSE_NORMS = ("forward", "ortho", "backward")  # NumPy's norm names of codes 0 / 1 / 2 for an inverse transform
-_FORWARD_NORMS = ("backward", "ortho", "forward")
 
 
 def _address(array):
