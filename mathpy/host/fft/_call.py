@@ -107,11 +107,7 @@ class FFTCall:
         queue = self.holder.on(self._device_id, stream)
         make = self._makers.get((stream, "staging"))
         copy = (make or self._maker(stream, staging=True))()
-        if scale is not None and self._scaled_copy:
-            queue.copy_scaled(copy, x, self._scale_type(scale))
-            scale = None
-        else:
-            queue.copy_into(copy, x)
+        scale = self._stage(queue, copy, x, scale)
         keep_for_graph(self.engine, self.holder, self._device_id, stream, copy)  # (a capture's replays read it)
         make = self._makers.get(stream)
         result = (make or self._maker(stream))()
@@ -122,6 +118,15 @@ class FFTCall:
         if scale is not None:
             queue.scale(result, self._scale_type(scale))
         return result
+
+    def _stage(self, queue, copy, source, scale):
+        """Copy device array ``source`` into ``copy``, with the norm's ``scale`` where it may ride on the copy
+        (``__init__``); returns the scale still to apply to the result (None: none)."""
+        if scale is not None and self._scaled_copy:
+            queue.copy_scaled(copy, source, self._scale_type(scale))
+            return None
+        queue.copy_into(copy, source)
+        return scale
 
     def _refuse_in_capture(self, stream):
         refuse_in_capture(self.holder, self._device_id, stream, "an FFT whose callbacks check bounds (check_bounds)",
@@ -138,13 +143,11 @@ class FFTCall:
         if len(self._makers) > 64:  # streams come and go
             self._makers.clear()
         if staging:
-            t, p = self.problem.transform, self.problem
-            make = self.holder.on(self._device_id, stream).maker(t.input_shape, t.input_dtype, p.in_order)
-            self._makers[stream, "staging"] = make
+            t = self.problem.transform
+            key, layout = (stream, "staging"), (t.input_shape, t.input_dtype, self.problem.in_order)
         else:
-            make = self._makers[stream] = self.holder.on(self._device_id, stream).maker(self._out_shape,
-                                                                                        self._out_dtype,
-                                                                                        self._out_order)
+            key, layout = stream, (self._out_shape, self._out_dtype, self._out_order)
+        make = self._makers[key] = self.holder.on(self._device_id, stream).maker(*layout)
         return make
 
     # --- the direct CPU case ---------------------------------------------------------------------------------------
@@ -206,11 +209,7 @@ class FFTCall:
                 queue.upload_into(x, op.numpy().transpose(order))
             else:
                 x = queue.empty(t.input_shape, t.input_dtype, p.in_order)
-                if scale is not None and self._scaled_copy:  # the norm rides on the copy (__init__)
-                    queue.copy_scaled(x, op.tensor, self._scale_type(scale))
-                    scale = None
-                else:
-                    queue.copy_into(x, op.tensor)
+                scale = self._stage(queue, x, op.tensor, scale)
             x_ptr = self._pointer(x)
             keep_for_graph(self.engine, self.holder, self._device_id, stream, x)  # (a capture's replays read it)
         else:

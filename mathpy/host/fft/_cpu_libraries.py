@@ -108,12 +108,10 @@ class _Library:
     def load(self):
         """The library's Python module, or None when it is not installed."""
         if self._module is None:
-            try:
-                self._module = importlib.import_module(self.module)
-            except ImportError:
-                self._module = False
-            else:
-                self.loaded(self._module)
+            module = _imported(self.module)
+            self._module = False if module is None else module
+            if module is not None:
+                self.loaded(module)
         return self._module or None
 
     def loaded(self, module):
