@@ -18,6 +18,7 @@ import mathpy
 import mathpy.fft as mfft
 from mathpy import _engines, _threads
 from mathpy.host.fft import _cpu_libraries as libraries
+from mathpy.host.fft import _fftw_c
 from mathpy.host.fft._cpu import CPUEngine
 from mathpy.host.fft._layout import Transform
 from mathpy.host.matmul import _cpu as matmul_cpu
@@ -494,9 +495,45 @@ def test_fused_callbacks_equal_the_unfused_expression(threads, shape, in_strides
             check(out, expected, np.complex128, n, f"prolog and epilog, {threads} threads, {engine.strategy}")
             np.testing.assert_array_equal(x, x_values)  # the input is left as it was
     batch = int(np.prod([e for a, e in enumerate(shape) if a not in axes]))
-    assert engine.strategies == (("passes", "blocks") if batch >= 2 * threads else ("passes",))
+    blocked = ("blocks", "parallel") if _fftw_c.library(np.float64) is not None else ("blocks",)
+    assert engine.strategies == (("passes",) + blocked if batch >= 2 * threads else ("passes",))
     with pytest.raises(ValueError, match="strategy 'rows' is not one of this plan's"):
         engine.strategy = "rows"
+
+
+@pytest.mark.skipif(_fftw_c.library(np.float32) is None, reason="needs pyFFTW's FFTW libraries (Linux)")
+@pytest.mark.parametrize("fft_type, dtype", [("R2C", np.float32), ("C2R", np.float32), ("C2C", np.float32),
+                                             ("C2C", np.float64)])
+def test_parallel_strategy_runs_every_transform_type_with_a_short_last_block(fft_type, dtype):
+    # 37 transforms of 30 on two threads: blocks of 19 and 18 (its plan runs on 19 rows: one is not stored), each
+    # transformed by FFTW's C API inside numba's loop
+    count, n, half = 37, 30, 16
+    complex_dtype = np.result_type(dtype, np.complex64)
+    in_shape, out_shape = {"R2C": ((count, n), (count, half)), "C2R": ((count, half), (count, n)),
+                           "C2C": ((count, n), (count, n))}[fft_type]
+    in_dtype = dtype if fft_type == "R2C" else complex_dtype
+    out_dtype = dtype if fft_type == "C2R" else complex_dtype
+    t = Transform(fft_type, dtype, in_shape, (in_shape[1], 1), out_shape, (out_shape[1], 1), (1,))
+    weights = operand((count * n,), dtype, seed=4)
+    engine = CPUEngine(t, execution=mathpy.ExecutionCPU(num_threads=2),
+                       prolog=types.SimpleNamespace(function=window_prolog, user_info=weights, check_bounds=False),
+                       epilog=types.SimpleNamespace(function=filter_epilog, user_info=weights, check_bounds=False))
+    engine.strategy = "parallel"
+    x = operand(in_shape, in_dtype)
+    loaded = x * weights[_offsets(in_shape, (in_shape[1], 1))]
+    forward = fft_type != "C2R"
+    if fft_type == "R2C":
+        unnormalised = reference("rfft", loaded)
+    elif fft_type == "C2R":
+        unnormalised = reference("irfft", loaded, n=n, norm="forward")
+    else:
+        unnormalised = reference("fft", loaded)
+    expected = unnormalised * weights[_offsets(out_shape, (out_shape[1], 1))] / n
+    for _ in range(2):  # the plans made at the first call, then reused
+        out = np.zeros(out_shape, out_dtype)
+        engine.execute(x, out, -1 if forward else 1, scale=1 / n)
+        check(out, expected, dtype, n, f"{fft_type} {np.dtype(dtype)} parallel")
+    assert engine.strategy == "parallel" and engine.library == "fftw"
 
 
 def test_fused_callbacks_through_the_api():

@@ -10,7 +10,10 @@ on the GPU.
 - :func:`storer`: ``epilog(span, offset(r, j), src[r, j], user_info, None)``, then ``span[offset]`` times ``scale``
   part by part when scaled (the epilog sees the unnormalised value, as on the GPU); without an epilog, a plain scatter;
 - :func:`matmul_epilog_pass`: ``x[b, i, j] = f(x[b, i, j], (b,) i, j, *operands)`` in place, for rows
-  ``start..stop`` of ``x`` seen as ``(batch * M, N)`` (checked or not).
+  ``start..stop`` of ``x`` seen as ``(batch * M, N)`` (checked or not);
+- :func:`blocks`: the three in one numba ``parallel`` loop over blocks of rows: each thread loads a block into its
+  buffer, transforms it with a C function (FFTW's execute, :mod:`mathpy.host.fft._fftw_c`) and stores it, so that
+  the whole call runs outside the GIL on numba's threads, each block in its thread's cache.
 
 >>> import numpy as np
 >>> span, dst = np.arange(12.0), np.empty((2, 3))
@@ -29,7 +32,7 @@ from .. import _memo
 from ._cpu import jit_callback, prepare_user_info, run_loop
 from ._spec import compile_error
 
-__all__ = ["loader", "storer", "inner_step", "matmul_epilog_pass", "prepare_user_info"]
+__all__ = ["loader", "storer", "blocks", "inner_step", "matmul_epilog_pass", "prepare_user_info"]
 
 _lock = threading.Lock()
 _kernels = _memo.Memo("cpu-pass-kernels", group="jit", max_entries=256)  # (pass, user's dispatcher) -> the pass
@@ -147,6 +150,45 @@ def _rows(numba, f, with_batch, count, checked):
     namespace = {"f": f}
     exec(compile(source, f"<mathpy matmul epilog rows {with_batch} {count} {checked}>", "exec"), namespace)
     return numba.njit(nogil=True, cache=False)(namespace["kernel"])
+
+
+def _blocks(load, store, execute):
+    """The parallel kernel of :func:`blocks` around the ``load`` and ``store`` passes (compiled already, for the
+    same argument types: only this loop is new to compile)."""
+    numba = _numba()
+
+    @numba.njit(parallel=True, nogil=True, cache=False)
+    def kernel(x_span, x_rows, x_inner, x_step, out_span, out_rows, out_inner, out_step, rows, plan, buffers_in,
+               buffers_out, prolog_info, epilog_info, scale, scaled):
+        count = x_rows.size
+        for b in numba.prange((count + rows - 1) // rows):
+            thread = numba.get_thread_id()
+            start = b * rows
+            stop = min(count, start + rows)
+            src, dst = buffers_in[thread], buffers_out[thread]
+            load(x_span, x_rows[start:stop], x_inner, x_step, prolog_info, src[:stop - start])
+            execute(plan, src.ctypes.data, dst.ctypes.data)  # (all rows: a short last block's others are not stored)
+            store(out_span, out_rows[start:stop], out_inner, out_step, dst[:stop - start], epilog_info, scale, scaled)
+    return kernel
+
+
+def blocks(prolog, epilog, execute):
+    """``run(x_span, x_rows, x_inner, x_step, out_span, out_rows, out_inner, out_step, rows, plan, buffers_in,
+    buffers_out, prolog_info, epilog_info, scale, scaled)``, one numba parallel loop over blocks of ``rows`` rows:
+    block ``b`` is loaded (``prolog``, or None for a plain gather, as :func:`loader`) into ``buffers_in[t]`` (``t``
+    numba's thread id; the buffers ``(threads, rows, elements)``), transformed by ``execute(plan, buffers_in[t]
+    address, buffers_out[t] address)`` (a plan of ``rows`` transforms, for a last, shorter block too) and stored from
+    ``buffers_out[t]`` (``epilog`` or None, then ``scale`` when ``scaled``, as :func:`storer`). ``execute``: a ctypes
+    function of three addresses. The caller sets numba's thread count and runs one call at a time (the buffers are
+    shared)."""
+    load = _kernel("load", _plain("load") if prolog is None else jit_callback(prolog, "prolog"))
+    store = _kernel("store", _plain("store") if epilog is None else jit_callback(epilog, "epilog"))
+    with _lock:  # (a ctypes function does not hash: its id, for one that lives as long as the process)
+        kernel = _kernels.get_or_make(("blocks", load, store, id(execute)), lambda: _blocks(load, store, execute))
+
+    def run(*args):
+        return run_loop("epilog" if epilog is not None else "prolog", epilog or prolog, kernel, args)
+    return run
 
 
 def _kernel(name, f):
