@@ -62,6 +62,7 @@ except ImportError:
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 SAMPLE_SECONDS = 0.002  # calls per sample: enough for one sample to take this long
+SETTLE_SECONDS = 0.03  # a pause before each sample, for the previous peer's OpenMP workers to stop spinning
 CLOCK = {"wall": time.perf_counter, "cpu": time.process_time}
 clock = time.perf_counter
 
@@ -69,7 +70,10 @@ clock = time.perf_counter
 # --- timing ---------------------------------------------------------------------------------------------------------
 
 def measure(peers, rounds):
-    """Median ms per call of each of ``peers`` ({name: fn}), in interleaved rounds after three warm-up calls each."""
+    """Median ms per call of each of ``peers`` ({name: fn}), in interleaved rounds after three warm-up calls each.
+    Each sample starts after a pause of SETTLE_SECONDS and one untimed call: the previous peer's OpenMP workers
+    (FFTW's in pyFFTW's wheels, MKL's, numba's) keep spinning for milliseconds after its last call, and would
+    otherwise be timed inside the next peer's first calls (each peer is timed as a loop of its own calls runs)."""
     reps = {}
     for name, fn in peers.items():
         for _ in range(2):
@@ -80,6 +84,8 @@ def measure(peers, rounds):
     samples = {name: [] for name in peers}
     for _ in range(rounds):
         for name, fn in peers.items():
+            time.sleep(SETTLE_SECONDS)
+            fn()
             start = clock()
             for _ in range(reps[name]):
                 fn()
@@ -171,6 +177,12 @@ def bench_fft(cases, threads, workers, execution, rounds, rng):
 
 def _library(kind, x, axes, execution):
     """The CPU FFT library mathpy chose for this transform: its cached engine's, the most recent plan of the shape."""
+    engine = _engine(kind, x)
+    return None if engine is None else engine.library
+
+
+def _engine(kind, x):
+    """mathpy's CPU engine of this transform in the plan cache: the most recent plan of the shape (None: none)."""
     from mathpy.host.fft._fft import plan_cache
     for key in reversed(plan_cache.keys()):
         entry = plan_cache.acquire(key)
@@ -179,7 +191,7 @@ def _library(kind, x, axes, execution):
         try:
             t = getattr(entry.plan, "transform", None)
             if t is not None and hasattr(entry.plan, "library") and (kind == "irfft" or t.input_shape == x.shape):
-                return entry.plan.library
+                return entry.plan
         finally:
             plan_cache.release(entry)
     return None
@@ -215,10 +227,16 @@ def bench_callbacks(threads, workers, execution, rounds, rng):
             built.input_array[...] = x
             peers["pyFFTW"] = (lambda: built() * filt) if epilog else (lambda: built(x * filt))
         peers["mathpy"] = lambda: mfft.fft(x, execution=execution, **fused)
-        check(label, peers["mathpy"](), peers["NumPy"](), x.dtype)
+        start = clock()
+        got = peers["mathpy"]()  # (the callback's compile and the choice of strategy included)
+        first = clock() - start
+        check(label, got, peers["NumPy"](), x.dtype)
         times = measure(peers, rounds)
         rows.append((label, times))
-        print(f"  {label}: " + ", ".join(f"{k} {v:.3f}" for k, v in times.items()), flush=True)
+        engine = _engine("fft", x)
+        print(f"  {label}: " + ", ".join(f"{k} {v:.3f}" for k, v in times.items())
+              + f" (mathpy: first call {first:.2f} s, strategy {getattr(engine, 'strategy', None)}, "
+              f"{getattr(engine, 'library', None)})", flush=True)
     return rows
 
 

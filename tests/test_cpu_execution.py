@@ -529,10 +529,16 @@ def test_parallel_strategy_runs_every_transform_type_with_a_short_last_block(fft
     else:
         unnormalised = reference("fft", loaded)
     expected = unnormalised * weights[_offsets(out_shape, (out_shape[1], 1))] / n
-    for _ in range(2):  # the plans made at the first call, then reused
-        out = np.zeros(out_shape, out_dtype)
-        engine.execute(x, out, -1 if forward else 1, scale=1 / n)
-        check(out, expected, dtype, n, f"{fft_type} {np.dtype(dtype)} parallel")
+    numba = pytest.importorskip("numba")
+    numba.set_num_threads(1)  # the caller's setting, which the call changes to its own and back
+    try:
+        for _ in range(2):  # the plans made at the first call, then reused
+            out = np.zeros(out_shape, out_dtype)
+            engine.execute(x, out, -1 if forward else 1, scale=1 / n)
+            check(out, expected, dtype, n, f"{fft_type} {np.dtype(dtype)} parallel")
+            assert numba.get_num_threads() == 1
+    finally:
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
     assert engine.strategy == "parallel" and engine.library == "fftw"
 
 
