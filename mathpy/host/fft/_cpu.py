@@ -238,16 +238,15 @@ class _FusedPass:
         numba = _parallel_numba()
         if api is None or numba is None:
             return
-        pool = numba.config.NUMBA_NUM_THREADS  # (numba's thread ids run up to its pool's size)
-        self._api, self._pool = api, pool
-        self._buffers = (_thread_buffers(pool, self._rows, self._in.extents, t.input_dtype),
-                         _thread_buffers(pool, self._rows, self._out.extents, t.output_dtype))
+        self._api = api
+        self._pool = numba.config.NUMBA_NUM_THREADS  # (numba's thread ids run up to its pool's size)
+        self._buffers = None  # (input, output) blocks of every thread, made at the first call
         self._plans = {}  # forward -> FFTW's plan (see _plan)
         weakref.finalize(self, _destroy_plans, api, self._plans)
         self._run_blocks = passes.blocks(None if self._prolog is None else self._prolog.function,
                                          None if self._epilog is None else self._epilog.function,
                                          api.execute[t.fft_type])
-        self._workspace["parallel"] = sum(b.nbytes for b in self._buffers)
+        self._workspace["parallel"] = self._pool * self._rows * transform_bytes(t) // self._in.count
         self._strategies["parallel"] = self._parallel
 
     def _whole_setup(self, libraries, batch_axes, limit):
@@ -311,6 +310,8 @@ class _FusedPass:
         self.timings = {name: statistics.median(times[1:]) for name, times in samples.items()}
         self.strategy = min(self.timings, key=self.timings.get)
         (self._whole_buffers if self.strategy == "blocks" else self._block_buffers).clear()
+        if self.strategy != "parallel" and "parallel" in self._strategies:
+            self._buffers = None
         logger.debug("CPU FFT %s with callbacks: %s (measured %s)", self.t, self.strategy,
                      {k: f"{v * 1e3:.3f} ms" for k, v in self.timings.items()})
 
@@ -380,6 +381,8 @@ class _FusedPass:
         # one call at a time: the buffers are the engine's, and numba's workqueue layer must not be entered from two
         # threads at once
         with _parallel_lock:
+            if self._buffers is None:
+                self._buffers = tuple(_thread_buffers(self._pool, rows, side.extents, side.dtype) for side in (ins, outs))
             plan = self._plan(forward)  # (a last, shorter block transforms its buffer's stale rows too)
             previous = numba.get_num_threads()
             numba.set_num_threads(min(self.threads, self._pool))
