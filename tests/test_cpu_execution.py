@@ -19,7 +19,7 @@ import mathpy.fft as mfft
 from mathpy import _engines, _threads
 from mathpy.host.fft import _cpu_libraries as libraries
 from mathpy.host.fft import _fftw_c
-from mathpy.host.fft._cpu import CPUEngine
+from mathpy.host.fft._cpu import PARALLEL_MIN_THREADS as CPU_PARALLEL_MIN_THREADS, CPUEngine
 from mathpy.host.fft._layout import Transform
 from mathpy.host.matmul import _cpu as matmul_cpu
 from mathpy.host.matmul import _stateless as matmul_stateless
@@ -495,8 +495,8 @@ def test_fused_callbacks_equal_the_unfused_expression(threads, shape, in_strides
             check(out, expected, np.complex128, n, f"prolog and epilog, {threads} threads, {engine.strategy}")
             np.testing.assert_array_equal(x, x_values)  # the input is left as it was
     batch = int(np.prod([e for a, e in enumerate(shape) if a not in axes]))
-    blocked = ("blocks", "parallel") if _fftw_c.library(np.float64) is not None else ("blocks",)
-    assert engine.strategies == (("passes",) + blocked if batch >= 2 * threads else ("passes",))
+    assert engine.strategies == (("passes", "blocks") if batch >= 2 * threads else ("passes",))  # (and "parallel"
+    #                                                             from 4 threads on: the next test)
     with pytest.raises(ValueError, match="strategy 'rows' is not one of this plan's"):
         engine.strategy = "rows"
 
@@ -505,8 +505,8 @@ def test_fused_callbacks_equal_the_unfused_expression(threads, shape, in_strides
 @pytest.mark.parametrize("fft_type, dtype", [("R2C", np.float32), ("C2R", np.float32), ("C2C", np.float32),
                                              ("C2C", np.float64)])
 def test_parallel_strategy_runs_every_transform_type_with_a_short_last_block(fft_type, dtype):
-    # 37 transforms of 30 on two threads: blocks of 19 and 18 (its plan runs on 19 rows: one is not stored), each
-    # transformed by FFTW's C API inside numba's loop
+    # 37 transforms of 30 on four threads (numba's, at most its pool): blocks of 10 and a last one of 7 (its plan
+    # runs on 10 rows: three are not stored), each transformed by FFTW's C API inside numba's loop
     count, n, half = 37, 30, 16
     complex_dtype = np.result_type(dtype, np.complex64)
     in_shape, out_shape = {"R2C": ((count, n), (count, half)), "C2R": ((count, half), (count, n)),
@@ -515,9 +515,10 @@ def test_parallel_strategy_runs_every_transform_type_with_a_short_last_block(fft
     out_dtype = dtype if fft_type == "C2R" else complex_dtype
     t = Transform(fft_type, dtype, in_shape, (in_shape[1], 1), out_shape, (out_shape[1], 1), (1,))
     weights = operand((count * n,), dtype, seed=4)
-    engine = CPUEngine(t, execution=mathpy.ExecutionCPU(num_threads=2),
+    engine = CPUEngine(t, execution=mathpy.ExecutionCPU(num_threads=CPU_PARALLEL_MIN_THREADS),
                        prolog=types.SimpleNamespace(function=window_prolog, user_info=weights, check_bounds=False),
                        epilog=types.SimpleNamespace(function=filter_epilog, user_info=weights, check_bounds=False))
+    assert engine.strategies == ("passes", "blocks", "parallel")
     engine.strategy = "parallel"
     x = operand(in_shape, in_dtype)
     loaded = x * weights[_offsets(in_shape, (in_shape[1], 1))]

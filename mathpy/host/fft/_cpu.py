@@ -10,7 +10,8 @@ numba on every thread (:mod:`mathpy.jit._cpu_passes`, :mod:`mathpy._threads`), i
   dense buffer, and the epilog pass stores that buffer (then the norm); each pass runs on every thread;
 - ``"blocks"`` (at least two transforms per thread): each thread loads a block of transforms through the prolog,
   transforms it on one library thread and stores it through the epilog while it is still in its cache;
-- ``"parallel"`` (the same blocks, float32 and float64, when pyFFTW is installed): the whole call is one numba
+- ``"parallel"`` (the same blocks, float32 and float64, when pyFFTW is installed and the call has at least
+  PARALLEL_MIN_THREADS threads): the whole call is one numba
   ``parallel`` loop, each block transformed by FFTW's C API (:mod:`._fftw_c`) on the numba thread that loads and
   stores it. The other two run their passes from a Python thread pool, whose threads take the GIL for each block,
   and beside the library's own threads, which spin after a transform (FFTW's OpenMP workers): on 16 cores (256 x
@@ -61,6 +62,10 @@ BLOCK_BYTES = 1 << 20
 MAX_BLOCKS = 16
 #: At least this many transforms per block when the threads leave enough.
 MIN_BLOCK_ROWS = 4
+#: The "parallel" strategy competes from this many threads on. With fewer, the Python pool's GIL costs little (on 2
+#: cores both were within run-to-run noise of each other), and compiling the parallel loop (about 3 s per callback
+#: function on 2 cores) would lengthen the first call for nothing.
+PARALLEL_MIN_THREADS = 4
 
 
 def _flat_span(array):
@@ -211,7 +216,8 @@ class _FusedPass:
         if self._in.count >= 2 * threads:  # a block of transforms per thread is possible: it competes
             self._blocked_setup(libraries)
             self._strategies["blocks"] = self._blocks
-            self._parallel_setup()
+            if threads >= PARALLEL_MIN_THREADS:
+                self._parallel_setup()
         self.workspace_bytes = max(self._workspace.values())
         self.strategy, self.timings = "passes", {}
         self._choosing = threading.Lock()
