@@ -495,52 +495,89 @@ def test_fused_callbacks_equal_the_unfused_expression(threads, shape, in_strides
             check(out, expected, np.complex128, n, f"prolog and epilog, {threads} threads, {engine.strategy}")
             np.testing.assert_array_equal(x, x_values)  # the input is left as it was
     batch = int(np.prod([e for a, e in enumerate(shape) if a not in axes]))
-    assert engine.strategies == (("passes", "blocks") if batch >= 2 * threads else ("passes",))  # (and "parallel"
-    #                                                             from 4 threads on: the next test)
+    # ("parallel" competes from 4 threads on: the tests below)
+    assert engine.strategies == (("passes", "blocks") if batch >= 2 * threads else ("passes",))
     with pytest.raises(ValueError, match="strategy 'rows' is not one of this plan's"):
         engine.strategy = "rows"
 
 
-@pytest.mark.skipif(_fftw_c.library(np.float32) is None, reason="needs pyFFTW's FFTW libraries (Linux)")
-@pytest.mark.parametrize("fft_type, dtype", [("R2C", np.float32), ("C2R", np.float32), ("C2C", np.float32),
-                                             ("C2C", np.float64)])
-def test_parallel_strategy_runs_every_transform_type_with_a_short_last_block(fft_type, dtype):
-    # 37 transforms of 30 on four threads (numba's, at most its pool): blocks of 10 and a last one of 7 (its plan
-    # runs on 10 rows: three are not stored), each transformed by FFTW's C API inside numba's loop
-    count, n, half = 37, 30, 16
-    complex_dtype = np.result_type(dtype, np.complex64)
+needs_fftw_c = pytest.mark.skipif(_fftw_c.library(np.float32) is None, reason="needs pyFFTW's FFTW libraries (Linux)")
+
+
+def _parallel_engine(fft_type, dtype, count, n, prolog=window_prolog, epilog=filter_epilog):
+    """A CPU engine of ``count`` transforms of ``n`` with a prolog and an epilog reading one weight per element, on
+    enough threads for the "parallel" strategy; (engine, input shape, output shape, weights)."""
+    half = n // 2 + 1
     in_shape, out_shape = {"R2C": ((count, n), (count, half)), "C2R": ((count, half), (count, n)),
                            "C2C": ((count, n), (count, n))}[fft_type]
-    in_dtype = dtype if fft_type == "R2C" else complex_dtype
-    out_dtype = dtype if fft_type == "C2R" else complex_dtype
     t = Transform(fft_type, dtype, in_shape, (in_shape[1], 1), out_shape, (out_shape[1], 1), (1,))
     weights = operand((count * n,), dtype, seed=4)
     engine = CPUEngine(t, execution=mathpy.ExecutionCPU(num_threads=CPU_PARALLEL_MIN_THREADS),
-                       prolog=types.SimpleNamespace(function=window_prolog, user_info=weights, check_bounds=False),
-                       epilog=types.SimpleNamespace(function=filter_epilog, user_info=weights, check_bounds=False))
+                       prolog=types.SimpleNamespace(function=prolog, user_info=weights, check_bounds=False),
+                       epilog=types.SimpleNamespace(function=epilog, user_info=weights, check_bounds=False))
+    return engine, in_shape, out_shape, weights
+
+
+@needs_fftw_c
+@pytest.mark.parametrize("fft_type, dtype, n", [("R2C", np.float32, 31), ("C2R", np.float32, 31),
+                                                ("C2C", np.float32, 30), ("C2C", np.float64, 30)])
+def test_parallel_strategy_runs_every_transform_type_with_a_short_last_block(fft_type, dtype, n):
+    # 37 transforms on four threads (numba's, at most its pool): blocks of 10 and a last one of 7 (its plan runs on 10
+    # rows: three are not stored), each transformed by FFTW's C API inside numba's loop. A real block of 10 x 31
+    # float32 is 1240 bytes: each thread's block is rounded up to stay 16-byte aligned, as FFTW's plan was made.
+    count = 37
+    engine, in_shape, out_shape, weights = _parallel_engine(fft_type, dtype, count, n)
     assert engine.strategies == ("passes", "blocks", "parallel")
     engine.strategy = "parallel"
-    x = operand(in_shape, in_dtype)
+    complex_dtype = np.result_type(dtype, np.complex64)
+    x = operand(in_shape, dtype if fft_type == "R2C" else complex_dtype)
     loaded = x * weights[_offsets(in_shape, (in_shape[1], 1))]
-    forward = fft_type != "C2R"
-    if fft_type == "R2C":
-        unnormalised = reference("rfft", loaded)
-    elif fft_type == "C2R":
-        unnormalised = reference("irfft", loaded, n=n, norm="forward")
-    else:
-        unnormalised = reference("fft", loaded)
-    expected = unnormalised * weights[_offsets(out_shape, (out_shape[1], 1))] / n
+    out_weights = weights[_offsets(out_shape, (out_shape[1], 1))]
+    cases = {"R2C": lambda: [(-1, 1 / n, reference("rfft", loaded))],  # (direction, scale, unnormalised result)
+             "C2R": lambda: [(1, 1 / n, reference("irfft", loaded, n=n, norm="forward"))],
+             "C2C": lambda: [(-1, 1 / n, reference("fft", loaded)),
+                             (1, None, reference("ifft", loaded, norm="forward"))]}[fft_type]()
     numba = pytest.importorskip("numba")
     numba.set_num_threads(1)  # the caller's setting, which the call changes to its own and back
     try:
         for _ in range(2):  # the plans made at the first call, then reused
-            out = np.zeros(out_shape, out_dtype)
-            engine.execute(x, out, -1 if forward else 1, scale=1 / n)
-            check(out, expected, dtype, n, f"{fft_type} {np.dtype(dtype)} parallel")
-            assert numba.get_num_threads() == 1
+            for direction, scale, unnormalised in cases:
+                out = np.zeros(out_shape, dtype if fft_type == "C2R" else complex_dtype)
+                engine.execute(x, out, direction, scale=scale)
+                expected = unnormalised * out_weights * (1 if scale is None else scale)
+                check(out, expected, dtype, n, f"{fft_type} {np.dtype(dtype)} direction {direction} parallel")
+                assert numba.get_num_threads() == 1
     finally:
         numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
     assert engine.strategy == "parallel" and engine.library == "fftw"
+
+
+def raising_epilog(data_out, offset, value, user_info, unused):
+    if value.real > 1e30:
+        raise ValueError("too large")
+    data_out[offset] = value
+
+
+@needs_fftw_c
+def test_parallel_strategy_is_not_offered_to_callbacks_that_raise():
+    # numba's parallel loop would lose the exception (the element unwritten); the other strategies raise it
+    engine, *_ = _parallel_engine("C2C", np.float32, 37, 30, epilog=raising_epilog)
+    assert engine.strategies == ("passes", "blocks")
+
+
+@needs_fftw_c
+def test_a_parallel_strategy_that_fails_leaves_the_choice(monkeypatch):
+    engine, in_shape, out_shape, weights = _parallel_engine("C2C", np.float64, 37, 30)
+
+    def no_plan(forward):
+        raise RuntimeError("FFTW made no plan")
+    monkeypatch.setattr(engine._fused, "_plan", no_plan)
+    x = operand(in_shape, np.complex128)
+    out = np.zeros(out_shape, np.complex128)
+    engine.execute(x, out, -1)
+    assert engine.strategies == ("passes", "blocks") and engine.strategy in ("passes", "blocks")
+    expected = reference("fft", x * weights[_offsets(in_shape, (30, 1))]) * weights[_offsets(out_shape, (30, 1))]
+    check(out, expected, np.float64, 30, "after the parallel strategy failed")
 
 
 def test_fused_callbacks_through_the_api():

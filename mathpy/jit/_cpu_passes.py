@@ -24,7 +24,9 @@ array([[ 0.,  2.,  4.],
        [ 6.,  8., 10.]])
 """
 
+import dis
 import threading
+import types
 
 import numpy as np
 
@@ -32,7 +34,7 @@ from .. import _memo
 from ._cpu import jit_callback, prepare_user_info, run_loop
 from ._spec import compile_error
 
-__all__ = ["loader", "storer", "blocks", "inner_step", "matmul_epilog_pass", "prepare_user_info"]
+__all__ = ["loader", "storer", "blocks", "may_raise", "inner_step", "matmul_epilog_pass", "prepare_user_info"]
 
 _lock = threading.Lock()
 _kernels = _memo.Memo("cpu-pass-kernels", group="jit", max_entries=256)  # (pass, user's dispatcher) -> the pass
@@ -189,6 +191,31 @@ def blocks(prolog, epilog, execute):
     def run(*args):
         return run_loop("epilog" if epilog is not None else "prolog", epilog or prolog, kernel, args)
     return run
+
+
+def may_raise(fn, _seen=None):
+    """Whether ``fn``, or a plain Python function (or numba dispatcher) it reads as a global or closure variable, has a
+    ``raise`` or ``assert`` statement: the one way a callback compiled here raises (no bounds check, NumPy's error
+    model). :func:`blocks`' parallel loop would lose such an exception."""
+    fn = getattr(fn, "py_func", fn)
+    seen = set() if _seen is None else _seen
+    if not isinstance(fn, types.FunctionType) or fn in seen:
+        return False
+    seen.add(fn)
+    codes, names = [fn.__code__], set()
+    while codes:
+        code = codes.pop()
+        if any(op.opname in ("RAISE_VARARGS", "RERAISE") for op in dis.get_instructions(code)):
+            return True
+        names.update(code.co_names)
+        codes.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    read = [fn.__globals__.get(name) for name in names]
+    for cell in fn.__closure__ or ():
+        try:
+            read.append(cell.cell_contents)
+        except ValueError:  # (a cell not yet filled)
+            pass
+    return any(may_raise(value, seen) for value in read)
 
 
 def _kernel(name, f):

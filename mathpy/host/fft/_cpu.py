@@ -158,8 +158,8 @@ class CPUEngine:
 
     @property
     def strategy(self):
-        """The strategy running the callbacks ("passes" or "blocks"; None without callbacks). Setting it to one of
-        :attr:`strategies` keeps it (no timing at the first call)."""
+        """The strategy running the callbacks ("passes", "blocks" or "parallel"; None without callbacks). Setting it
+        to one of :attr:`strategies` keeps it (no timing at the first call)."""
         return None if self._fused is None else self._fused.strategy
 
     @strategy.setter
@@ -238,21 +238,25 @@ class _FusedPass:
         self._workspace["blocks"] = threads * self._rows * per_transform
 
     def _parallel_setup(self):
-        """The "parallel" strategy's per-thread buffers and plans, when FFTW's C API and numba's threads are there."""
+        """Offer the "parallel" strategy when FFTW's C API and numba's parallel loops are there, and the callbacks
+        cannot raise: an exception inside numba's parallel loop is lost (the element stays unwritten), where the
+        other strategies' loops raise it."""
         t = self.t
         api = _fftw_c.library(t.precision) if any(lib.name == "fftw" for lib in self._libraries) else None
         numba = _parallel_numba()
-        if api is None or numba is None:
+        if api is None or numba is None or any(cb is not None and passes.may_raise(cb.function)
+                                               for cb in (self._prolog, self._epilog)):
             return
         self._api = api
-        self._pool = numba.config.NUMBA_NUM_THREADS  # (numba's thread ids run up to its pool's size)
+        # numba's thread ids stay below its thread count, which a call sets to this
+        self._team = min(self.threads, numba.config.NUMBA_NUM_THREADS)
         self._buffers = None  # (input, output) blocks of every thread, made at the first call
         self._plans = {}  # forward -> FFTW's plan (see _plan)
         weakref.finalize(self, _destroy_plans, api, self._plans)
         self._run_blocks = passes.blocks(None if self._prolog is None else self._prolog.function,
                                          None if self._epilog is None else self._epilog.function,
                                          api.execute[t.fft_type])
-        self._workspace["parallel"] = self._pool * self._rows * transform_bytes(t) // self._in.count
+        self._workspace["parallel"] = self._team * self._rows * transform_bytes(t) // self._in.count
         self._strategies["parallel"] = self._parallel
 
     def _whole_setup(self, libraries, batch_axes, limit):
@@ -304,14 +308,25 @@ class _FusedPass:
         self._strategies[self.strategy](x, out, forward, scale)
 
     def _choose(self, x, out, forward, scale):
-        """Time both strategies on copies of the call's arrays, in interleaved rounds, and keep the faster."""
+        """Time the strategies on copies of the call's arrays, in interleaved rounds, and keep the fastest. A
+        "parallel" strategy that fails at its first run (its loop compiled, its FFTW plan made only then) leaves the
+        competition, logged: the others run these callbacks as well."""
         x_copy, out_copy = like(x), like(out)
         np.copyto(x_copy, x)
         samples = {name: [] for name in self._strategies}
         for _ in range(4):
-            for name, run in self._strategies.items():
+            for name, run in list(self._strategies.items()):
                 start = time.perf_counter()
-                run(x_copy, out_copy, forward, scale)
+                try:
+                    run(x_copy, out_copy, forward, scale)
+                except Exception as e:  # noqa: BLE001 - logged; the other strategies remain
+                    if name != "parallel":
+                        raise
+                    logger.debug("CPU FFT %s: the parallel strategy failed (%s: %s); not used", self.t,
+                                 type(e).__name__, e)
+                    del self._strategies[name], samples[name]
+                    self._buffers = None
+                    continue
                 samples[name].append(time.perf_counter() - start)
         self.timings = {name: statistics.median(times[1:]) for name, times in samples.items()}
         self.strategy = min(self.timings, key=self.timings.get)
@@ -388,10 +403,11 @@ class _FusedPass:
         # threads at once
         with _parallel_lock:
             if self._buffers is None:
-                self._buffers = tuple(_thread_buffers(self._pool, rows, side.extents, side.dtype) for side in (ins, outs))
+                self._buffers = tuple(_thread_buffers(self._team, rows, side.extents, side.dtype)
+                                      for side in (ins, outs))
             plan = self._plan(forward)  # (a last, shorter block transforms its buffer's stale rows too)
             previous = numba.get_num_threads()
-            numba.set_num_threads(min(self.threads, self._pool))
+            numba.set_num_threads(self._team)
             try:
                 self._run_blocks(_flat_span(x), ins.batch, ins.inner, ins.step, _flat_span(out), outs.batch,
                                  outs.inner, outs.step, rows, plan, *self._buffers, prolog_info,
@@ -512,12 +528,13 @@ def _numba_spins():
 
 
 def _thread_buffers(threads, rows, extents, dtype):
-    """``(threads, rows', prod(extents))`` of ``dtype``, C-contiguous, ``rows' >= rows`` rounded up so that each
-    thread's block starts on a 16-byte boundary: FFTW runs a plan only on arrays aligned as the ones it was made on."""
+    """``(threads, rows', prod(extents))`` zeros of ``dtype``, C-contiguous, ``rows' >= rows`` rounded up so that
+    each thread's block starts on a 16-byte boundary: FFTW runs a plan only on arrays aligned as the ones it was made
+    on. (Zeros: a short last block transforms its stale rows too, which must not be NaNs or slow denormals.)"""
     dtype, elements = np.dtype(dtype), math.prod(extents)
     while rows * elements * dtype.itemsize % 16:
         rows += 1
-    raw = np.empty(threads * rows * elements * dtype.itemsize + 64, np.uint8)
+    raw = np.zeros(threads * rows * elements * dtype.itemsize + 64, np.uint8)
     shift = -raw.__array_interface__["data"][0] % 64
     return raw[shift:shift + threads * rows * elements * dtype.itemsize].view(dtype).reshape(threads, rows, elements)
 

@@ -33,6 +33,7 @@ import numpy as np
 
 from ... import _threads
 from ..._log import logger
+from . import _fftw_c
 from ._call import scale_parts
 
 __all__ = ["LIBRARIES", "candidates", "Executor", "FFTW_PLANNING_SECONDS", "like", "scale_in_place", "spun",
@@ -244,8 +245,9 @@ class _FFTWPlans:
         flags = self._flags if aligned else self._flags + ("FFTW_UNALIGNED",)
         direction = "FFTW_FORWARD" if forward and t.fft_type != "C2R" else "FFTW_BACKWARD"
         start = time.perf_counter()
-        plan = self._pyfftw.FFTW(x, out, axes=t.axes, direction=direction, flags=flags, threads=self.threads,
-                                 planning_timelimit=self._limit)
+        with _fftw_c.planner_lock:  # (FFTW's thread count and time limit are globals that the C API's plans set too)
+            plan = self._pyfftw.FFTW(x, out, axes=t.axes, direction=direction, flags=flags, threads=self.threads,
+                                     planning_timelimit=self._limit)
         logger.debug("FFTW plan %s %s threads=%d aligned=%s in %.1f ms", t, flags, self.threads, aligned,
                      (time.perf_counter() - start) * 1e3)
         return plan, x, out

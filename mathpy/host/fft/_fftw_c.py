@@ -6,7 +6,9 @@ pyFFTW reaches FFTW through Cython and gives Python no plan pointer, so the plan
 the same shared libraries (found in the process's memory map after pyFFTW is imported: its wheel's renamed copies,
 or the system's): one planner, one set of wisdom. Plans are single-threaded (``plan_with_nthreads(1)``, from the
 threads library pyFFTW loads beside each precision) and made under FFTW's planner lock
-(``make_planner_thread_safe``), so that pyFFTW planning in another thread at the same moment is safe.
+(``make_planner_thread_safe``) and :data:`planner_lock`. The thread count and time limit are the planner's globals,
+which pyFFTW sets outside its own lock: mathpy's pyFFTW plans are made under :data:`planner_lock` too, so that neither
+takes the other's settings; a user's pyFFTW planning in another thread at that moment still could.
 
 Dense blocks only: a block is ``rows`` transforms in C order, one after the other (``plan_many`` with no embedding),
 which is what the strategy's per-thread buffers hold.
@@ -26,11 +28,11 @@ import numpy as np
 
 from ..._log import logger
 
-__all__ = ["library", "FFTW_MEASURE", "FFTW_DESTROY_INPUT"]
+__all__ = ["library", "planner_lock", "FFTW_MEASURE", "FFTW_DESTROY_INPUT"]
 
 FFTW_MEASURE, FFTW_DESTROY_INPUT = 0, 1
 _PREFIXES = {np.dtype(np.float32): "fftwf", np.dtype(np.float64): "fftw"}  # long double: numba has no such arrays
-_lock = threading.Lock()
+_lock = planner_lock = threading.Lock()  # (exported: mathpy's pyFFTW planning takes it too)
 _found = {}  # precision -> _Library, or None when FFTW's C API cannot be reached
 
 
@@ -62,7 +64,8 @@ class _Library:
         for kind, name in (("C2C", "plan_many_dft"), ("R2C", "plan_many_dft_r2c"), ("C2R", "plan_many_dft_c2r")):
             fn = getattr(self._main, f"{prefix}_{name}")
             sign = [i] if kind == "C2C" else []  # only the complex transform takes a direction
-            fn.argtypes = [i, ctypes.POINTER(i), i, address, address, i, i, address, address, i, i, *sign, ctypes.c_uint]
+            fn.argtypes = [i, ctypes.POINTER(i), i, address, address, i, i, address, address, i, i, *sign,
+                           ctypes.c_uint]
             fn.restype = address
             self._plans[kind] = fn
         # size_t arguments, not c_void_p: numba passes array addresses (``a.ctypes.data``) as integers
@@ -96,8 +99,9 @@ class _Library:
         return plan or None
 
     def destroy(self, plan):
-        with _lock:
-            self._destroy(plan)
+        # (no lock of ours: FFTW's thread-safe planner locks itself, and this runs from a finalizer, maybe while this
+        # thread holds ours)
+        self._destroy(plan)
 
 
 def library(precision):
