@@ -10,8 +10,8 @@ numba on every thread (:mod:`mathpy.jit._cpu_passes`, :mod:`mathpy._threads`), i
   dense buffer, and the epilog pass stores that buffer (then the norm); each pass runs on every thread;
 - ``"blocks"`` (at least two transforms per thread): each thread loads a block of transforms through the prolog,
   transforms it on one library thread and stores it through the epilog while it is still in its cache;
-- ``"parallel"`` (the same blocks, float32 and float64, when pyFFTW is installed and the call has at least
-  PARALLEL_MIN_THREADS threads): the whole call is one numba
+- ``"parallel"`` (the same blocks, float32 and float64, when pyFFTW is installed, the call has at least
+  PARALLEL_MIN_THREADS threads and the callbacks cannot raise): the whole call is one numba
   ``parallel`` loop, each block transformed by FFTW's C API (:mod:`._fftw_c`) on the numba thread that loads and
   stores it. The other two run their passes from a Python thread pool, whose threads take the GIL for each block,
   and beside the library's own threads, which spin after a transform (FFTW's OpenMP workers): on 16 cores (256 x
