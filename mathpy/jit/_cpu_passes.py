@@ -31,6 +31,7 @@ import types
 import numpy as np
 
 from .. import _memo
+from ._cache import code_names
 from ._cpu import jit_callback, prepare_user_info, run_loop
 from ._spec import compile_error
 
@@ -202,20 +203,21 @@ def may_raise(fn, _seen=None):
     if not isinstance(fn, types.FunctionType) or fn in seen:
         return False
     seen.add(fn)
-    codes, names = [fn.__code__], set()
-    while codes:
-        code = codes.pop()
-        if any(op.opname in ("RAISE_VARARGS", "RERAISE") for op in dis.get_instructions(code)):
-            return True
-        names.update(code.co_names)
-        codes.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
-    read = [fn.__globals__.get(name) for name in names]
+    if _raises(fn.__code__):
+        return True
+    read = [fn.__globals__.get(name) for name in code_names(fn.__code__)]
     for cell in fn.__closure__ or ():
         try:
             read.append(cell.cell_contents)
         except ValueError:  # (a cell not yet filled)
             pass
     return any(may_raise(value, seen) for value in read)
+
+
+def _raises(code):
+    """Whether ``code`` or a function nested in it has a ``raise`` or ``assert`` statement."""
+    return any(op.opname in ("RAISE_VARARGS", "RERAISE") for op in dis.get_instructions(code)) or \
+        any(_raises(c) for c in code.co_consts if isinstance(c, types.CodeType))
 
 
 def _kernel(name, f):

@@ -50,7 +50,8 @@ from ...jit import _cpu_passes as passes
 from ...jit import apply_epilog_cpu, apply_prolog_cpu
 from ._callback import dry_run, element_offsets, span
 from . import _fftw_c
-from ._cpu_libraries import FFTW_PLANNING_SECONDS, Executor, candidates, like, scale_in_place, spun, transform_bytes
+from ._cpu_libraries import (FFTW_PLANNING_SECONDS, Executor, aligned_layout, candidates, like, scale_in_place, spun,
+                              transform_bytes)
 from ._layout import Transform
 
 __all__ = ["CPUEngine"]
@@ -247,7 +248,7 @@ class _FusedPass:
         if api is None or numba is None or any(cb is not None and passes.may_raise(cb.function)
                                                for cb in (self._prolog, self._epilog)):
             return
-        self._api = api
+        self._api, self._numba = api, numba
         # numba's thread ids stay below its thread count, which a call sets to this
         self._team = min(self.threads, numba.config.NUMBA_NUM_THREADS)
         self._buffers = None  # (input, output) blocks of every thread, made at the first call
@@ -398,7 +399,7 @@ class _FusedPass:
         scaled = scale is not None
         if not scaled:
             scale = self.t.precision.type(1)
-        numba = _parallel_numba()
+        numba = self._numba
         # one call at a time: the buffers are the engine's, and numba's workqueue layer must not be entered from two
         # threads at once
         with _parallel_lock:
@@ -534,9 +535,10 @@ def _thread_buffers(threads, rows, extents, dtype):
     dtype, elements = np.dtype(dtype), math.prod(extents)
     while rows * elements * dtype.itemsize % 16:
         rows += 1
-    raw = np.zeros(threads * rows * elements * dtype.itemsize + 64, np.uint8)
-    shift = -raw.__array_interface__["data"][0] % 64
-    return raw[shift:shift + threads * rows * elements * dtype.itemsize].view(dtype).reshape(threads, rows, elements)
+    shape = (threads, rows, elements)
+    buffers = aligned_layout(shape, c_strides(shape), dtype)
+    buffers[...] = 0
+    return buffers
 
 
 def _destroy_plans(api, plans):

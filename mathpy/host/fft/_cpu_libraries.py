@@ -36,8 +36,8 @@ from ..._log import logger
 from . import _fftw_c
 from ._call import scale_parts
 
-__all__ = ["LIBRARIES", "candidates", "Executor", "FFTW_PLANNING_SECONDS", "like", "scale_in_place", "spun",
-           "transform_bytes"]
+__all__ = ["LIBRARIES", "aligned_layout", "candidates", "Executor", "FFTW_PLANNING_SECONDS", "like", "scale_in_place",
+           "spun", "transform_bytes"]
 
 #: At most this many seconds of FFTW_MEASURE planning per plan (pyFFTW's ``planning_timelimit``): large 2-D plans
 #: measured without a limit took 13 s on 2 cores.
@@ -240,8 +240,8 @@ class _FFTWPlans:
 
     def _make(self, aligned, forward, inplace):
         t = self.transform
-        x = _aligned_layout(t.input_shape, t.input_strides, t.input_dtype)
-        out = x.view(t.output_dtype) if inplace else _aligned_layout(t.output_shape, t.output_strides, t.output_dtype)
+        x = aligned_layout(t.input_shape, t.input_strides, t.input_dtype)
+        out = x.view(t.output_dtype) if inplace else aligned_layout(t.output_shape, t.output_strides, t.output_dtype)
         flags = self._flags if aligned else self._flags + ("FFTW_UNALIGNED",)
         direction = "FFTW_FORWARD" if forward and t.fft_type != "C2R" else "FFTW_BACKWARD"
         start = time.perf_counter()
@@ -301,7 +301,7 @@ def _restrided(array, strides):
     return array if want == array.strides else np.lib.stride_tricks.as_strided(array, array.shape, want)
 
 
-def _aligned_layout(shape, strides, dtype):
+def aligned_layout(shape, strides, dtype):
     """An array of ``shape`` and element ``strides`` whose first element is 64-byte aligned."""
     dtype = np.dtype(dtype)
     span = 1 + sum((n - 1) * s for n, s in zip(shape, strides))

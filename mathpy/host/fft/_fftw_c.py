@@ -57,7 +57,6 @@ class _Library:
     addresses) and :meth:`plan`."""
 
     def __init__(self, prefix, main, threads):
-        self.prefix = prefix
         self._main, self._threads = ctypes.CDLL(main), ctypes.CDLL(threads)
         address, size, i = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
         self._plans = {}
