@@ -6,8 +6,11 @@
    the first call's time (compiles and the strategy choice included).
 2. **The store pass alone** (256 x 4096 complex64): on one thread, on mathpy's Python pool of 2 to 16 threads, as one
    numba ``prange`` loop, and the cost of waking each with no work.
-3. **Alternation**: a fused forward transform then a plain inverse one, in a loop, per strategy: the cost of two
-   thread teams (FFTW's OpenMP workers, numba's) that spin after their calls.
+3. **Alternation**: a fused forward transform then a plain inverse one (or a NumPy 512^3 product), in a loop, per
+   strategy: the cost of two thread teams (FFTW's or the BLAS's workers, numba's) that spin after their calls.
+4. **A matmul's Python epilog pass** (``silu(x) * gate[i, j]`` and ``max(x + bias[j], 0)`` over float32 products):
+   the pass alone on mathpy's Python pool and as one numba ``parallel`` loop, each right after the BLAS's product,
+   the public call (its first call's time too), and NumPy's unfused expression; the same for RELU_BIAS.
 
 Medians of 30 calls after 3 warm-up calls, 50 ms apart between blocks. Run from the repository root, on the machine
 to measure: ``python benchmarks/probe_cpu_callbacks.py [--threads N] [--part 1 2 3]``; with numba's threading layer
@@ -131,25 +134,78 @@ def alternation(threads, rng):
                       epilog=types.SimpleNamespace(function=epilog, user_info=weights, check_bounds=False))
     fused.execute(x, y, -1)
     plain.execute(y, z, 1)
-    result = {"plain forward + inverse": ms(lambda: (plain.execute(x, y, -1), plain.execute(y, z, 1)))}
+    a = rng.standard_normal((512, 512)).astype(np.float32)
+    result = {"plain forward + inverse": ms(lambda: (plain.execute(x, y, -1), plain.execute(y, z, 1))),
+              "NumPy 512^3 product alone": ms(lambda: a @ a)}
     for name in fused.strategies:
         fused.strategy = name
         result[f"{name} alone"] = ms(lambda: fused.execute(x, y, -1))
         result[f"{name} + plain inverse"] = ms(lambda: (fused.execute(x, y, -1), plain.execute(y, z, 1)))
+        result[f"{name} + NumPy product"] = ms(lambda: (fused.execute(x, y, -1), a @ a))
     print(f"alternation (plain: {plain.library}; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}): "
           + ", ".join(f"{k} {v:.3f}" for k, v in result.items()), flush=True)
+
+
+def silu_gate(value, row, col, data):
+    return value / (np.float32(1) + np.exp(-value)) * data[row, col]
+
+
+def relu_bias(value, row, col, data):
+    return max(value + data[col], np.float32(0))
+
+
+def epilog_pass(threads, rng):
+    import mathpy
+    from mathpy.host.matmul._cpu_epilog import python_epilog_pass
+    from mathpy.jit._cpu_passes import matmul_epilog_pass
+    from mathpy.jit._matmul_epilog import as_matmul_epilog
+    execution = ExecutionCPU(num_threads=threads)
+    for n in (1024, 2048):
+        a = (rng.standard_normal((n, n)) / 8).astype(np.float32)
+        b = (rng.standard_normal((n, n)) / 8).astype(np.float32)
+        gate, bias = rng.standard_normal((n, n)).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+        for fn, data, numpy_fn in [(silu_gate, gate, lambda x: x / (1 + np.exp(-x)) * gate),
+                                   (relu_bias, bias, lambda x: np.maximum(x + bias, np.float32(0)))]:
+            epilog = as_matmul_epilog(fn, {"data": data})
+            serial, parallel = matmul_epilog_pass(epilog, 1), matmul_epilog_pass(epilog, 1, parallel=True)
+            x, operands = (a @ b)[None], (data,)
+            start = time.perf_counter()
+            mathpy.matmul(a, b, epilog=fn, epilog_inputs={"data": data}, execution=execution)
+            first = time.perf_counter() - start
+            python_epilog_pass(serial, x, operands, threads, parallel)  # compiled
+            result = {
+                "product": ms(lambda: a @ b),
+                "NumPy unfused": ms(lambda: numpy_fn(a @ b)),
+                "mathpy.matmul": ms(lambda: mathpy.matmul(a, b, epilog=fn, epilog_inputs={"data": data},
+                                                          execution=execution)),
+                "pass, pool": ms(lambda: python_epilog_pass(serial, x, operands, threads)),
+                "pass, parallel loop": ms(lambda: python_epilog_pass(serial, x, operands, threads, parallel)),
+                "product + pool pass": ms(lambda: python_epilog_pass(serial, (a @ b)[None], operands, threads)),
+                "product + parallel pass": ms(lambda: python_epilog_pass(serial, (a @ b)[None], operands, threads,
+                                                                         parallel)),
+            }
+            print(f"matmul epilog {fn.__name__}, {n}^3 float32 (first call {first:.2f} s): "
+                  + ", ".join(f"{k} {v:.3f}" for k, v in result.items()), flush=True)
+        result = {"NumPy unfused": ms(lambda: np.maximum(a @ b + bias[:, None], np.float32(0))),
+                  "mathpy.matmul RELU_BIAS": ms(lambda: mathpy.matmul(a, b, epilog="relu_bias",
+                                                                      epilog_inputs={"bias": bias},
+                                                                      execution=execution))}
+        print(f"matmul RELU_BIAS, {n}^3 float32: " + ", ".join(f"{k} {v:.3f}" for k, v in result.items()),
+              flush=True)
+    import numba
+    print(f"numba threading layer {numba.threading_layer()}, spin {_threads.numba_spin_seconds()} s", flush=True)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=None, help="threads of every call (default: all cores)")
-    parser.add_argument("--part", type=int, nargs="+", default=[1, 2, 3], help="which parts to run (1 2 3)")
+    parser.add_argument("--part", type=int, nargs="+", default=[1, 2, 3], help="which parts to run (1 2 3 4)")
     args = parser.parse_args()
     threads = args.threads or _threads.usable_cores()
     print(f"== {threads} threads of {_threads.usable_cores()} usable cores", flush=True)
     rng = np.random.default_rng(0)
     for part in args.part:
-        (strategies, store_pass, alternation)[part - 1](threads, rng)
+        (strategies, store_pass, alternation, epilog_pass)[part - 1](threads, rng)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,11 @@ hands them out to ``threads`` threads, the calling one included, which take the 
 work functions release the GIL (numba ``nogil`` loops, pocketfft, FFTW), so the threads run in parallel. The pool is
 mathpy's own: its size is what ``ExecutionCPU(num_threads=...)`` says, whatever numba's or the BLAS's settings are.
 
+With four threads or more, a pass runs as one numba ``parallel`` loop instead (:func:`parallel_numba`,
+:func:`numba_team`): no Python and no GIL between the chunks, where the pool's hand-offs cost about as much as the work
+on 16 cores. numba's threads are started by mathpy with a short OpenMP spin (:data:`NUMBA_SPIN_COUNT`), so that they
+leave the cores to the BLAS's or FFTW's threads right after a pass.
+
 The BLAS (OpenBLAS or MKL behind NumPy) keeps one process-wide thread count; :func:`blas_threads` sets it for a
 block through threadpoolctl when a count is asked for (and warns once when threadpoolctl is not installed).
 
@@ -21,12 +26,14 @@ import concurrent.futures
 import contextlib
 import os
 import threading
+import time
 import warnings
 
 import numpy as np
 
 __all__ = ["usable_cores", "threads_for", "threads_for_bytes", "run_chunks", "parallel_sum", "blas_threads",
-           "forget_libraries"]
+           "forget_libraries", "parallel_numba", "numba_team", "numba_spin_seconds", "spun", "wait_for_spinning",
+           "PARALLEL_MIN_THREADS"]
 
 #: Below this many bytes of data per thread a pass runs on fewer threads: waking a thread costs about as much as
 #: moving this much memory.
@@ -35,10 +42,28 @@ MIN_BYTES_PER_THREAD = 1 << 18
 #: took 0.59 ms and on one 0.41 ms (the pool's wake-ups dominate), 32 MB 0.98 ms against 2.9 ms.
 MIN_BYTES_PER_REDUCING_THREAD = 1 << 21
 
+#: A pass runs as a numba parallel loop from this many threads on (with fewer, the pool's GIL costs little: on 2
+#: cores both ran alike).
+PARALLEL_MIN_THREADS = 4
+#: The GOMP_SPINCOUNT mathpy starts numba's OpenMP threads with, when the environment sets neither it nor
+#: OMP_WAIT_POLICY: about 0.1 ms of spinning (a ``pause`` is up to 140 cycles) before a thread sleeps. GNU OpenMP's
+#: default, 300000, keeps 16 threads spinning for about 20 ms after each loop: a BLAS product right after a pass then
+#: ran at half speed (2 cores: 24 ms for a 12 ms product and a 0.04 ms pass; 11.6 ms with this count).
+NUMBA_SPIN_COUNT = 2000
+#: How long GNU OpenMP's threads spin after a loop at its default wait policy, and at NUMBA_SPIN_COUNT.
+DEFAULT_OMP_SPIN_SECONDS, SHORT_SPIN_SECONDS = 0.02, 1e-4
+
 _NULL = contextlib.nullcontext()
 _lock = threading.Lock()
 _pool = {"executor": None, "size": 0}
 _blas = {}  # "controller": threadpoolctl's controller of the BLAS libraries (None: threadpoolctl is missing)
+_numba = {}  # "module": numba with its threads started, or None; "spin": seconds its threads spin after a loop
+# Until when (time.perf_counter) some library's threads may still spin after its last multi-threaded call (OpenMP's
+# workers do, for milliseconds): the CPU FFT's library choice times no library before then.
+_spinning = {"until": 0.0}
+#: One numba parallel loop at a time from mathpy: numba's workqueue layer aborts the process when entered from two
+#: threads at once, and the callers' per-thread buffers are shared.
+numba_lock = threading.Lock()
 
 
 def usable_cores():
@@ -163,3 +188,82 @@ def blas_threads(count, work=None):
     if all(lib.get_num_threads() == count for lib in controller.lib_controllers):
         return _NULL  # already so (one C call per library, against ~50 us to set and restore a count)
     return controller.limit(limits=count)
+
+
+def spun(seconds):
+    """Note a multi-threaded call of a library whose threads spin for about ``seconds`` after it."""
+    _spinning["until"] = max(_spinning["until"], time.perf_counter() + seconds)
+
+
+def wait_for_spinning():
+    """Sleep until no library's threads noted by :func:`spun` may still spin."""
+    pause = _spinning["until"] - time.perf_counter()
+    if pause > 0:
+        time.sleep(pause)
+
+
+def parallel_numba():
+    """numba with its threading layer started, or None where its parallel loops cannot run. When mathpy starts the
+    layer, GNU OpenMP reads :data:`NUMBA_SPIN_COUNT` as it loads (an environment that sets OMP_WAIT_POLICY or
+    GOMP_SPINCOUNT keeps its own); a layer started before keeps what it was started with."""
+    if "module" not in _numba:
+        with _lock:
+            if "module" not in _numba:
+                _numba.update(_start_numba())
+    return _numba["module"]
+
+
+def _start_numba():
+    try:
+        import numba
+        from numba.np.ufunc import parallel
+    except ImportError:  # pragma: no cover (numba is a dependency)
+        return {"module": None, "spin": 0.0}
+    if not hasattr(numba, "get_thread_id"):  # pragma: no cover (numba before 0.57)
+        return {"module": None, "spin": 0.0}
+    try:
+        numba.threading_layer()
+        started = True
+    except ValueError:  # (no parallel loop has run yet)
+        started = False
+    own = not started and not any(name in os.environ for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"))
+    if own:
+        os.environ["GOMP_SPINCOUNT"] = str(NUMBA_SPIN_COUNT)
+    try:
+        parallel._launch_threads()
+    except Exception:  # noqa: BLE001 - no threading layer loads here: the pool serves
+        return {"module": None, "spin": 0.0}
+    finally:
+        if own:
+            del os.environ["GOMP_SPINCOUNT"]
+    return {"module": numba, "spin": _spin_seconds(own) if numba.threading_layer() == "omp" else 0.0}
+
+
+def _spin_seconds(own):
+    """How long GNU OpenMP's threads spin after a loop: ``own``, started with :data:`NUMBA_SPIN_COUNT`; else as the
+    environment says."""
+    count = os.environ.get("GOMP_SPINCOUNT", "")
+    if own or (count.isdigit() and int(count) <= NUMBA_SPIN_COUNT):
+        return SHORT_SPIN_SECONDS
+    return 0.0 if os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE" else DEFAULT_OMP_SPIN_SECONDS
+
+
+def numba_spin_seconds():
+    """How long numba's threads may keep a core busy after a parallel loop (0: they sleep at once)."""
+    parallel_numba()
+    return _numba["spin"]
+
+
+@contextlib.contextmanager
+def numba_team(threads):
+    """A block in which numba's parallel loops run on ``threads`` threads (at most numba's pool; its thread ids stay
+    below that), one loop at a time (:data:`numba_lock`); yields the team's size."""
+    numba = parallel_numba()
+    team = min(threads, numba.config.NUMBA_NUM_THREADS)
+    with numba_lock:
+        previous = numba.get_num_threads()
+        numba.set_num_threads(team)
+        try:
+            yield team
+        finally:
+            numba.set_num_threads(previous)

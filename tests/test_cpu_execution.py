@@ -5,6 +5,9 @@ epilogs equal to their unfused references, and the stateless matmul's remembered
 Tolerances come from tests/_tolerance.py (FFT: normwise, u log2(n); matmul: elementwise gamma_k |A||B| bounds)."""
 
 import importlib
+import json
+import os
+import subprocess
 import sys
 import threading
 import time
@@ -22,8 +25,9 @@ from mathpy.host.fft import _fftw_c
 from mathpy.host.fft._cpu import PARALLEL_MIN_THREADS as CPU_PARALLEL_MIN_THREADS, CPUEngine
 from mathpy.host.fft._layout import Transform
 from mathpy.host.matmul import _cpu as matmul_cpu
+from mathpy.host.matmul import _cpu_epilog as matmul_cpu_epilog
 from mathpy.host.matmul import _stateless as matmul_stateless
-from mathpy.host.matmul._epilog import gelu, pack_bits
+from mathpy.host.matmul._epilog import gelu
 
 from _tolerance import assert_fft_close, assert_within, epilog_bounds, matmul_bound
 
@@ -276,7 +280,7 @@ class _Timed(libraries._Library):
 def _spin(clock, by):
     """A multi-threaded call of a spinning library: its threads keep the cores busy for 50 ms, and it says so."""
     clock.busy_until, clock.busy_by = clock.now + 0.05, by
-    libraries.spun(0.05)
+    _threads.spun(0.05)
 
 
 @pytest.mark.parametrize("spinner_first, spun_before", [(False, False), (True, False), (False, True)])
@@ -287,7 +291,8 @@ def test_the_choice_times_spinning_libraries_apart(monkeypatch, spinner_first, s
     the quiet library's calls after the first all follow a spinning call: 4 ms against the spinner's 2.)"""
     clock = _Clock()
     monkeypatch.setattr(libraries, "time", clock)
-    monkeypatch.setitem(libraries._spinning, "until", 0.0)
+    monkeypatch.setattr(_threads, "time", clock)  # (its note of spinning threads, and the wait for them)
+    monkeypatch.setitem(_threads._spinning, "until", 0.0)
     if spun_before:
         _spin(clock, None)
     quiet, spinner = _Timed("quiet", clock, 0.001, False), _Timed("spinner", clock, 0.002, True)
@@ -419,6 +424,43 @@ def test_num_threads_limits_the_blas_inside_the_call(monkeypatch):
     seen.clear()
     mathpy.matmul(a, a, execution="cpu")  # no count: the BLAS as it is
     assert seen == [{i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"}]
+
+
+_START_NUMBA = """
+import json, os, sys
+from numba.np.ufunc import parallel
+seen = {}
+launch = parallel._launch_threads
+def spy():
+    seen["at launch"] = os.environ.get("GOMP_SPINCOUNT")
+    launch()
+parallel._launch_threads = spy
+from mathpy import _threads
+numba = _threads.parallel_numba()
+print(json.dumps({"layer": numba.threading_layer(), "at launch": seen.get("at launch"),
+                  "after": os.environ.get("GOMP_SPINCOUNT"), "spin": _threads.numba_spin_seconds()}))
+"""
+
+
+@pytest.mark.parametrize("env, at_launch, spin", [
+    ({}, str(_threads.NUMBA_SPIN_COUNT), _threads.SHORT_SPIN_SECONDS),
+    ({"OMP_WAIT_POLICY": "active"}, None, _threads.DEFAULT_OMP_SPIN_SECONDS),
+    ({"OMP_WAIT_POLICY": "PASSIVE"}, None, 0.0),
+    ({"GOMP_SPINCOUNT": "100"}, "100", _threads.SHORT_SPIN_SECONDS),
+])
+def test_numba_threads_start_with_a_short_spin_unless_the_environment_sets_one(env, at_launch, spin):
+    """GNU OpenMP reads its spin count once, as numba's layer loads it: mathpy starts the layer with a short one and
+    takes it out of the environment again; a user's wait policy or count stays theirs."""
+    environment = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT",
+                                                                     "NUMBA_THREADING_LAYER")}
+    environment.update(env, NUMBA_THREADING_LAYER="omp")
+    done = subprocess.run([sys.executable, "-c", _START_NUMBA], env=environment, capture_output=True, text=True,
+                          timeout=120)
+    if done.returncode and "omp" in done.stderr and "not" in done.stderr:  # pragma: no cover (no OpenMP layer)
+        pytest.skip("numba's OpenMP layer does not load here")
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen == {"layer": "omp", "at launch": at_launch, "after": env.get("GOMP_SPINCOUNT"), "spin": spin}
 
 
 def test_run_chunks_runs_every_chunk_once_and_raises_the_first_error():
@@ -605,15 +647,32 @@ def _bounds(a, b, dtype, epilog, bias, x, d, alpha=1.0):
     return epilog_bounds(epilog, a, b, dtype, alpha, bias, x, d)
 
 
+@pytest.fixture(params=["pool", "parallel"])
+def pass_path(request, monkeypatch):
+    """Where a matmul's pass over D runs: mathpy's pool (2 threads), or one numba parallel loop (4 threads, and a
+    block per thread whatever the size, so that small operands take it). ``.ran``: the block counts of the parallel
+    loops that ran."""
+    ran, real = [], matmul_cpu_epilog._in_parallel
+    monkeypatch.setattr(matmul_cpu_epilog, "_in_parallel", lambda *args: ran.append(args[2]) or real(*args))
+    threads = 2
+    if request.param == "parallel":
+        threads = _threads.PARALLEL_MIN_THREADS
+        monkeypatch.setattr(matmul_cpu_epilog, "_blocks", lambda x, count: count)
+    return types.SimpleNamespace(name=request.param, threads=threads, ran=ran,
+                                 execution=mathpy.ExecutionCPU(num_threads=threads))
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("epilog", ["relu_bias", "gelu_bias", "relu_aux_bias", "gelu_aux", "relu", "bias"])
-def test_epilogs_in_one_pass_equal_their_definitions(dtype, epilog):
+def test_epilogs_in_one_pass_equal_their_definitions(dtype, epilog, pass_path):
     a, b = operand((3, 37, 19), dtype), operand((3, 19, 29), dtype, seed=1)
     bias = operand((37,), dtype, seed=2)
     x = a.astype(np.float64) @ b.astype(np.float64) + (bias[:, None] if "bias" in epilog else 0)
     d_exact = np.maximum(x, 0) if "relu" in epilog else gelu(x) if "gelu" in epilog else x
     inputs = {"bias": bias} if "bias" in epilog else None
-    result = mathpy.matmul(a, b, epilog=epilog, epilog_inputs=inputs, execution=mathpy.ExecutionCPU(num_threads=2))
+    result = mathpy.matmul(a, b, epilog=epilog, epilog_inputs=inputs, execution=pass_path.execution)
+    # (GELU's tanh runs in NumPy's ufuncs on the pool)
+    assert pass_path.ran == ([pass_path.threads] if pass_path.name == "parallel" and "gelu" not in epilog else [])
     d, aux = result if isinstance(result, tuple) else (result, {})
     x_bound, d_bound = _bounds(a, b, dtype, epilog, bias[:, None] if inputs else None, x, d_exact)
     assert_within(d, d_exact, d_bound, epilog)
@@ -627,12 +686,16 @@ def test_epilogs_in_one_pass_equal_their_definitions(dtype, epilog):
         assert not aux["gelu_aux"][:, 37:].any()  # padding rows zero
 
 
-def test_alpha_beta_c_and_complex_in_the_pass():
-    a, b = operand((20, 30), np.complex64), operand((30, 10), np.complex64, seed=1)
-    c = operand((20, 10), np.complex64, seed=2)
+def test_alpha_beta_c_and_complex_in_the_pass(pass_path):
+    a, b = operand((21, 30), np.complex64), operand((30, 10), np.complex64, seed=1)
+    c = operand((21, 10), np.complex64, seed=2)
     exact = 2.5 * (a.astype(np.complex128) @ b.astype(np.complex128)) - 0.5 * c
-    got = mathpy.matmul(a, b, c, alpha=2.5, beta=-0.5, execution="cpu")
+    got = mathpy.matmul(a, b, c, alpha=2.5, beta=-0.5, execution=pass_path.execution)
+    assert len(pass_path.ran) == (pass_path.name == "parallel")
     assert_within(got, exact, matmul_bound(a, b, np.complex64, alpha=2.5, exact=exact) + 1e-6 * np.abs(c), "complex")
+    got = mathpy.matmul(a.real.copy(), b.real.copy(), alpha=-3.0, execution=pass_path.execution)  # alpha alone
+    exact = -3.0 * (a.real.astype(np.float64) @ b.real.astype(np.float64))
+    assert_within(got, exact, matmul_bound(a.real, b.real, np.float32, alpha=3.0, exact=exact), "alpha")
 
 
 def test_relu_keeps_nan():
@@ -649,15 +712,38 @@ def gate_and_bias(value, row, col, gate, bias):
     return value * gate[row, col] + bias[col]
 
 
-def test_python_epilog_in_one_threaded_pass():
+def batch_scale(value, batch, row, col, scale):
+    return value * scale[batch] + row - col
+
+
+def checked_silu_gate(value, row, col, data):
+    if row >= data.shape[0]:  # (an assert here would be pytest's rewritten one, which numba cannot compile)
+        raise IndexError("row")
+    return value / (np.float32(1) + np.exp(-value)) * data[row, col]
+
+
+def test_python_epilog_in_one_threaded_pass(pass_path):
     a, b = operand((2, 65, 33), np.float32), operand((2, 33, 40), np.float32, seed=1)
     gate = operand((65, 40), np.float32, seed=2)
     x = a.astype(np.float64) @ b.astype(np.float64)
     exact = x / (1 + np.exp(-x)) * gate
-    got = mathpy.matmul(a, b, epilog=silu_gate, epilog_inputs={"data": gate},
-                        execution=mathpy.ExecutionCPU(num_threads=2))
     bound = 2 * matmul_bound(a, b, np.float32, exact=x) * (1.1 * np.abs(gate)) + 4e-7 * np.abs(exact)
-    assert_within(got, exact, bound, "silu * gate")
+    for epilog, parallel in [(silu_gate, True), (checked_silu_gate, False)]:  # (one that can raise: on the pool)
+        pass_path.ran.clear()
+        got = mathpy.matmul(a, b, epilog=epilog, epilog_inputs={"data": gate}, execution=pass_path.execution)
+        assert pass_path.ran == ([pass_path.threads] if pass_path.name == "parallel" and parallel else [])
+        assert_within(got, exact, bound, epilog.__name__)
+
+
+def test_python_epilog_with_the_batch_coordinate_in_each_pass(pass_path):
+    a, b = operand((3, 31, 17), np.float64), operand((3, 17, 23), np.float64, seed=1)
+    scale = operand((3,), np.float64, seed=2)
+    x = a @ b
+    exact = x * scale[:, None, None] + np.arange(31)[:, None] - np.arange(23)
+    got = mathpy.matmul(a, b, epilog=batch_scale, epilog_inputs={"scale": scale}, execution=pass_path.execution)
+    assert len(pass_path.ran) == (pass_path.name == "parallel")
+    assert_within(got, exact, matmul_bound(a, b, np.float64, exact=x) * np.abs(scale)[:, None, None] * 1.01 + 1e-13,
+                  "batch scale")
 
 
 # --- the stateless matmul's remembered CPU call ----------------------------------------------------------------------

@@ -20,6 +20,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent / "mathpy"
 
 #: (module, dotted name used): why mathpy needs a third-party private name there.
 THIRD_PARTY_PRIVATE = {
+    ("mathpy._threads", "numba.np.ufunc.parallel._launch_threads"):
+        "starts numba's threading layer while the environment holds a short OpenMP spin count (GNU OpenMP reads it "
+        "once, as it loads); the public way, a first parallel loop, compiles one and runs it",
     ("mathpy._torch_route", "torch._C"):
         "torch._C.TensorBase, every tensor type's C base: one isinstance per operand on the stateless hot path "
         "(torch.Tensor's own check runs Python code)",
@@ -197,6 +200,7 @@ def _third_party_private():
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and not node.module.startswith("mathpy"):
                 for alias in node.names:
                     dotted = f"{node.module}.{alias.name}"
+                    roots[alias.asname or alias.name] = dotted  # ("from a import b": b's attributes are a.b's)
                     if any(p.startswith("_") and not p.startswith("__") for p in dotted.split(".")):
                         found.add((m, dotted))
         for node in ast.walk(TREES[m]):

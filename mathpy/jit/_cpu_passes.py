@@ -10,7 +10,8 @@ on the GPU.
 - :func:`storer`: ``epilog(span, offset(r, j), src[r, j], user_info, None)``, then ``span[offset]`` times ``scale``
   part by part when scaled (the epilog sees the unnormalised value, as on the GPU); without an epilog, a plain scatter;
 - :func:`matmul_epilog_pass`: ``x[b, i, j] = f(x[b, i, j], (b,) i, j, *operands)`` in place, for rows
-  ``start..stop`` of ``x`` seen as ``(batch * M, N)`` (checked or not);
+  ``start..stop`` of ``x`` seen as ``(batch * M, N)`` (checked or not), or (``parallel``) over all rows in one numba
+  ``parallel`` loop of blocks;
 - :func:`blocks`: the three in one numba ``parallel`` loop over blocks of rows: each thread loads a block into its
   buffer, transforms it with a C function (FFTW's execute, :mod:`mathpy.host.fft._fftw_c`) and stores it, so that
   the whole call runs outside the GIL on numba's threads, each block in its thread's cache.
@@ -127,32 +128,46 @@ def _define(name, f):
                         f(span, np.uint64(offset), src[r, j], info, None)
                         if scaled:
                             span[offset] = times(span[offset], scale)
-    else:  # ("rows", with_batch, operand count, checked): a matmul epilog
+    else:  # ("rows", with_batch, operand count, checked, parallel): a matmul epilog
         return _rows(numba, f, *name[1:])
     return kernel
 
 
-def _rows(numba, f, with_batch, count, checked):
+def _rows(numba, f, with_batch, count, checked, parallel):
     """``kernel(x, operands, start, stop)``: ``x[b, i, j] = f(x[b, i, j], (b,) i, j, *operands)`` over rows
     ``start..stop`` of ``x`` seen as ``(batch * M, N)``; it returns -1, or (``checked``) the flat index of the first
     element whose call raised (numba's bounds check), that element left as it was. Generated for the number of
-    operands (a tuple's items by constant index) and the coordinates the function takes."""
+    operands (a tuple's items by constant index) and the coordinates the function takes. ``parallel``:
+    ``kernel(x, operands, blocks)``, all rows in ``blocks`` blocks of a numba ``parallel`` loop (unchecked)."""
     coordinates = "b, i, j" if with_batch else "i, j"
     store = f"x[b, i, j] = f(x[b, i, j], {coordinates}{''.join(f', operands[{k}]' for k in range(count))})"
     if checked:  # (the element is named in Python: numba's IndexError says no more than that one was raised)
         store = (f"try:\n                {store}\n            except Exception:\n"
                  f"                return r * x.shape[2] + j")
-    source = ("def kernel(x, operands, start, stop):\n"
-              "    m = x.shape[1]\n"
-              "    for r in range(start, stop):\n"
-              "        b = r // m\n"
-              "        i = r - b * m\n"
-              "        for j in range(x.shape[2]):\n"
-              f"            {store}\n"
-              "    return -1\n")
-    namespace = {"f": f}
-    exec(compile(source, f"<mathpy matmul epilog rows {with_batch} {count} {checked}>", "exec"), namespace)
-    return numba.njit(nogil=True, cache=False)(namespace["kernel"])
+    if parallel:
+        source = ("def kernel(x, operands, blocks):\n"
+                  "    m = x.shape[1]\n"
+                  "    rows = x.shape[0] * m\n"
+                  "    step = (rows + blocks - 1) // blocks\n"
+                  "    for block in prange(blocks):\n"
+                  "        for r in range(block * step, min(rows, (block + 1) * step)):\n"
+                  "            b = r // m\n"
+                  "            i = r - b * m\n"
+                  "            for j in range(x.shape[2]):\n"
+                  f"                {store}\n"
+                  "    return -1\n")
+    else:
+        source = ("def kernel(x, operands, start, stop):\n"
+                  "    m = x.shape[1]\n"
+                  "    for r in range(start, stop):\n"
+                  "        b = r // m\n"
+                  "        i = r - b * m\n"
+                  "        for j in range(x.shape[2]):\n"
+                  f"            {store}\n"
+                  "    return -1\n")
+    namespace = {"f": f, "prange": numba.prange}
+    exec(compile(source, f"<mathpy matmul epilog rows {with_batch} {count} {checked} {parallel}>", "exec"), namespace)
+    return numba.njit(nogil=True, cache=False, parallel=parallel)(namespace["kernel"])
 
 
 def _blocks(load, store, execute):
@@ -265,19 +280,25 @@ def storer(fn, kind="epilog"):
     return run
 
 
-def matmul_epilog_pass(epilog, count, check_bounds=False):
+def matmul_epilog_pass(epilog, count, check_bounds=False, parallel=False):
     """``run(x, operands, start, stop)``: a checked matmul epilog (:class:`~._matmul_epilog.MatmulEpilogFunction`)
     applied in place to rows ``start`` to ``stop`` of ``x`` (``(batch, M, N)``, C-contiguous, the compute dtype) seen
     as ``(batch * M, N)``; ``operands``: a tuple of its ``count`` read-only operand arrays (16-bit floats as float32)
     or None. ``check_bounds``: the function compiled with numba's bounds check; ``run`` returns the flat index of the
-    first element whose call indexed outside an operand (the pass stops there), else -1."""
+    first element whose call indexed outside an operand (the pass stops there), else -1.
+
+    ``parallel``: ``run(x, operands, blocks)``, every row of ``x`` in one numba ``parallel`` loop over ``blocks``
+    blocks (on the team :func:`mathpy._threads.numba_team` sets); None when the function can raise (:func:`may_raise`:
+    the loop would lose the exception)."""
     numba = _numba()
-    kernel = _kernel(("rows", epilog.with_batch, count, check_bounds),
+    if parallel and (check_bounds or may_raise(epilog.function)):
+        return None
+    kernel = _kernel(("rows", epilog.with_batch, count, check_bounds, parallel),
                      jit_callback(epilog.function, "epilog", check_bounds))
 
-    def run(x, operands, start, stop):
+    def run(x, operands, *rows):
         try:
-            return kernel(x, operands, start, stop)
+            return kernel(x, operands, *rows)
         except numba.core.errors.TypingError as e:
             raise compile_error(epilog, "the CPU", e) from e
     return run

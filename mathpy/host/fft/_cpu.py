@@ -4,7 +4,7 @@ direction -1 forward, +1 inverse; R2C/C2R halve the last transform axis) and the
 
 Without callbacks the library transforms the caller's input straight into the output (no copy, the norm inside the
 library where it can). Callbacks are fused into the passes that move data in and out of the transform, run by
-numba on every thread (:mod:`mathpy.jit._cpu_passes`, :mod:`mathpy._threads`), in one of two strategies:
+numba on every thread (:mod:`mathpy.jit._cpu_passes`, :mod:`mathpy._threads`), in one of three strategies:
 
 - ``"passes"``: the prolog pass writes a dense copy of the input, the library transforms it on every thread into a
   dense buffer, and the epilog pass stores that buffer (then the norm); each pass runs on every thread;
@@ -50,7 +50,7 @@ from ...jit import _cpu_passes as passes
 from ...jit import apply_epilog_cpu, apply_prolog_cpu
 from ._callback import dry_run, element_offsets, span
 from . import _fftw_c
-from ._cpu_libraries import (FFTW_PLANNING_SECONDS, Executor, aligned_layout, candidates, like, scale_in_place, spun,
+from ._cpu_libraries import (FFTW_PLANNING_SECONDS, Executor, aligned_layout, candidates, like, scale_in_place,
                               transform_bytes)
 from ._layout import Transform
 
@@ -66,7 +66,7 @@ MIN_BLOCK_ROWS = 4
 #: The "parallel" strategy competes from this many threads on. With fewer, the Python pool's GIL costs little (on 2
 #: cores both were within run-to-run noise of each other), and compiling the parallel loop (about 3 s per callback
 #: function on 2 cores) would lengthen the first call for nothing.
-PARALLEL_MIN_THREADS = 4
+PARALLEL_MIN_THREADS = _threads.PARALLEL_MIN_THREADS
 
 
 def _flat_span(array):
@@ -244,11 +244,11 @@ class _FusedPass:
         other strategies' loops raise it."""
         t = self.t
         api = _fftw_c.library(t.precision) if any(lib.name == "fftw" for lib in self._libraries) else None
-        numba = _parallel_numba()
+        numba = _threads.parallel_numba()
         if api is None or numba is None or any(cb is not None and passes.may_raise(cb.function)
                                                for cb in (self._prolog, self._epilog)):
             return
-        self._api, self._numba = api, numba
+        self._api = api
         # numba's thread ids stay below its thread count, which a call sets to this
         self._team = min(self.threads, numba.config.NUMBA_NUM_THREADS)
         self._buffers = None  # (input, output) blocks of every thread, made at the first call
@@ -399,24 +399,15 @@ class _FusedPass:
         scaled = scale is not None
         if not scaled:
             scale = self.t.precision.type(1)
-        numba = self._numba
-        # one call at a time: the buffers are the engine's, and numba's workqueue layer must not be entered from two
-        # threads at once
-        with _parallel_lock:
+        with _threads.numba_team(self._team):  # one call at a time: the buffers are the engine's
             if self._buffers is None:
                 self._buffers = tuple(_thread_buffers(self._team, rows, side.extents, side.dtype)
                                       for side in (ins, outs))
             plan = self._plan(forward)  # (a last, shorter block transforms its buffer's stale rows too)
-            previous = numba.get_num_threads()
-            numba.set_num_threads(self._team)
-            try:
-                self._run_blocks(_flat_span(x), ins.batch, ins.inner, ins.step, _flat_span(out), outs.batch,
-                                 outs.inner, outs.step, rows, plan, *self._buffers, prolog_info,
-                                 epilog_info, scale, scaled)
-            finally:
-                numba.set_num_threads(previous)
-        if _numba_spins():
-            spun(NUMBA_OMP_SPIN_SECONDS)
+            self._run_blocks(_flat_span(x), ins.batch, ins.inner, ins.step, _flat_span(out), outs.batch,
+                             outs.inner, outs.step, rows, plan, *self._buffers, prolog_info, epilog_info, scale,
+                             scaled)
+        _threads.spun(_threads.numba_spin_seconds())
 
     def _new_block(self):
         t, rows = self.t, self._rows
@@ -502,30 +493,6 @@ class _CheckedPass:
             np.copyto(out, y)
         if scale is not None:
             scale_in_place(out, scale, self.threads)
-
-
-#: How long numba's OpenMP threads keep spinning after a parallel loop (GNU OpenMP's default wait policy), for the
-#: library choice's timing (:func:`._cpu_libraries.spun`).
-NUMBA_OMP_SPIN_SECONDS = 0.02
-_parallel_lock = threading.Lock()
-
-
-def _parallel_numba():
-    """numba, when its parallel loops can run here (a threading layer loads at the first), else None."""
-    try:
-        import numba
-        import numba.np.ufunc.parallel  # noqa: F401
-    except ImportError:  # pragma: no cover (numba is a dependency)
-        return None
-    return numba if hasattr(numba, "get_thread_id") else None
-
-
-def _numba_spins():
-    import numba
-    try:
-        return numba.threading_layer() == "omp"
-    except ValueError:  # no parallel loop has run yet
-        return False
 
 
 def _thread_buffers(threads, rows, extents, dtype):

@@ -37,7 +37,7 @@ from . import _fftw_c
 from ._call import scale_parts
 
 __all__ = ["LIBRARIES", "aligned_layout", "candidates", "Executor", "FFTW_PLANNING_SECONDS", "like", "scale_in_place",
-           "spun", "transform_bytes"]
+           "transform_bytes"]
 
 #: At most this many seconds of FFTW_MEASURE planning per plan (pyFFTW's ``planning_timelimit``): large 2-D plans
 #: measured without a limit took 13 s on 2 cores.
@@ -48,16 +48,6 @@ TUNING_ROUNDS, MAX_TUNING_ROUNDS, TUNING_SECONDS = 6, 40, 0.05
 _SIMD_ALIGNMENT = 16  # FFTW's: plans made on 16-byte aligned arrays run on any 16-byte aligned arrays
 _INVERSE_NORMS = ("forward", "ortho", "backward")  # NumPy's norm names of codes 0 / 1 / 2 for an inverse transform
 _FORWARD_NORMS = ("backward", "ortho", "forward")
-# Until when (time.perf_counter) some library's threads may still spin after its last multi-threaded call (OpenMP's
-# workers do, for milliseconds): the library choice does not time another library before then (Executor._choose).
-_spinning = {"until": 0.0}
-
-
-def spun(seconds):
-    """Note a multi-threaded call of a library whose threads spin for about ``seconds`` after it."""
-    _spinning["until"] = time.perf_counter() + seconds
-
-
 def _address(array):
     return array.__array_interface__["data"][0]
 
@@ -286,7 +276,7 @@ class _FFTWPlans:
                 return False
             plan.execute()
             if self.threads > 1:
-                spun(_FFTW.spin_seconds)
+                _threads.spun(_FFTW.spin_seconds)
             plan.update_arrays(own_x, own_out)  # hold no caller's array between calls
             return True
         finally:
@@ -344,7 +334,7 @@ class _MKL(_Library):
         def run(x, out, forward, norm):
             with _threads.blas_threads(limit):
                 transform(x, out, forward)
-            spun(_MKL.spin_seconds)  # (MKL's thread count is its own: assume it ran on several)
+            _threads.spun(_MKL.spin_seconds)  # (MKL's thread count is its own: assume it ran on several)
             inverse = t.fft_type == "C2R" or (t.fft_type == "C2C" and not forward)  # MKL divided it by N
             if inverse and norm != 2:
                 scale_in_place(out, n if norm == 0 else np.sqrt(n), threads)
@@ -406,7 +396,7 @@ class Executor:
 
         Each library is timed in a block of calls of its own, the libraries whose threads spin after a call
         (``spin_seconds``: OpenMP's workers, FFTW's in pyFFTW's wheels and MKL's, keep their cores busy for
-        milliseconds) last, and no block starts while some library's threads may still spin (:func:`spun`, noted
+        milliseconds) last, and no block starts while some library's threads may still spin (:func:`mathpy._threads.spun`, noted
         by every multi-threaded call, this transform's or another's): timed right after one of their calls, another
         library's threads share the cores with the spinning ones (on 16 cores, SciPy's FFT took 2.2 ms after an FFTW
         call against 1.3 alone), and an interleaved order would choose the spinning library for that."""
@@ -417,9 +407,7 @@ class Executor:
             spins = {lib.name: lib.spin_seconds > 0 for lib in self._libraries}
             samples = {name: [] for name in measured}
             for name in sorted(measured, key=spins.get):  # (a stable sort: the table's order otherwise)
-                pause = _spinning["until"] - time.perf_counter()
-                if pause > 0:
-                    time.sleep(pause)
+                _threads.wait_for_spinning()
                 run, times, rounds = measured[name], samples[name], TUNING_ROUNDS
                 while len(times) < rounds:
                     np.copyto(x_copy, x)

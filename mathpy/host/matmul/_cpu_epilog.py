@@ -1,7 +1,9 @@
 """The CPU engine's pass over a product's result: what cuBLASLt does after ``A @ B`` (alpha, ``beta * C``, the bias,
-RELU or GELU, the RELU bitmask and the GELU aux), in one numba pass over D, a block of rows per thread
-(:func:`mathpy._threads.run_chunks`; GELU's tanh in NumPy's vectorised ufuncs on each piece of rows right after, while
-it is in cache), and a Python epilog (:mod:`mathpy.jit._cpu_passes`) likewise.
+RELU or GELU, the RELU bitmask and the GELU aux), in one numba pass over D, a block of rows per thread, and a Python
+epilog (:mod:`mathpy.jit._cpu_passes`) likewise. From :data:`mathpy._threads.PARALLEL_MIN_THREADS` threads on, the
+pass is one numba ``parallel`` loop over the blocks (:func:`mathpy._threads.numba_team`), else the blocks go to
+mathpy's pool (:func:`mathpy._threads.run_chunks`), as do a GELU's (its tanh in NumPy's vectorised ufuncs on each piece
+of rows right after, while it is in cache) and an epilog that can raise (a parallel loop would lose the exception).
 
 The pass walks D in memory order: its arrays are views ``(batch, P, Q)`` with Q the contiguous axis (for a row-major
 D, P = M rows and Q = N columns; for a column-major D, the transposed view: P = N, Q = M). A bias and the aux outputs
@@ -80,7 +82,23 @@ def _define():
                     v += beta * c[b if c.shape[0] > 1 else 0, p, q]
                 x[b, p, q] = v
 
-    _kernel.update(rows=rows, scale_rows=scale_rows)
+    @numba.njit(parallel=True, nogil=True, cache=False)
+    def rows_parallel(x, c, bias, relu_aux, gelu_aux, alpha, beta, scaled, relu, zero, blocks):
+        count = x.shape[0] * x.shape[1]
+        step = (count + blocks - 1) // blocks
+        for block in numba.prange(blocks):
+            rows(x, c, bias, relu_aux, gelu_aux, alpha, beta, scaled, relu, zero, block * step,
+                 min(count, (block + 1) * step))
+
+    @numba.njit(parallel=True, nogil=True, cache=False)
+    def scale_rows_parallel(x, c, alpha, beta, scaled, blocks):
+        count = x.shape[0] * x.shape[1]
+        step = (count + blocks - 1) // blocks
+        for block in numba.prange(blocks):
+            scale_rows(x, c, alpha, beta, scaled, block * step, min(count, (block + 1) * step))
+
+    _kernel.update(rows=rows, scale_rows=scale_rows, rows_parallel=rows_parallel,
+                   scale_rows_parallel=scale_rows_parallel)
 
 
 def _get(name):
@@ -91,10 +109,28 @@ def _get(name):
     return _kernel[name]
 
 
+def _blocks(x, threads):
+    """How many blocks (and threads) a pass over ``x`` runs in."""
+    return _threads.threads_for_bytes(threads, x.nbytes)
+
+
+def _parallel(blocks):
+    """Whether a pass of ``blocks`` blocks runs as one numba parallel loop (else on the pool)."""
+    return blocks >= _threads.PARALLEL_MIN_THREADS and _threads.parallel_numba() is not None
+
+
+def _in_parallel(kernel, args, blocks):
+    """``kernel(*args, team)``, a numba parallel loop of one block per thread of the team."""
+    with _threads.numba_team(blocks) as team:
+        result = kernel(*args, team)
+    _threads.spun(_threads.numba_spin_seconds())
+    return result
+
+
 def _in_blocks(work, x, threads):
-    """``work(start, stop)`` over the ``batch * P`` rows of ``x``, a block per thread."""
+    """``work(start, stop)`` over the ``batch * P`` rows of ``x``, a block per thread, on the pool."""
     count = x.shape[0] * x.shape[1]
-    blocks = _threads.threads_for_bytes(threads, x.nbytes)
+    blocks = _blocks(x, threads)
     step = -(-count // blocks)
     _threads.run_chunks(lambda i: work(i * step, min(count, (i + 1) * step)), -(-count // step), blocks)
 
@@ -108,12 +144,20 @@ def epilog_pass(x, threads, *, alpha=None, c=None, beta=None, bias=None, activat
     dtype = x.dtype.type
     scaled = alpha is not None
     alpha, beta = dtype(1 if alpha is None else alpha), dtype(0 if beta is None else beta)
+    blocks = _blocks(x, threads)
     if x.dtype.kind == "c" or (activation is None and bias is None and relu_aux is None and gelu_aux is None):
+        if _parallel(blocks):
+            _in_parallel(_get("scale_rows_parallel"), (x, c, alpha, beta, scaled), blocks)
+            return
         kernel = _get("scale_rows")
         _in_blocks(lambda start, stop: kernel(x, c, alpha, beta, scaled, start, stop), x, threads)
         return
-    kernel, relu, zero = _get("rows"), activation == "relu", dtype(0)
+    relu, zero = activation == "relu", dtype(0)
     gelu = activation == "gelu"
+    if not gelu and _parallel(blocks):
+        _in_parallel(_get("rows_parallel"), (x, c, bias, relu_aux, gelu_aux, alpha, beta, scaled, relu, zero), blocks)
+        return
+    kernel = _get("rows")
     sub_rows = max(1, SUB_BLOCK_BYTES // (x.shape[2] * x.itemsize))
 
     def work(start, stop):
@@ -144,7 +188,12 @@ def _gelu_rows(x, start, stop):
         start += len(rows)
 
 
-def python_epilog_pass(run, x, data, threads):
+def python_epilog_pass(run, x, data, threads, parallel=None):
     """A compiled Python epilog (:func:`mathpy.jit._cpu_passes.matmul_epilog_pass`) over ``x`` (``(batch, M, N)``,
-    C-contiguous), in place, a block of rows per thread."""
+    C-contiguous), in place, a block of rows per thread: in one numba parallel loop when ``parallel`` (the same
+    epilog's parallel pass) is given and the threads allow, else on the pool."""
+    blocks = _blocks(x, threads)
+    if parallel is not None and _parallel(blocks):
+        _in_parallel(parallel, (x, data), blocks)
+        return
     _in_blocks(lambda start, stop: run(x, data, start, stop), x, threads)

@@ -178,7 +178,7 @@ class FusedCPUEngine(CPUEngine):
 
     def __init__(self, problem, **kwargs):
         super().__init__(problem, **kwargs)
-        self._epilog = None  # compiled at the first execution
+        self._epilog = self._parallel = None  # compiled at the first execution (the parallel pass: from 4 threads)
 
     def execute(self, a, b, c, d, epilog_inputs, epilog_outputs, alpha, beta, stream=None):
         p = self.problem
@@ -204,5 +204,8 @@ class FusedCPUEngine(CPUEngine):
         thread; ``epilog_inputs``: its operand arrays by name."""
         operands = tuple(E.read_only(epilog_inputs.get(name)) for name, _ in self.problem.fused.operands)
         if self._epilog is None:
-            self._epilog = matmul_epilog_pass(self.problem.fused.epilog, len(operands))
-        python_epilog_pass(self._epilog, x, operands, self.threads)
+            epilog = self.problem.fused.epilog
+            if self.threads >= _threads.PARALLEL_MIN_THREADS:
+                self._parallel = matmul_epilog_pass(epilog, len(operands), parallel=True)
+            self._epilog = matmul_epilog_pass(epilog, len(operands))
+        python_epilog_pass(self._epilog, x, operands, self.threads, self._parallel)
