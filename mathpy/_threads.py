@@ -8,8 +8,8 @@ mathpy's own: its size is what ``ExecutionCPU(num_threads=...)`` says, whatever 
 
 With four threads or more, a pass runs as one numba ``parallel`` loop instead (:func:`parallel_numba`,
 :func:`numba_team`): no Python and no GIL between the chunks, where the pool's hand-offs cost about as much as the work
-on 16 cores. numba's threads are started by mathpy with a short OpenMP spin (:data:`NUMBA_SPIN_COUNT`), so that they
-leave the cores to the BLAS's or FFTW's threads right after a pass.
+on 16 cores. numba's threads, and FFTW's in pyFFTW's wheels, both on GNU OpenMP, are started by mathpy with a short
+spin (:func:`short_omp_spin`), so that they leave the cores to the other libraries' threads right after a call.
 
 The BLAS (OpenBLAS or MKL behind NumPy) keeps one process-wide thread count; :func:`blas_threads` sets it for a
 block through threadpoolctl when a count is asked for (and warns once when threadpoolctl is not installed).
@@ -33,7 +33,7 @@ import numpy as np
 
 __all__ = ["usable_cores", "threads_for", "threads_for_bytes", "run_chunks", "parallel_sum", "blas_threads",
            "forget_libraries", "parallel_numba", "numba_team", "numba_spin_seconds", "spun", "wait_for_spinning",
-           "PARALLEL_MIN_THREADS"]
+           "short_omp_spin", "PARALLEL_MIN_THREADS"]
 
 #: Below this many bytes of data per thread a pass runs on fewer threads: waking a thread costs about as much as
 #: moving this much memory.
@@ -45,12 +45,12 @@ MIN_BYTES_PER_REDUCING_THREAD = 1 << 21
 #: A pass runs as a numba parallel loop from this many threads on (with fewer, the pool's GIL costs little: on 2
 #: cores both ran alike).
 PARALLEL_MIN_THREADS = 4
-#: The GOMP_SPINCOUNT mathpy starts numba's OpenMP threads with, when the environment sets neither it nor
+#: The GOMP_SPINCOUNT mathpy starts numba's and FFTW's OpenMP threads with, when the environment sets neither it nor
 #: OMP_WAIT_POLICY: about 0.1 ms of spinning (a ``pause`` is up to 140 cycles) before a thread sleeps. GNU OpenMP's
 #: default, 300000, keeps 16 threads spinning for about 20 ms after each loop: a BLAS product right after a pass then
 #: ran at half speed (2 cores: 24 ms for a 12 ms product and a 0.04 ms pass; 11.6 ms with this count).
-NUMBA_SPIN_COUNT = 2000
-#: How long GNU OpenMP's threads spin after a loop at its default wait policy, and at NUMBA_SPIN_COUNT.
+OMP_SPIN_COUNT = 2000
+#: How long GNU OpenMP's threads spin after a loop at its default wait policy, and at OMP_SPIN_COUNT.
 DEFAULT_OMP_SPIN_SECONDS, SHORT_SPIN_SECONDS = 0.02, 1e-4
 
 _NULL = contextlib.nullcontext()
@@ -204,8 +204,7 @@ def wait_for_spinning():
 
 def parallel_numba():
     """numba with its threading layer started, or None where its parallel loops cannot run. When mathpy starts the
-    layer, GNU OpenMP reads :data:`NUMBA_SPIN_COUNT` as it loads (an environment that sets OMP_WAIT_POLICY or
-    GOMP_SPINCOUNT keeps its own); a layer started before keeps what it was started with."""
+    layer, it does so under :func:`short_omp_spin`; a layer started before keeps what it was started with."""
     if "module" not in _numba:
         with _lock:
             if "module" not in _numba:
@@ -226,24 +225,37 @@ def _start_numba():
         started = True
     except ValueError:  # (no parallel loop has run yet)
         started = False
-    own = not started and not any(name in os.environ for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"))
+    if started:
+        return {"module": numba, "spin": _spin_seconds(False) if numba.threading_layer() == "omp" else 0.0}
+    with short_omp_spin() as spin:
+        try:
+            parallel._launch_threads()
+        except Exception:  # noqa: BLE001 - no threading layer loads here: the pool serves
+            return {"module": None, "spin": 0.0}
+    return {"module": numba, "spin": spin if numba.threading_layer() == "omp" else 0.0}
+
+
+@contextlib.contextmanager
+def short_omp_spin():
+    """A block in which a GNU OpenMP runtime that loads reads :data:`OMP_SPIN_COUNT` as its spin count, unless the
+    environment sets OMP_WAIT_POLICY or GOMP_SPINCOUNT (the user's choice stays); yields how long its threads will
+    spin after a parallel region. (GNU OpenMP reads the environment once, as it loads: a runtime loaded before keeps
+    what it read then.)"""
+    own = not any(name in os.environ for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"))
     if own:
-        os.environ["GOMP_SPINCOUNT"] = str(NUMBA_SPIN_COUNT)
+        os.environ["GOMP_SPINCOUNT"] = str(OMP_SPIN_COUNT)
     try:
-        parallel._launch_threads()
-    except Exception:  # noqa: BLE001 - no threading layer loads here: the pool serves
-        return {"module": None, "spin": 0.0}
+        yield _spin_seconds(own)
     finally:
         if own:
-            del os.environ["GOMP_SPINCOUNT"]
-    return {"module": numba, "spin": _spin_seconds(own) if numba.threading_layer() == "omp" else 0.0}
+            os.environ.pop("GOMP_SPINCOUNT", None)
 
 
 def _spin_seconds(own):
-    """How long GNU OpenMP's threads spin after a loop: ``own``, started with :data:`NUMBA_SPIN_COUNT`; else as the
+    """How long GNU OpenMP's threads spin after a loop: ``own``, started with :data:`OMP_SPIN_COUNT`; else as the
     environment says."""
     count = os.environ.get("GOMP_SPINCOUNT", "")
-    if own or (count.isdigit() and int(count) <= NUMBA_SPIN_COUNT):
+    if own or (count.isdigit() and int(count) <= OMP_SPIN_COUNT):
         return SHORT_SPIN_SECONDS
     return 0.0 if os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE" else DEFAULT_OMP_SPIN_SECONDS
 

@@ -443,7 +443,7 @@ print(json.dumps({"layer": numba.threading_layer(), "at launch": seen.get("at la
 
 
 @pytest.mark.parametrize("env, at_launch, spin", [
-    ({}, str(_threads.NUMBA_SPIN_COUNT), _threads.SHORT_SPIN_SECONDS),
+    ({}, str(_threads.OMP_SPIN_COUNT), _threads.SHORT_SPIN_SECONDS),
     ({"OMP_WAIT_POLICY": "active"}, None, _threads.DEFAULT_OMP_SPIN_SECONDS),
     ({"OMP_WAIT_POLICY": "PASSIVE"}, None, 0.0),
     ({"GOMP_SPINCOUNT": "100"}, "100", _threads.SHORT_SPIN_SECONDS),
@@ -451,16 +451,45 @@ print(json.dumps({"layer": numba.threading_layer(), "at launch": seen.get("at la
 def test_numba_threads_start_with_a_short_spin_unless_the_environment_sets_one(env, at_launch, spin):
     """GNU OpenMP reads its spin count once, as numba's layer loads it: mathpy starts the layer with a short one and
     takes it out of the environment again; a user's wait policy or count stays theirs."""
+    seen = _in_subprocess(_START_NUMBA, env, NUMBA_THREADING_LAYER="omp")
+    assert seen == {"layer": "omp", "at launch": at_launch, "after": env.get("GOMP_SPINCOUNT"), "spin": spin}
+
+
+_LOAD_FFTW = """
+import importlib, json, os
+from mathpy.host.fft import _cpu_libraries as libraries
+seen = {}
+def spy(name):
+    seen[name] = os.environ.get("GOMP_SPINCOUNT")
+    return importlib.import_module(name)
+libraries._imported = spy
+fftw = libraries.LIBRARIES["fftw"]
+fftw.load()
+print(json.dumps({"at import": seen.get("pyfftw"), "after": os.environ.get("GOMP_SPINCOUNT"),
+                  "spin": fftw.spin_seconds}))
+"""
+
+
+@pytest.mark.skipif("fftw" not in INSTALLED, reason="needs pyFFTW")
+@pytest.mark.parametrize("env, at_import, spin", [
+    ({}, str(_threads.OMP_SPIN_COUNT), _threads.SHORT_SPIN_SECONDS),
+    ({"OMP_WAIT_POLICY": "ACTIVE"}, None, _threads.DEFAULT_OMP_SPIN_SECONDS),
+])
+def test_pyfftw_loads_its_openmp_under_a_short_spin_unless_the_environment_sets_one(env, at_import, spin):
+    seen = _in_subprocess(_LOAD_FFTW, env)
+    assert seen == {"at import": at_import, "after": None, "spin": spin}
+
+
+def _in_subprocess(script, env, **more):
+    """The JSON ``script`` prints last, run in a new Python with ``env`` (and ``more``) as the only OpenMP
+    settings."""
     environment = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT",
                                                                      "NUMBA_THREADING_LAYER")}
-    environment.update(env, NUMBA_THREADING_LAYER="omp")
-    done = subprocess.run([sys.executable, "-c", _START_NUMBA], env=environment, capture_output=True, text=True,
+    environment.update(env, **more)
+    done = subprocess.run([sys.executable, "-c", script], env=environment, capture_output=True, text=True,
                           timeout=120)
-    if done.returncode and "omp" in done.stderr and "not" in done.stderr:  # pragma: no cover (no OpenMP layer)
-        pytest.skip("numba's OpenMP layer does not load here")
     assert done.returncode == 0, done.stderr
-    seen = json.loads(done.stdout.splitlines()[-1])
-    assert seen == {"layer": "omp", "at launch": at_launch, "after": env.get("GOMP_SPINCOUNT"), "spin": spin}
+    return json.loads(done.stdout.splitlines()[-1])
 
 
 def test_run_chunks_runs_every_chunk_once_and_raises_the_first_error():

@@ -26,6 +26,7 @@ call then runs that plan: a transform gives the same bits at every call and on e
 import importlib
 import math
 import statistics
+import sys
 import threading
 import time
 
@@ -201,7 +202,17 @@ class _FFTW(_Library):
 
     name, package, module = "fftw", "pyFFTW", "pyfftw"
     plans = True
-    spin_seconds = 0.02  # pyFFTW's wheels run FFTW's threads on GNU OpenMP (libgomp), which spins for milliseconds
+    # pyFFTW's wheels run FFTW's threads on GNU OpenMP (a libgomp of their own), which spins for milliseconds at its
+    # default wait policy: imported by mathpy, it loads under a short spin count (load)
+    spin_seconds = _threads.DEFAULT_OMP_SPIN_SECONDS
+
+    def load(self):
+        if self._module is None and self.module not in sys.modules:
+            with _threads.short_omp_spin() as spin:
+                module = super().load()
+            if module is not None:
+                type(self).spin_seconds = spin
+        return super().load()
 
     def executor(self, t, threads, destroy_input=False):
         return _FFTWPlans(self.load(), t, threads, destroy_input)
