@@ -193,7 +193,8 @@ def epilog_pass(threads, rng):
         print(f"matmul RELU_BIAS, {n}^3 float32: " + ", ".join(f"{k} {v:.3f}" for k, v in result.items()),
               flush=True)
     import numba
-    print(f"numba threading layer {numba.threading_layer()}, spin {_threads.numba_spin_seconds()} s", flush=True)
+    spin = _threads.numba_spin_seconds()  # (starts numba's threads, if no loop did)
+    print(f"numba threading layer {numba.threading_layer()}, spin {spin} s", flush=True)
 
 
 def main():
