@@ -11,6 +11,8 @@
 4. **A matmul's Python epilog pass** (``silu(x) * gate[i, j]`` and ``max(x + bias[j], 0)`` over float32 products):
    the pass alone on mathpy's Python pool and as one numba ``parallel`` loop, each right after the BLAS's product,
    the public call (its first call's time too), and NumPy's unfused expression; the same for RELU_BIAS.
+5. **The parallel strategy's block size**: 256 x 4096 complex64 with the epilog or the prolog, the "parallel"
+   strategy forced, with blocks of 2 to 32 transforms per numba thread.
 
 Medians of 30 calls after 3 warm-up calls, 50 ms apart between blocks. Run from the repository root, on the machine
 to measure: ``python benchmarks/probe_cpu_callbacks.py [--threads N] [--part 1 2 3]``; with numba's threading layer
@@ -197,16 +199,38 @@ def epilog_pass(threads, rng):
     print(f"numba threading layer {numba.threading_layer()}, spin {spin} s", flush=True)
 
 
+def block_rows(threads, rng):
+    t = Transform("C2C", "float32", (256, 4096), (4096, 1), (256, 4096), (4096, 1), (1,))
+    x, out = operand("C2C", (256, 4096), rng), np.empty((256, 4096), np.complex64)
+    weights = rng.standard_normal(4096).astype(np.float32)
+    epilog, prolog = callbacks(4096)
+    execution = ExecutionCPU(num_threads=threads)
+    plain = CPUEngine(t, execution=execution)
+    result = {"plain": ms(lambda: plain.execute(x, out, -1))}
+    for which, fn in (("epilog", epilog), ("prolog", prolog)):
+        for rows in (2, 4, 8, 16, 32):
+            bound = types.SimpleNamespace(function=fn, user_info=weights, check_bounds=False)
+            engine = CPUEngine(t, execution=execution, **{which: bound})
+            if "parallel" not in engine.strategies:
+                print("no parallel strategy here", flush=True)
+                return
+            engine.strategy = "parallel"
+            engine._fused._rows = rows  # (before the first call: its buffers and FFTW plans are made then)
+            result[f"{which} {rows} rows"] = ms(lambda: engine.execute(x, out, -1))
+    print("parallel strategy, 256 x 4096 complex64, by rows per block: "
+          + ", ".join(f"{k} {v:.3f}" for k, v in result.items()), flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=None, help="threads of every call (default: all cores)")
-    parser.add_argument("--part", type=int, nargs="+", default=[1, 2, 3], help="which parts to run (1 2 3 4)")
+    parser.add_argument("--part", type=int, nargs="+", default=[1, 2, 3], help="which parts to run (1 2 3 4 5)")
     args = parser.parse_args()
     threads = args.threads or _threads.usable_cores()
     print(f"== {threads} threads of {_threads.usable_cores()} usable cores", flush=True)
     rng = np.random.default_rng(0)
     for part in args.part:
-        (strategies, store_pass, alternation, epilog_pass)[part - 1](threads, rng)
+        (strategies, store_pass, alternation, epilog_pass, block_rows)[part - 1](threads, rng)
 
 
 if __name__ == "__main__":

@@ -49,6 +49,8 @@ TUNING_ROUNDS, MAX_TUNING_ROUNDS, TUNING_SECONDS = 6, 40, 0.05
 _SIMD_ALIGNMENT = 16  # FFTW's: plans made on 16-byte aligned arrays run on any 16-byte aligned arrays
 _INVERSE_NORMS = ("forward", "ortho", "backward")  # NumPy's norm names of codes 0 / 1 / 2 for an inverse transform
 _FORWARD_NORMS = ("backward", "ortho", "forward")
+
+
 def _address(array):
     return array.__array_interface__["data"][0]
 
@@ -207,12 +209,13 @@ class _FFTW(_Library):
     spin_seconds = _threads.DEFAULT_OMP_SPIN_SECONDS
 
     def load(self):
-        if self._module is None and self.module not in sys.modules:
-            with _threads.short_omp_spin() as spin:
-                module = super().load()
-            if module is not None:
-                type(self).spin_seconds = spin
-        return super().load()
+        if self._module is not None or self.module in sys.modules:  # (its OpenMP read the environment already)
+            return super().load()
+        with _threads.short_omp_spin() as spin:
+            module = super().load()
+        if module is not None:
+            type(self).spin_seconds = spin
+        return module
 
     def executor(self, t, threads, destroy_input=False):
         return _FFTWPlans(self.load(), t, threads, destroy_input)
@@ -407,10 +410,11 @@ class Executor:
 
         Each library is timed in a block of calls of its own, the libraries whose threads spin after a call
         (``spin_seconds``: OpenMP's workers, FFTW's in pyFFTW's wheels and MKL's, keep their cores busy for
-        milliseconds) last, and no block starts while some library's threads may still spin (:func:`mathpy._threads.spun`, noted
-        by every multi-threaded call, this transform's or another's): timed right after one of their calls, another
-        library's threads share the cores with the spinning ones (on 16 cores, SciPy's FFT took 2.2 ms after an FFTW
-        call against 1.3 alone), and an interleaved order would choose the spinning library for that."""
+        milliseconds) last, and no block starts while some library's threads may still spin
+        (:func:`mathpy._threads.spun`, noted by every multi-threaded call, this transform's or another's): timed right
+        after one of their calls, another library's threads share the cores with the spinning ones (on 16 cores,
+        SciPy's FFT took 2.2 ms after an FFTW call against 1.3 alone), and an interleaved order would choose the
+        spinning library for that."""
         measured = {lib.name: self._make(lib) for lib in self._libraries}
         library = self._libraries[0].name
         if len(measured) > 1:
