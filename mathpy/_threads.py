@@ -6,10 +6,11 @@ hands them out to ``threads`` threads, the calling one included, which take the 
 work functions release the GIL (numba ``nogil`` loops, pocketfft, FFTW), so the threads run in parallel. The pool is
 mathpy's own: its size is what ``ExecutionCPU(num_threads=...)`` says, whatever numba's or the BLAS's settings are.
 
-With four threads or more, a pass runs as one numba ``parallel`` loop instead (:func:`parallel_numba`,
-:func:`numba_team`): no Python and no GIL between the chunks, where the pool's hand-offs cost about as much as the work
-on 16 cores. numba's threads, and FFTW's in pyFFTW's wheels, both on GNU OpenMP, are started by mathpy with a short
-spin (:func:`short_omp_spin`), so that they leave the cores to the other libraries' threads right after a call.
+With four threads or more, a matmul's pass over its result and the CPU FFT's "parallel" strategy run as one numba
+``parallel`` loop instead (:func:`parallel_numba`, :func:`numba_team`; on at most numba's ``NUMBA_NUM_THREADS``):
+no Python and no GIL between the chunks, where the pool's hand-offs cost about as much as the work on 16 cores.
+numba's threads, and FFTW's in pyFFTW's wheels, both on GNU OpenMP, are started by mathpy with a short spin
+(:func:`short_omp_spin`), so that they leave the cores to the other libraries' threads right after a call.
 
 The BLAS (OpenBLAS or MKL behind NumPy) keeps one process-wide thread count; :func:`blas_threads` sets it for a
 block through threadpoolctl when a count is asked for (and warns once when threadpoolctl is not installed).
@@ -33,7 +34,7 @@ import numpy as np
 
 __all__ = ["usable_cores", "threads_for", "threads_for_bytes", "run_chunks", "parallel_sum", "blas_threads",
            "forget_libraries", "parallel_numba", "numba_team", "numba_spin_seconds", "spun", "wait_for_spinning",
-           "short_omp_spin", "PARALLEL_MIN_THREADS"]
+           "short_omp_spin", "numba_team_size", "PARALLEL_MIN_THREADS"]
 
 #: Below this many bytes of data per thread a pass runs on fewer threads: waking a thread costs about as much as
 #: moving this much memory.
@@ -58,6 +59,7 @@ _lock = threading.Lock()
 _pool = {"executor": None, "size": 0}
 _blas = {}  # "controller": threadpoolctl's controller of the BLAS libraries (None: threadpoolctl is missing)
 _numba = {}  # "module": numba with its threads started, or None; "spin": seconds its threads spin after a loop
+_environment = threading.Lock()  # held while the environment holds mathpy's spin count (short_omp_spin)
 # Until when (time.perf_counter) some library's threads may still spin after its last multi-threaded call (OpenMP's
 # workers do, for milliseconds): the CPU FFT's library choice times no library before then.
 _spinning = {"until": 0.0}
@@ -240,24 +242,28 @@ def short_omp_spin():
     """A block in which a GNU OpenMP runtime that loads reads :data:`OMP_SPIN_COUNT` as its spin count, unless the
     environment sets OMP_WAIT_POLICY or GOMP_SPINCOUNT (the user's choice stays); yields how long its threads will
     spin after a parallel region. (GNU OpenMP reads the environment once, as it loads: a runtime loaded before keeps
-    what it read then.)"""
-    own = not any(name in os.environ for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"))
-    if own:
-        os.environ["GOMP_SPINCOUNT"] = str(OMP_SPIN_COUNT)
-    try:
-        yield _spin_seconds(own)
-    finally:
+    what it read then.) One block at a time: another would take mathpy's setting for the user's."""
+    with _environment:
+        own = not any(name in os.environ for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"))
         if own:
-            os.environ.pop("GOMP_SPINCOUNT", None)
+            os.environ["GOMP_SPINCOUNT"] = str(OMP_SPIN_COUNT)
+        try:
+            yield _spin_seconds(own)
+        finally:
+            if own:
+                os.environ.pop("GOMP_SPINCOUNT", None)
 
 
 def _spin_seconds(own):
-    """How long GNU OpenMP's threads spin after a loop: ``own``, started with :data:`OMP_SPIN_COUNT`; else as the
-    environment says."""
+    """About how long GNU OpenMP's threads spin after a region: ``own``, started with :data:`OMP_SPIN_COUNT`; else as
+    the environment says (a spin count wins over the wait policy; ACTIVE spins until the next region, which no wait
+    helps: counted as the default)."""
     count = os.environ.get("GOMP_SPINCOUNT", "")
     if own or (count.isdigit() and int(count) <= OMP_SPIN_COUNT):
         return SHORT_SPIN_SECONDS
-    return 0.0 if os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE" else DEFAULT_OMP_SPIN_SECONDS
+    if not count and os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE":
+        return 0.0
+    return DEFAULT_OMP_SPIN_SECONDS
 
 
 def numba_spin_seconds():
@@ -266,12 +272,19 @@ def numba_spin_seconds():
     return _numba["spin"]
 
 
+def numba_team_size(threads):
+    """How many threads a numba parallel loop asked to run on ``threads`` gets: at most numba's pool
+    (``NUMBA_NUM_THREADS``; its thread ids stay below it), 0 where its loops cannot run."""
+    numba = parallel_numba()
+    return 0 if numba is None else min(threads, numba.config.NUMBA_NUM_THREADS)
+
+
 @contextlib.contextmanager
 def numba_team(threads):
-    """A block in which numba's parallel loops run on ``threads`` threads (at most numba's pool; its thread ids stay
-    below that), one loop at a time (:data:`numba_lock`); yields the team's size."""
+    """A block in which numba's parallel loops run on :func:`numba_team_size` of ``threads``, one loop at a time
+    (:data:`numba_lock`); yields the team's size."""
     numba = parallel_numba()
-    team = min(threads, numba.config.NUMBA_NUM_THREADS)
+    team = numba_team_size(threads)
     with numba_lock:
         previous = numba.get_num_threads()
         numba.set_num_threads(team)

@@ -14,6 +14,7 @@ import time
 import types
 import warnings
 
+import numba
 import numpy as np
 import pytest
 
@@ -28,6 +29,7 @@ from mathpy.host.matmul import _cpu as matmul_cpu
 from mathpy.host.matmul import _cpu_epilog as matmul_cpu_epilog
 from mathpy.host.matmul import _stateless as matmul_stateless
 from mathpy.host.matmul._epilog import gelu
+from mathpy.jit import _cpu_passes as passes
 
 from _tolerance import assert_fft_close, assert_within, epilog_bounds, matmul_bound
 
@@ -437,7 +439,7 @@ def spy():
 parallel._launch_threads = spy
 from mathpy import _threads
 numba = _threads.parallel_numba()
-print(json.dumps({"layer": numba.threading_layer(), "at launch": seen.get("at launch"),
+print(json.dumps({"layer": numba and numba.threading_layer(), "at launch": seen.get("at launch"),
                   "after": os.environ.get("GOMP_SPINCOUNT"), "spin": _threads.numba_spin_seconds()}))
 """
 
@@ -452,6 +454,8 @@ def test_numba_threads_start_with_a_short_spin_unless_the_environment_sets_one(e
     """GNU OpenMP reads its spin count once, as numba's layer loads it: mathpy starts the layer with a short one and
     takes it out of the environment again; a user's wait policy or count stays theirs."""
     seen = _in_subprocess(_START_NUMBA, env, NUMBA_THREADING_LAYER="omp")
+    if seen["layer"] is None:  # pragma: no cover (no GNU OpenMP here)
+        pytest.skip("numba's OpenMP layer does not load here")
     assert seen == {"layer": "omp", "at launch": at_launch, "after": env.get("GOMP_SPINCOUNT"), "spin": spin}
 
 
@@ -629,10 +633,31 @@ def raising_epilog(data_out, offset, value, user_info, unused):
     data_out[offset] = value
 
 
+def _checked(value):
+    if value.real > 1e30:
+        raise ValueError("too large")
+    return value
+
+
+#: A module of compiled helpers, as a user's ``helpers.bounded(value)`` reaches one
+helpers = types.ModuleType("helpers")
+helpers.bounded = numba.njit(_checked)
+
+
+def epilog_through_a_module(data_out, offset, value, user_info, unused):
+    data_out[offset] = helpers.bounded(value)
+
+
+def test_a_helper_that_raises_is_found_through_a_module():
+    assert passes.may_raise(raising_epilog) and passes.may_raise(epilog_through_a_module)
+    assert not passes.may_raise(silu_gate) and not passes.may_raise(batch_scale)
+
+
 @needs_fftw_c
-def test_parallel_strategy_is_not_offered_to_callbacks_that_raise():
+@pytest.mark.parametrize("epilog", [raising_epilog, epilog_through_a_module])
+def test_parallel_strategy_is_not_offered_to_callbacks_that_raise(epilog):
     # numba's parallel loop would lose the exception (the element unwritten); the other strategies raise it
-    engine, *_ = _parallel_engine("C2C", np.float32, 37, 30, epilog=raising_epilog)
+    engine, *_ = _parallel_engine("C2C", np.float32, 37, 30, epilog=epilog)
     assert engine.strategies == ("passes", "blocks")
 
 
@@ -678,17 +703,45 @@ def _bounds(a, b, dtype, epilog, bias, x, d, alpha=1.0):
 
 @pytest.fixture(params=["pool", "parallel"])
 def pass_path(request, monkeypatch):
-    """Where a matmul's pass over D runs: mathpy's pool (2 threads), or one numba parallel loop (4 threads, and a
-    block per thread whatever the size, so that small operands take it). ``.ran``: the block counts of the parallel
-    loops that ran."""
+    """Where a matmul's pass over D runs, in a block per thread whatever the operands' size: mathpy's pool (2 threads),
+    or one numba parallel loop (4 threads asked; numba's team is at most its pool, 2 on a 2-core machine). ``.ran``:
+    the thread counts of the parallel loops that ran."""
     ran, real = [], matmul_cpu_epilog._in_parallel
     monkeypatch.setattr(matmul_cpu_epilog, "_in_parallel", lambda *args: ran.append(args[2]) or real(*args))
+    monkeypatch.setattr(matmul_cpu_epilog, "_blocks", lambda x, threads: threads)
     threads = 2
     if request.param == "parallel":
         threads = _threads.PARALLEL_MIN_THREADS
-        monkeypatch.setattr(matmul_cpu_epilog, "_blocks", lambda x, count: count)
+        monkeypatch.setattr(matmul_cpu_epilog, "_parallel", lambda threads: True)  # (whatever numba's pool)
     return types.SimpleNamespace(name=request.param, threads=threads, ran=ran,
                                  execution=mathpy.ExecutionCPU(num_threads=threads))
+
+
+def test_a_pass_runs_in_parallel_only_where_numbas_pool_has_the_threads(monkeypatch):
+    import numba
+    for pool, threads, parallel in [(16, 16, True), (16, 4, True), (16, 3, False), (2, 16, False), (4, 16, True)]:
+        monkeypatch.setattr(numba.config, "NUMBA_NUM_THREADS", pool)
+        assert matmul_cpu_epilog._parallel(threads) is parallel, (pool, threads)
+
+
+@pytest.mark.parametrize("epilog, inputs", [("relu_bias", True), ("gelu_aux_bias", True), (None, False),
+                                            ("python", True)])
+@pytest.mark.parametrize("a_shape, b_shape", [((0, 5), (5, 7)), ((4, 5), (5, 0)), ((0, 3, 5), (0, 5, 7))])
+def test_empty_results_pass_through_the_epilog(pass_path, epilog, inputs, a_shape, b_shape):
+    a, b = np.ones(a_shape, np.float32), np.ones(b_shape, np.float32)
+    m, n = a_shape[-2], b_shape[-1]
+    kwargs = {"alpha": 2.0}
+    if epilog in ("relu_bias", "gelu_aux_bias"):
+        kwargs.update(epilog=epilog, epilog_inputs={"bias": np.ones(m, np.float32)})
+    elif epilog == "python":
+        kwargs.update(epilog=batch_scale if len(a_shape) == 3 else silu_gate,
+                      epilog_inputs={"scale": np.ones(0, np.float32)} if len(a_shape) == 3 else
+                      {"data": np.ones((m, n), np.float32)})
+    got = mathpy.matmul(a, b, execution=pass_path.execution, **kwargs)
+    if epilog == "gelu_aux_bias":
+        got, aux = got
+        assert not aux["gelu_aux"].any()  # (its padding rows zero)
+    assert got.shape == np.matmul(a, b).shape and got.dtype == np.float32
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

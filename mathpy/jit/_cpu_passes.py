@@ -210,9 +210,10 @@ def blocks(prolog, epilog, execute):
 
 
 def may_raise(fn, _seen=None):
-    """Whether ``fn``, or a plain Python function (or numba dispatcher) it reads as a global or closure variable, has a
-    ``raise`` or ``assert`` statement: the one way a callback compiled here raises (no bounds check, NumPy's error
-    model). :func:`blocks`' parallel loop would lose such an exception."""
+    """Whether ``fn``, or a plain Python function (or numba dispatcher) it reads as a global or closure variable or as
+    an attribute of a module it reads so, has a ``raise`` or ``assert`` statement: the one way a callback compiled
+    here raises (no bounds check, NumPy's error model). A parallel loop (:func:`blocks`, a matmul epilog's) would lose
+    such an exception."""
     fn = getattr(fn, "py_func", fn)
     seen = set() if _seen is None else _seen
     if not isinstance(fn, types.FunctionType) or fn in seen:
@@ -220,12 +221,15 @@ def may_raise(fn, _seen=None):
     seen.add(fn)
     if _raises(fn.__code__):
         return True
-    read = [fn.__globals__.get(name) for name in code_names(fn.__code__)]
+    names = code_names(fn.__code__)
+    read = [fn.__globals__.get(name) for name in names]
     for cell in fn.__closure__ or ():
         try:
             read.append(cell.cell_contents)
         except ValueError:  # (a cell not yet filled)
             pass
+    # ``module.f(...)``: the attribute's name is among the code's names as well
+    read += [getattr(value, name, None) for value in read if isinstance(value, types.ModuleType) for name in names]
     return any(may_raise(value, seen) for value in read)
 
 

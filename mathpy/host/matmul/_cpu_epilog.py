@@ -34,78 +34,12 @@ _lock = threading.Lock()
 _kernel = {}
 
 
-def _define():
-    import numba
-
-    @numba.njit(nogil=True, cache=False)
-    def rows(x, c, bias, relu_aux, gelu_aux, alpha, beta, scaled, relu, zero, start, stop):
-        p_count, q_count = x.shape[1], x.shape[2]
-        for r in range(start, stop):
-            b = r // p_count
-            p = r - b * p_count
-            for q in range(q_count):
-                v = x[b, p, q]
-                if scaled:
-                    v = alpha * v
-                if c is not None:
-                    v += beta * c[b if c.shape[0] > 1 else 0, p, q]
-                if bias is not None:
-                    v += bias[b if bias.shape[0] > 1 else 0, q]
-                if gelu_aux is not None:
-                    gelu_aux[b, p, q] = v
-                if relu and v < zero:
-                    v = zero
-                x[b, p, q] = v
-            if gelu_aux is not None:
-                for q in range(q_count, gelu_aux.shape[2]):
-                    gelu_aux[b, p, q] = zero
-            if relu_aux is not None:
-                for byte in range(relu_aux.shape[2]):
-                    bits = 0
-                    for bit in range(8):
-                        q = byte * 8 + bit
-                        if q < q_count and x[b, p, q] > zero:
-                            bits |= 1 << bit
-                    relu_aux[b, p, byte] = bits
-
-    @numba.njit(nogil=True, cache=False)
-    def scale_rows(x, c, alpha, beta, scaled, start, stop):  # any dtype, complex included
-        p_count = x.shape[1]
-        for r in range(start, stop):
-            b = r // p_count
-            p = r - b * p_count
-            for q in range(x.shape[2]):
-                v = x[b, p, q]
-                if scaled:
-                    v = alpha * v
-                if c is not None:
-                    v += beta * c[b if c.shape[0] > 1 else 0, p, q]
-                x[b, p, q] = v
-
-    @numba.njit(parallel=True, nogil=True, cache=False)
-    def rows_parallel(x, c, bias, relu_aux, gelu_aux, alpha, beta, scaled, relu, zero, blocks):
-        count = x.shape[0] * x.shape[1]
-        step = (count + blocks - 1) // blocks
-        for block in numba.prange(blocks):
-            rows(x, c, bias, relu_aux, gelu_aux, alpha, beta, scaled, relu, zero, block * step,
-                 min(count, (block + 1) * step))
-
-    @numba.njit(parallel=True, nogil=True, cache=False)
-    def scale_rows_parallel(x, c, alpha, beta, scaled, blocks):
-        count = x.shape[0] * x.shape[1]
-        step = (count + blocks - 1) // blocks
-        for block in numba.prange(blocks):
-            scale_rows(x, c, alpha, beta, scaled, block * step, min(count, (block + 1) * step))
-
-    _kernel.update(rows=rows, scale_rows=scale_rows, rows_parallel=rows_parallel,
-                   scale_rows_parallel=scale_rows_parallel)
-
-
 def _get(name):
     if not _kernel:
         with _lock:
             if not _kernel:
-                _define()
+                from . import _cpu_epilog_kernels as kernels  # (numba: on the first pass)
+                _kernel.update((name, getattr(kernels, name)) for name in kernels.__all__)
     return _kernel[name]
 
 
@@ -115,8 +49,9 @@ def _blocks(x, threads):
 
 
 def _parallel(blocks):
-    """Whether a pass of ``blocks`` blocks runs as one numba parallel loop (else on the pool)."""
-    return blocks >= _threads.PARALLEL_MIN_THREADS and _threads.parallel_numba() is not None
+    """Whether a pass of ``blocks`` blocks runs as one numba parallel loop (else on the pool): on at least
+    PARALLEL_MIN_THREADS threads, which numba's pool must have (``NUMBA_NUM_THREADS``)."""
+    return _threads.numba_team_size(blocks) >= _threads.PARALLEL_MIN_THREADS
 
 
 def _in_parallel(kernel, args, blocks):
@@ -128,7 +63,7 @@ def _in_parallel(kernel, args, blocks):
 
 
 def _in_blocks(work, x, threads):
-    """``work(start, stop)`` over the ``batch * P`` rows of ``x``, a block per thread, on the pool."""
+    """``work(start, stop)`` over the ``batch * P`` rows of ``x`` (at least one), a block per thread, on the pool."""
     count = x.shape[0] * x.shape[1]
     blocks = _blocks(x, threads)
     step = -(-count // blocks)
@@ -141,6 +76,8 @@ def epilog_pass(x, threads, *, alpha=None, c=None, beta=None, bias=None, activat
     pre-activation into ``gelu_aux`` and the bitmask of ``x > 0`` into ``relu_aux`` when given (views ``(batch, P,
     bytes)`` / ``(batch, P, rows)`` with their padding). ``c``: ``(1 or batch, P, Q)``; ``bias``: ``(1 or batch,
     Q)``; ``activation``: None, "relu", "gelu"."""
+    if x.shape[0] * x.shape[1] == 0:  # no rows: nothing to pass over (an aux output has no row either)
+        return
     dtype = x.dtype.type
     scaled = alpha is not None
     alpha, beta = dtype(1 if alpha is None else alpha), dtype(0 if beta is None else beta)
@@ -158,7 +95,7 @@ def epilog_pass(x, threads, *, alpha=None, c=None, beta=None, bias=None, activat
         _in_parallel(_get("rows_parallel"), (x, c, bias, relu_aux, gelu_aux, alpha, beta, scaled, relu, zero), blocks)
         return
     kernel = _get("rows")
-    sub_rows = max(1, SUB_BLOCK_BYTES // (x.shape[2] * x.itemsize))
+    sub_rows = max(1, SUB_BLOCK_BYTES // max(1, x.shape[2] * x.itemsize))
 
     def work(start, stop):
         for first in range(start, stop, sub_rows if gelu else stop - start):  # GELU: in cache, right after
@@ -192,6 +129,8 @@ def python_epilog_pass(run, x, data, threads, parallel=None):
     """A compiled Python epilog (:func:`mathpy.jit._cpu_passes.matmul_epilog_pass`) over ``x`` (``(batch, M, N)``,
     C-contiguous), in place, a block of rows per thread: in one numba parallel loop when ``parallel`` (the same
     epilog's parallel pass) is given and the threads allow, else on the pool."""
+    if x.shape[0] * x.shape[1] == 0:
+        return
     blocks = _blocks(x, threads)
     if parallel is not None and _parallel(blocks):
         _in_parallel(parallel, (x, data), blocks)
