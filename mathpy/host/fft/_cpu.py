@@ -244,13 +244,11 @@ class _FusedPass:
         other strategies' loops raise it."""
         t = self.t
         api = _fftw_c.library(t.precision) if any(lib.name == "fftw" for lib in self._libraries) else None
-        numba = _threads.parallel_numba()
-        if api is None or numba is None or any(cb is not None and passes.may_raise(cb.function)
-                                               for cb in (self._prolog, self._epilog)):
+        if api is None or _threads.parallel_numba() is None or \
+                any(cb is not None and passes.may_raise(cb.function) for cb in (self._prolog, self._epilog)):
             return
         self._api = api
-        # numba's thread ids stay below its thread count, which a call sets to this
-        self._team = min(self.threads, numba.config.NUMBA_NUM_THREADS)
+        self._team = _threads.numba_team_size(self.threads)  # (numba's thread ids stay below it)
         self._buffers = None  # (input, output) blocks of every thread, made at the first call
         self._plans = {}  # forward -> FFTW's plan (see _plan)
         weakref.finalize(self, _destroy_plans, api, self._plans)
