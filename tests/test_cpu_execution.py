@@ -484,6 +484,22 @@ def test_pyfftw_loads_its_openmp_under_a_short_spin_unless_the_environment_sets_
     assert seen == {"at import": at_import, "after": None, "spin": spin}
 
 
+_SMALL_PASS = """
+import json
+import numpy as np
+import mathpy
+from mathpy import _threads
+a = np.ones((64, 64), np.float32)
+mathpy.matmul(a, a, alpha=2.0, epilog="relu", execution=mathpy.ExecutionCPU(num_threads=2))
+print(json.dumps({"numba started": "module" in _threads._numba}))
+"""
+
+
+def test_a_pass_on_the_pool_does_not_start_numbas_threads():
+    # (their OpenMP team would sit beside the BLAS's for nothing)
+    assert _in_subprocess(_SMALL_PASS, {}) == {"numba started": False}
+
+
 def _in_subprocess(script, env, **more):
     """The JSON ``script`` prints last, run in a new Python with ``env`` (and ``more``) as the only OpenMP
     settings."""

@@ -50,8 +50,10 @@ def _blocks(x, threads):
 
 def _parallel(blocks):
     """Whether a pass of ``blocks`` blocks runs as one numba parallel loop (else on the pool): on at least
-    PARALLEL_MIN_THREADS threads, which numba's pool must have (``NUMBA_NUM_THREADS``)."""
-    return _threads.numba_team_size(blocks) >= _threads.PARALLEL_MIN_THREADS
+    PARALLEL_MIN_THREADS threads, which numba's pool must have (``NUMBA_NUM_THREADS``). Fewer blocks never start
+    numba's threads."""
+    least = _threads.PARALLEL_MIN_THREADS
+    return blocks >= least and _threads.numba_team_size(blocks) >= least
 
 
 def _in_parallel(kernel, args, blocks):
