@@ -224,16 +224,13 @@ def _start_numba():
         return {"module": None, "spin": 0.0}
     try:
         numba.threading_layer()
-        started = True
-    except ValueError:  # (no parallel loop has run yet)
-        started = False
-    if started:
-        return {"module": numba, "spin": _spin_seconds(False) if numba.threading_layer() == "omp" else 0.0}
-    with short_omp_spin() as spin:
-        try:
-            parallel._launch_threads()
-        except Exception:  # noqa: BLE001 - no threading layer loads here: the pool serves
-            return {"module": None, "spin": 0.0}
+        spin = _spin_seconds(False)  # (started before: with what the environment said then, as far as we know)
+    except ValueError:  # no parallel loop has run yet: start the layer here
+        with short_omp_spin() as spin:
+            try:
+                parallel._launch_threads()
+            except Exception:  # noqa: BLE001 - no threading layer loads here: the pool serves
+                return {"module": None, "spin": 0.0}
     return {"module": numba, "spin": spin if numba.threading_layer() == "omp" else 0.0}
 
 

@@ -728,7 +728,7 @@ def pass_path(request, monkeypatch):
     threads = 2
     if request.param == "parallel":
         threads = _threads.PARALLEL_MIN_THREADS
-        monkeypatch.setattr(matmul_cpu_epilog, "_parallel", lambda threads: True)  # (whatever numba's pool)
+        monkeypatch.setattr(matmul_cpu_epilog, "parallel", lambda threads: True)  # (whatever numba's pool)
     return types.SimpleNamespace(name=request.param, threads=threads, ran=ran,
                                  execution=mathpy.ExecutionCPU(num_threads=threads))
 
@@ -737,7 +737,7 @@ def test_a_pass_runs_in_parallel_only_where_numbas_pool_has_the_threads(monkeypa
     import numba
     for pool, threads, parallel in [(16, 16, True), (16, 4, True), (16, 3, False), (2, 16, False), (4, 16, True)]:
         monkeypatch.setattr(numba.config, "NUMBA_NUM_THREADS", pool)
-        assert matmul_cpu_epilog._parallel(threads) is parallel, (pool, threads)
+        assert matmul_cpu_epilog.parallel(threads) is parallel, (pool, threads)
 
 
 @pytest.mark.parametrize("epilog, inputs", [("relu_bias", True), ("gelu_aux_bias", True), (None, False),

@@ -138,36 +138,38 @@ def _rows(numba, f, with_batch, count, checked, parallel):
     ``start..stop`` of ``x`` seen as ``(batch * M, N)``; it returns -1, or (``checked``) the flat index of the first
     element whose call raised (numba's bounds check), that element left as it was. Generated for the number of
     operands (a tuple's items by constant index) and the coordinates the function takes. ``parallel``:
-    ``kernel(x, operands, blocks)``, all rows in ``blocks`` blocks of a numba ``parallel`` loop (unchecked)."""
+    ``kernel(x, operands, blocks)``, that kernel (unchecked) over all rows in ``blocks`` blocks of a numba
+    ``parallel`` loop."""
+    if parallel:
+        return _parallel_rows(numba, _rows(numba, f, with_batch, count, False, False))
     coordinates = "b, i, j" if with_batch else "i, j"
     store = f"x[b, i, j] = f(x[b, i, j], {coordinates}{''.join(f', operands[{k}]' for k in range(count))})"
     if checked:  # (the element is named in Python: numba's IndexError says no more than that one was raised)
         store = (f"try:\n                {store}\n            except Exception:\n"
                  f"                return r * x.shape[2] + j")
-    if parallel:
-        source = ("def kernel(x, operands, blocks):\n"
-                  "    m = x.shape[1]\n"
-                  "    rows = x.shape[0] * m\n"
-                  "    step = (rows + blocks - 1) // blocks\n"
-                  "    for block in prange(blocks):\n"
-                  "        for r in range(block * step, min(rows, (block + 1) * step)):\n"
-                  "            b = r // m\n"
-                  "            i = r - b * m\n"
-                  "            for j in range(x.shape[2]):\n"
-                  f"                {store}\n"
-                  "    return -1\n")
-    else:
-        source = ("def kernel(x, operands, start, stop):\n"
-                  "    m = x.shape[1]\n"
-                  "    for r in range(start, stop):\n"
-                  "        b = r // m\n"
-                  "        i = r - b * m\n"
-                  "        for j in range(x.shape[2]):\n"
-                  f"            {store}\n"
-                  "    return -1\n")
-    namespace = {"f": f, "prange": numba.prange}
-    exec(compile(source, f"<mathpy matmul epilog rows {with_batch} {count} {checked} {parallel}>", "exec"), namespace)
-    return numba.njit(nogil=True, cache=False, parallel=parallel)(namespace["kernel"])
+    source = ("def kernel(x, operands, start, stop):\n"
+              "    m = x.shape[1]\n"
+              "    for r in range(start, stop):\n"
+              "        b = r // m\n"
+              "        i = r - b * m\n"
+              "        for j in range(x.shape[2]):\n"
+              f"            {store}\n"
+              "    return -1\n")
+    namespace = {"f": f}
+    exec(compile(source, f"<mathpy matmul epilog rows {with_batch} {count} {checked}>", "exec"), namespace)
+    return numba.njit(nogil=True, cache=False)(namespace["kernel"])
+
+
+def _parallel_rows(numba, rows):
+    """``rows(x, operands, start, stop)`` over all rows of ``x``, in ``blocks`` blocks of one numba parallel loop."""
+    @numba.njit(nogil=True, cache=False, parallel=True)
+    def kernel(x, operands, blocks):
+        count = x.shape[0] * x.shape[1]
+        step = (count + blocks - 1) // blocks
+        for block in numba.prange(blocks):
+            rows(x, operands, block * step, min(count, (block + 1) * step))
+        return -1
+    return kernel
 
 
 def _blocks(load, store, execute):

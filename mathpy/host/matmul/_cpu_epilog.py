@@ -21,7 +21,7 @@ import numpy as np
 
 from ... import _threads
 
-__all__ = ["epilog_pass", "python_epilog_pass"]
+__all__ = ["epilog_pass", "python_epilog_pass", "parallel"]
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _GELU_C = 0.044715
@@ -48,7 +48,7 @@ def _blocks(x, threads):
     return _threads.threads_for_bytes(threads, x.nbytes)
 
 
-def _parallel(blocks):
+def parallel(blocks):
     """Whether a pass of ``blocks`` blocks runs as one numba parallel loop (else on the pool): on at least
     PARALLEL_MIN_THREADS threads, which numba's pool must have (``NUMBA_NUM_THREADS``). Fewer blocks never start
     numba's threads."""
@@ -85,7 +85,7 @@ def epilog_pass(x, threads, *, alpha=None, c=None, beta=None, bias=None, activat
     alpha, beta = dtype(1 if alpha is None else alpha), dtype(0 if beta is None else beta)
     blocks = _blocks(x, threads)
     if x.dtype.kind == "c" or (activation is None and bias is None and relu_aux is None and gelu_aux is None):
-        if _parallel(blocks):
+        if parallel(blocks):
             _in_parallel(_get("scale_rows_parallel"), (x, c, alpha, beta, scaled), blocks)
             return
         kernel = _get("scale_rows")
@@ -93,7 +93,7 @@ def epilog_pass(x, threads, *, alpha=None, c=None, beta=None, bias=None, activat
         return
     relu, zero = activation == "relu", dtype(0)
     gelu = activation == "gelu"
-    if not gelu and _parallel(blocks):
+    if not gelu and parallel(blocks):
         _in_parallel(_get("rows_parallel"), (x, c, bias, relu_aux, gelu_aux, alpha, beta, scaled, relu, zero), blocks)
         return
     kernel = _get("rows")
@@ -127,14 +127,14 @@ def _gelu_rows(x, start, stop):
         start += len(rows)
 
 
-def python_epilog_pass(run, x, data, threads, parallel=None):
+def python_epilog_pass(run, x, data, threads, loop=None):
     """A compiled Python epilog (:func:`mathpy.jit._cpu_passes.matmul_epilog_pass`) over ``x`` (``(batch, M, N)``,
-    C-contiguous), in place, a block of rows per thread: in one numba parallel loop when ``parallel`` (the same
-    epilog's parallel pass) is given and the threads allow, else on the pool."""
+    C-contiguous), in place, a block of rows per thread: in one numba parallel loop when ``loop`` (the same epilog's
+    parallel pass) is given and the threads allow, else on the pool."""
     if x.shape[0] * x.shape[1] == 0:
         return
     blocks = _blocks(x, threads)
-    if parallel is not None and _parallel(blocks):
-        _in_parallel(parallel, (x, data), blocks)
+    if loop is not None and parallel(blocks):
+        _in_parallel(loop, (x, data), blocks)
         return
     _in_blocks(lambda start, stop: run(x, data, start, stop), x, threads)

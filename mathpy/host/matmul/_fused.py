@@ -31,6 +31,7 @@ from ..._strides import c_strides
 from ...jit import _matmul_epilog as E
 from ...jit._cpu_passes import matmul_epilog_pass
 from ._cpu import CPUEngine, store_result
+from . import _cpu_epilog
 from ._cpu_epilog import python_epilog_pass
 from ._options import BF16
 
@@ -178,7 +179,7 @@ class FusedCPUEngine(CPUEngine):
 
     def __init__(self, problem, **kwargs):
         super().__init__(problem, **kwargs)
-        self._epilog = self._parallel = None  # compiled at the first execution (the parallel pass: from 4 threads)
+        self._epilog = self._parallel = None  # compiled at the first execution
 
     def execute(self, a, b, c, d, epilog_inputs, epilog_outputs, alpha, beta, stream=None):
         p = self.problem
@@ -205,7 +206,7 @@ class FusedCPUEngine(CPUEngine):
         operands = tuple(E.read_only(epilog_inputs.get(name)) for name, _ in self.problem.fused.operands)
         if self._epilog is None:
             epilog = self.problem.fused.epilog
-            if self.threads >= _threads.PARALLEL_MIN_THREADS:
+            if _cpu_epilog.parallel(self.threads):  # (else no pass of this engine runs as a parallel loop)
                 self._parallel = matmul_epilog_pass(epilog, len(operands), parallel=True)
             self._epilog = matmul_epilog_pass(epilog, len(operands))
         python_epilog_pass(self._epilog, x, operands, self.threads, self._parallel)
